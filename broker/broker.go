@@ -1,0 +1,76 @@
+package broker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	outbox "github.com/outbox-go/outbox"
+)
+
+// Broker publishes events and reports the broker's confirmation of each.
+type Broker interface {
+	// Publish sends events, in slice order, and waits until the broker has
+	// confirmed or refused each one, or ctx ends. It returns one error per
+	// event (nil = confirmed by the broker); len(result) == len(events).
+	// It must not return before every event has a result, and must not
+	// report nil for an event the broker did not confirm.
+	Publish(ctx context.Context, events []outbox.Event) []error
+	// Close flushes what is in flight and releases the connection. Safe to
+	// call more than once.
+	Close(ctx context.Context) error
+}
+
+// ErrPermanent marks an error that retrying will not fix. Test with
+// IsPermanent.
+var ErrPermanent = errors.New("permanent")
+
+type permanentError struct{ err error }
+
+func (p permanentError) Error() string { return p.err.Error() }
+func (p permanentError) Unwrap() []error {
+	return []error{p.err, ErrPermanent}
+}
+
+// Permanent wraps err so the relay buries the event at once instead of
+// retrying it.
+func Permanent(err error) error {
+	if err == nil {
+		return nil
+	}
+	return permanentError{err}
+}
+
+// Permanentf is Permanent(fmt.Errorf(format, args...)).
+func Permanentf(format string, args ...any) error {
+	return Permanent(fmt.Errorf(format, args...))
+}
+
+// IsPermanent reports whether err was marked Permanent.
+func IsPermanent(err error) bool { return errors.Is(err, ErrPermanent) }
+
+// Fill returns a result slice of n copies of err: for failures that hit the
+// whole batch (no connection, ctx ended).
+func Fill(n int, err error) []error {
+	out := make([]error, n)
+	for i := range out {
+		out[i] = err
+	}
+	return out
+}
+
+// KeyOrdered is an optional ability: the adapter guarantees that when an
+// event fails, no later event of the same key in the same Publish call is
+// confirmed (Kafka's idempotent producer per partition). The relay then sends
+// all of a key's events in one call instead of one wave per position.
+type KeyOrdered interface {
+	KeyOrdered() bool
+}
+
+// Headers the relay and adapters set for consumers, in the CloudEvents
+// vocabulary. Adapters map them to their transport's binding.
+const (
+	SpecVersion = "1.0"
+	// SourceDefault is the CloudEvents source when a relay names none.
+	SourceDefault = "outbox"
+)

@@ -1,0 +1,91 @@
+package store
+
+import (
+	"encoding/json"
+	"fmt"
+	"hash/fnv"
+
+	outbox "github.com/outbox-go/outbox"
+)
+
+// Options are the settings every SQL store shares.
+type Options struct {
+	// Table is the outbox table's name; default "outbox". The archive of
+	// sent events is Table+"_archive", the migration bookkeeping
+	// Table+"_migrations". Validated against ^[a-z_][a-z0-9_]{0,62}$.
+	Table string
+	// Schema is the PostgreSQL schema or MySQL database holding the table;
+	// default: the connection's current one. Ignored by SQLite.
+	Schema string
+	// MaxPayload is the largest payload accepted at enqueue, in bytes;
+	// default 1 MiB.
+	MaxPayload int
+	// KeepSent moves acknowledged events to the archive table as SENT
+	// (one statement, no in-place update of the hot table) instead of
+	// deleting them; purge them with Purge. Default false: delete.
+	KeepSent bool
+}
+
+// Normalize fills defaults and validates names.
+func (o Options) Normalize() (Options, error) {
+	if o.Table == "" {
+		o.Table = DefaultTable
+	}
+	if err := ValidateName("table", o.Table); err != nil {
+		return o, err
+	}
+	if len(o.Table) > 50 {
+		return o, fmt.Errorf("%w: table %q: keep it to 50 characters so the derived names (%s_archive, %s_migrations) fit", ErrInvalidName, o.Table, o.Table, o.Table)
+	}
+	if o.Schema != "" {
+		if err := ValidateName("schema", o.Schema); err != nil {
+			return o, err
+		}
+	}
+	if o.MaxPayload <= 0 {
+		o.MaxPayload = outbox.DefaultMaxPayload
+	}
+	return o, nil
+}
+
+// Limits returns the validation limits these options imply.
+func (o Options) Limits() outbox.Limits { return outbox.Limits{MaxPayload: o.MaxPayload} }
+
+// LockKey is a stable 63-bit number naming a lock for this table, for
+// databases whose locks are numbered (PostgreSQL advisory locks).
+func (o Options) LockKey(purpose string) int64 {
+	h := fnv.New64a()
+	fmt.Fprintf(h, "outbox:%s:%s.%s", purpose, o.Schema, o.Table)
+	return int64(h.Sum64() >> 1)
+}
+
+// EncodeHeaders returns the JSON object stored in the headers column.
+func EncodeHeaders(h map[string]string) string {
+	if len(h) == 0 {
+		return "{}"
+	}
+	b, _ := json.Marshal(h) // a map[string]string always marshals
+	return string(b)
+}
+
+// DecodeHeaders parses the headers column. A row written by hand with
+// non-string values keeps their JSON text.
+func DecodeHeaders(s []byte) (map[string]string, error) {
+	if len(s) == 0 || string(s) == "{}" || string(s) == "null" {
+		return nil, nil
+	}
+	var raw map[string]json.RawMessage
+	if err := json.Unmarshal(s, &raw); err != nil {
+		return nil, fmt.Errorf("store: headers column is not a JSON object: %w", err)
+	}
+	out := make(map[string]string, len(raw))
+	for k, v := range raw {
+		var str string
+		if err := json.Unmarshal(v, &str); err == nil {
+			out[k] = str
+		} else {
+			out[k] = string(v)
+		}
+	}
+	return out, nil
+}

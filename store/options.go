@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"hash/fnv"
+	"strings"
 
 	outbox "github.com/outbox-go/outbox"
 )
@@ -88,4 +89,18 @@ func DecodeHeaders(s []byte) (map[string]string, error) {
 		}
 	}
 	return out, nil
+}
+
+// MaxErrorLen bounds last_error: enough for any broker's message.
+const MaxErrorLen = 2000
+
+// CleanError makes an error message safe for a text column: valid UTF-8, no
+// NUL bytes, at most MaxErrorLen bytes.
+func CleanError(s string) string {
+	s = strings.ToValidUTF8(s, "?")
+	s = strings.ReplaceAll(s, "\x00", "")
+	if len(s) > MaxErrorLen {
+		s = strings.ToValidUTF8(s[:MaxErrorLen], "")
+	}
+	return s
 }

@@ -16,7 +16,7 @@ var (
 	// ErrLeaseLost: the rows are no longer held by this (owner, epoch): the
 	// lease expired and another relay took them, or they were acked already.
 	// Nothing was changed.
-	ErrLeaseLost = errors.New("store: lease lost: the events were taken over by another relay after the lease expired; nothing was changed")
+	ErrLeaseLost = errors.New("store: lease lost: these events are no longer held by this claim (its lease expired and another relay may have taken them, or they were settled already); nothing was changed")
 	// ErrNotFound: no event with that id.
 	ErrNotFound = errors.New("store: no such event")
 	// ErrNotMigrated: the outbox table does not exist.

@@ -1,0 +1,96 @@
+package pgstore
+
+import (
+	"context"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Notify returns a channel that receives a value soon after events are
+// committed: by LISTEN on the table's channel (any process that enqueues with
+// notifications on), and at once for enqueues through this Store. It is a
+// hint only. The listener reconnects by itself; while it cannot listen (a
+// PgBouncer in transaction mode, say) the relay simply keeps polling.
+func (s *Store) Notify(ctx context.Context) <-chan struct{} {
+	ch := make(chan struct{}, 1)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.listeners = append(s.listeners, ch)
+	if !s.listening && !s.closed {
+		s.listening = true
+		lctx, cancel := context.WithCancel(context.Background())
+		s.stopListen, s.listenDone = cancel, make(chan struct{})
+		go s.listen(lctx)
+	}
+	go func() {
+		<-ctx.Done()
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		for i, l := range s.listeners {
+			if l == ch {
+				s.listeners = append(s.listeners[:i], s.listeners[i+1:]...)
+				break
+			}
+		}
+	}()
+	return ch
+}
+
+// signal wakes every in-process listener without blocking.
+func (s *Store) signal() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, l := range s.listeners {
+		select {
+		case l <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// wake notifies other processes too (after a requeue, say).
+func (s *Store) wake(ctx context.Context) {
+	s.signal()
+	if s.notify {
+		_, _ = s.pool.Exec(ctx, "SELECT pg_notify($1, '')", s.channel)
+	}
+}
+
+func (s *Store) listen(ctx context.Context) {
+	defer close(s.listenDone)
+	backoff := 100 * time.Millisecond
+	for ctx.Err() == nil {
+		err := s.listenOnce(ctx)
+		if ctx.Err() != nil {
+			return
+		}
+		_ = err // the relay polls meanwhile; reconnect after a pause
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(backoff):
+		}
+		backoff = min(backoff*2, 5*time.Second)
+	}
+}
+
+func (s *Store) listenOnce(ctx context.Context) error {
+	conn, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return err
+	}
+	// The connection is in LISTEN state: never hand it back to the pool.
+	pc := conn.Hijack()
+	defer pc.Close(context.Background())
+	if _, err := pc.Exec(ctx, "LISTEN "+pgx.Identifier{s.channel}.Sanitize()); err != nil {
+		return err
+	}
+	s.signal() // events may have arrived while we were not listening
+	for {
+		if _, err := pc.WaitForNotification(ctx); err != nil {
+			return err
+		}
+		s.signal()
+	}
+}

@@ -1,0 +1,587 @@
+package pgstore
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	outbox "github.com/outbox-go/outbox"
+	"github.com/outbox-go/outbox/store"
+)
+
+// Config configures a Store. The zero value is usable.
+type Config struct {
+	store.Options
+	// DisableNotify turns off pg_notify on enqueue. Default false: every
+	// enqueue notifies the table's channel so relays wake at once (a hint;
+	// they poll anyway). Turn it off if your commit rate is so high that
+	// PostgreSQL's serialization of notifying commits shows.
+	DisableNotify bool
+}
+
+// Store is the PostgreSQL store. It is safe for concurrent use.
+type Store struct {
+	pool    *pgxpool.Pool
+	ownPool bool
+	opts    store.Options
+	notify  bool
+
+	table, archive, migrations, channel string // quoted
+	claimLock, migrateLock              int64
+
+	insertPrefix, insertNotifyPrefix string
+
+	mu        sync.Mutex
+	listeners []chan struct{}
+	listening bool
+	stopListen context.CancelFunc
+	listenDone chan struct{}
+	closed     bool
+}
+
+var _ store.Store = (*Store)(nil)
+var _ store.Notifier = (*Store)(nil)
+
+// New returns a store over pool, which stays the caller's to close.
+func New(pool *pgxpool.Pool, cfg Config) (*Store, error) {
+	if pool == nil {
+		return nil, errors.New("pgstore: pool is nil")
+	}
+	opts, err := cfg.Options.Normalize()
+	if err != nil {
+		return nil, err
+	}
+	q := func(name string) string {
+		if opts.Schema != "" {
+			return pgx.Identifier{opts.Schema, name}.Sanitize()
+		}
+		return pgx.Identifier{name}.Sanitize()
+	}
+	s := &Store{
+		pool:        pool,
+		opts:        opts,
+		notify:      !cfg.DisableNotify,
+		table:       q(opts.Table),
+		archive:     q(opts.Table + "_archive"),
+		migrations:  q(opts.Table + "_migrations"),
+		channel:     opts.Schema + "." + opts.Table + "_events",
+		claimLock:   opts.LockKey("claim"),
+		migrateLock: opts.LockKey("migrate"),
+	}
+	cols := "INSERT INTO " + s.table + " (event_id, topic, event_key, event_type, aggregate_type, schema_version, payload, content_type, headers, next_attempt_at) VALUES "
+	s.insertPrefix = cols
+	s.insertNotifyPrefix = "WITH ins AS (" + cols
+	return s, nil
+}
+
+// Open connects to url (postgres://…) with a pool of its own, closed by Close.
+func Open(ctx context.Context, url string, cfg Config) (*Store, error) {
+	pc, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		return nil, fmt.Errorf("pgstore: bad database URL: %w", err)
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, pc)
+	if err != nil {
+		return nil, fmt.Errorf("pgstore: %w", err)
+	}
+	if err := pool.Ping(ctx); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("pgstore: cannot reach %s: %w", pc.ConnConfig.Host, err)
+	}
+	s, err := New(pool, cfg)
+	if err != nil {
+		pool.Close()
+		return nil, err
+	}
+	s.ownPool = true
+	return s, nil
+}
+
+// Pool returns the pool the store uses.
+func (s *Store) Pool() *pgxpool.Pool { return s.pool }
+
+// Table returns the quoted, qualified table name.
+func (s *Store) Table() string { return s.table }
+
+// Close stops the listener and closes the pool if Open created it.
+func (s *Store) Close() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.closed = true
+	stop, done := s.stopListen, s.listenDone
+	s.mu.Unlock()
+	if stop != nil {
+		stop()
+		<-done
+	}
+	if s.ownPool {
+		s.pool.Close()
+	}
+	return nil
+}
+
+// Migrate creates or upgrades the schema under an advisory lock, so several
+// processes may migrate at once.
+func (s *Store) Migrate(ctx context.Context) error {
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		return fmt.Errorf("pgstore: migrate: %w", err)
+	}
+	defer tx.Rollback(ctx) //nolint:errcheck // after Commit this is a no-op
+	if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", s.migrateLock); err != nil {
+		return fmt.Errorf("pgstore: migrate: lock: %w", err)
+	}
+	if s.opts.Schema != "" {
+		if _, err := tx.Exec(ctx, "CREATE SCHEMA IF NOT EXISTS "+pgx.Identifier{s.opts.Schema}.Sanitize()); err != nil {
+			return fmt.Errorf("pgstore: migrate: create schema: %w", err)
+		}
+	}
+	if _, err := tx.Exec(ctx, "CREATE TABLE IF NOT EXISTS "+s.migrations+" (version INTEGER PRIMARY KEY, applied_at TIMESTAMPTZ NOT NULL DEFAULT now())"); err != nil {
+		return fmt.Errorf("pgstore: migrate: %w", err)
+	}
+	var current int
+	if err := tx.QueryRow(ctx, "SELECT COALESCE(max(version), 0) FROM "+s.migrations).Scan(&current); err != nil {
+		return fmt.Errorf("pgstore: migrate: %w", err)
+	}
+	for i, m := range migrations(s.table, s.archive, s.opts.Table) {
+		v := i + 1
+		if v <= current {
+			continue
+		}
+		if _, err := tx.Exec(ctx, m); err != nil {
+			return fmt.Errorf("pgstore: migration %d: %w", v, err)
+		}
+		if _, err := tx.Exec(ctx, "INSERT INTO "+s.migrations+" (version) VALUES ($1)", v); err != nil {
+			return fmt.Errorf("pgstore: migration %d: %w", v, err)
+		}
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return fmt.Errorf("pgstore: migrate: %w", err)
+	}
+	return nil
+}
+
+// maxRowsPerInsert keeps one INSERT under PostgreSQL's 65535 parameters.
+const maxRowsPerInsert = 6000
+
+// buildInsert returns the statements and arguments that write msgs (already
+// validated and normalized).
+func (s *Store) buildInsert(msgs []outbox.Message) (stmts []string, args [][]any) {
+	for start := 0; start < len(msgs); start += maxRowsPerInsert {
+		end := min(start+maxRowsPerInsert, len(msgs))
+		var b strings.Builder
+		if s.notify {
+			b.WriteString(s.insertNotifyPrefix)
+		} else {
+			b.WriteString(s.insertPrefix)
+		}
+		a := make([]any, 0, (end-start)*10+1)
+		for i, m := range msgs[start:end] {
+			if i > 0 {
+				b.WriteByte(',')
+			}
+			n := len(a)
+			fmt.Fprintf(&b, "($%d::text::uuid,$%d,$%d,$%d,$%d,$%d::int,$%d::bytea,$%d,$%d::text::jsonb,COALESCE($%d::timestamptz,now()))",
+				n+1, n+2, n+3, n+4, n+5, n+6, n+7, n+8, n+9, n+10)
+			var avail any
+			if !m.AvailableAt.IsZero() {
+				avail = m.AvailableAt
+			}
+			a = append(a, m.EventID, m.Topic, m.Key, m.Type, m.AggregateType, m.SchemaVersion, m.Payload, m.ContentType, store.EncodeHeaders(m.Headers), avail)
+		}
+		if s.notify {
+			fmt.Fprintf(&b, " RETURNING 1) SELECT pg_notify($%d, '')", len(a)+1)
+			a = append(a, s.channel)
+		}
+		stmts = append(stmts, b.String())
+		args = append(args, a)
+	}
+	return stmts, args
+}
+
+func (s *Store) prepare(msgs []outbox.Message) ([]outbox.Message, error) {
+	if err := outbox.Validate(s.opts.Limits(), msgs...); err != nil {
+		return nil, err
+	}
+	out := make([]outbox.Message, len(msgs))
+	for i, m := range msgs {
+		out[i] = m.Normalized()
+	}
+	return out, nil
+}
+
+// Enqueue writes msgs in a transaction of its own.
+func (s *Store) Enqueue(ctx context.Context, msgs ...outbox.Message) error {
+	if len(msgs) == 0 {
+		return nil
+	}
+	norm, err := s.prepare(msgs)
+	if err != nil {
+		return err
+	}
+	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error { return s.exec(ctx, tx, norm) })
+	if err != nil {
+		return wrap("enqueue", err)
+	}
+	s.signal()
+	return nil
+}
+
+// EnqueuePgxTx writes msgs with the caller's pgx transaction (from a
+// *pgx.Conn or a *pgxpool.Pool): they commit or roll back with it.
+func (s *Store) EnqueuePgxTx(ctx context.Context, tx pgx.Tx, msgs ...outbox.Message) error {
+	if len(msgs) == 0 {
+		return nil
+	}
+	norm, err := s.prepare(msgs)
+	if err != nil {
+		return err
+	}
+	return wrap("enqueue", s.exec(ctx, tx, norm))
+}
+
+func (s *Store) exec(ctx context.Context, tx pgx.Tx, msgs []outbox.Message) error {
+	stmts, args := s.buildInsert(msgs)
+	for i := range stmts {
+		if _, err := tx.Exec(ctx, stmts[i], args[i]...); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// EnqueueTx writes msgs with the caller's database/sql transaction (pgx's
+// stdlib driver or any PostgreSQL driver with $n placeholders).
+func (s *Store) EnqueueTx(ctx context.Context, tx store.Execer, msgs ...outbox.Message) error {
+	if len(msgs) == 0 {
+		return nil
+	}
+	norm, err := s.prepare(msgs)
+	if err != nil {
+		return err
+	}
+	stmts, args := s.buildInsert(norm)
+	for i := range stmts {
+		if _, err := tx.ExecContext(ctx, stmts[i], args[i]...); err != nil {
+			return wrap("enqueue", err)
+		}
+	}
+	return nil
+}
+
+const eventCols = "id, event_id::text, topic, event_key, event_type, aggregate_type, schema_version, payload, content_type, headers::text, attempts, created_at"
+const recordCols = eventCols + ", status, last_error, next_attempt_at, lease_owner, lease_until, sent_at"
+
+func prefixed(cols, p string) string {
+	parts := strings.Split(cols, ", ")
+	for i := range parts {
+		parts[i] = p + parts[i]
+	}
+	return strings.Join(parts, ", ")
+}
+
+// Claim takes up to req.Limit ready events in id order. One round trip: the
+// advisory lock and the claim run in one implicit transaction.
+func (s *Store) Claim(ctx context.Context, req store.ClaimRequest) (store.Claim, error) {
+	req = req.Normalize()
+	claimSQL := `WITH held AS (
+	SELECT event_key, min(from_id) AS from_id FROM (
+		SELECT event_key, 0::bigint AS from_id FROM ` + s.table + ` WHERE status = 'SENDING' AND lease_until > now() AND event_key <> ''
+		UNION ALL
+		SELECT event_key, id FROM ` + s.table + ` WHERE status = 'DEAD' AND $3::bool AND event_key <> ''
+		UNION ALL
+		SELECT event_key, id FROM ` + s.table + ` WHERE status = 'NEW' AND next_attempt_at > created_at AND next_attempt_at > now() AND event_key <> ''
+	) h GROUP BY event_key
+), picked AS (
+	SELECT o.id FROM ` + s.table + ` o
+	WHERE ((o.status = 'NEW' AND o.next_attempt_at <= now()) OR (o.status = 'SENDING' AND o.lease_until <= now()))
+	  AND NOT EXISTS (SELECT 1 FROM held WHERE held.event_key = o.event_key AND o.id > held.from_id)
+	ORDER BY o.id
+	LIMIT $4
+	FOR UPDATE OF o SKIP LOCKED
+)
+UPDATE ` + s.table + ` t SET status = 'SENDING', lease_owner = $1, lease_epoch = $2, lease_until = now() + $5 * interval '1 microsecond'
+FROM picked WHERE t.id = picked.id
+RETURNING ` + prefixed(eventCols, "t.") + `, t.lease_until`
+	b := &pgx.Batch{}
+	b.Queue("SELECT pg_advisory_xact_lock($1)", s.claimLock)
+	b.Queue(claimSQL, req.Lease.Owner, req.Lease.Epoch, req.HoldDeadKeys, req.Limit, req.LeaseFor.Microseconds())
+	br := s.pool.SendBatch(ctx, b)
+	defer br.Close()
+	if _, err := br.Exec(); err != nil {
+		return store.Claim{}, wrap("claim", err)
+	}
+	rows, err := br.Query()
+	if err != nil {
+		return store.Claim{}, wrap("claim", err)
+	}
+	c := store.Claim{Lease: req.Lease}
+	for rows.Next() {
+		var e outbox.Event
+		var headers []byte
+		var until time.Time
+		if err := rows.Scan(&e.ID, &e.EventID, &e.Topic, &e.Key, &e.Type, &e.AggregateType, &e.SchemaVersion, &e.Payload, &e.ContentType, &headers, &e.Attempts, &e.CreatedAt, &until); err != nil {
+			rows.Close()
+			return store.Claim{}, wrap("claim", err)
+		}
+		if e.Headers, err = store.DecodeHeaders(headers); err != nil {
+			rows.Close()
+			return store.Claim{}, err
+		}
+		c.Until = until
+		c.Events = append(c.Events, e)
+	}
+	if err := rows.Err(); err != nil {
+		return store.Claim{}, wrap("claim", err)
+	}
+	if err := br.Close(); err != nil {
+		return store.Claim{}, wrap("claim", err)
+	}
+	sort.Slice(c.Events, func(i, j int) bool { return c.Events[i].ID < c.Events[j].ID })
+	return c, nil
+}
+
+// leaseCheck is the compare-and-swap every state change does.
+const leaseCheck = " AND status = 'SENDING' AND lease_owner = $2 AND lease_epoch = $3"
+
+func (s *Store) leased(ctx context.Context, op, sql string, want int, args ...any) error {
+	tag, err := s.pool.Exec(ctx, sql, args...)
+	if err != nil {
+		return wrap(op, err)
+	}
+	if int(tag.RowsAffected()) < want {
+		return fmt.Errorf("pgstore: %s: %d of %d events: %w", op, want-int(tag.RowsAffected()), want, store.ErrLeaseLost)
+	}
+	return nil
+}
+
+// Extend renews the lease on ids until now+d.
+func (s *Store) Extend(ctx context.Context, lease store.Lease, ids []int64, d time.Duration) (time.Time, error) {
+	if len(ids) == 0 {
+		return time.Time{}, nil
+	}
+	rows, err := s.pool.Query(ctx, "UPDATE "+s.table+" SET lease_until = now() + $4 * interval '1 microsecond' WHERE id = ANY($1)"+leaseCheck+" AND lease_until > now() RETURNING lease_until",
+		ids, lease.Owner, lease.Epoch, d.Microseconds())
+	if err != nil {
+		return time.Time{}, wrap("extend", err)
+	}
+	until, err := pgx.CollectRows(rows, pgx.RowTo[time.Time])
+	if err != nil {
+		return time.Time{}, wrap("extend", err)
+	}
+	if len(until) < len(ids) {
+		return time.Time{}, fmt.Errorf("pgstore: extend: %d of %d events: %w", len(ids)-len(until), len(ids), store.ErrLeaseLost)
+	}
+	return until[0], nil
+}
+
+// Ack deletes ids, or moves them to the archive as SENT with KeepSent.
+func (s *Store) Ack(ctx context.Context, lease store.Lease, ids []int64) error {
+	if len(ids) == 0 {
+		return nil
+	}
+	where := " WHERE id = ANY($1)" + leaseCheck
+	if !s.opts.KeepSent {
+		return s.leased(ctx, "ack", "DELETE FROM "+s.table+where, len(ids), ids, lease.Owner, lease.Epoch)
+	}
+	cols := "id, event_id, topic, event_key, event_type, aggregate_type, schema_version, payload, content_type, headers, attempts, next_attempt_at, last_error, lease_owner, lease_epoch, lease_until, created_at"
+	sql := "WITH d AS (DELETE FROM " + s.table + where + " RETURNING " + cols + ") INSERT INTO " + s.archive + " (" + cols + ", status, sent_at) SELECT " + cols + ", 'SENT', now() FROM d"
+	return s.leased(ctx, "ack", sql, len(ids), ids, lease.Owner, lease.Epoch)
+}
+
+// Retry gives events back for a later attempt. The lease must still be live.
+func (s *Store) Retry(ctx context.Context, lease store.Lease, retries []store.Retry) error {
+	if len(retries) == 0 {
+		return nil
+	}
+	ids := make([]int64, len(retries))
+	delays := make([]int64, len(retries))
+	errs := make([]string, len(retries))
+	for i, r := range retries {
+		ids[i], delays[i], errs[i] = r.ID, max(r.Delay, 0).Microseconds(), store.CleanError(r.Error)
+	}
+	sql := "UPDATE " + s.table + " t SET status = 'NEW', attempts = t.attempts + 1, next_attempt_at = now() + u.delay_us * interval '1 microsecond', last_error = u.err, lease_owner = '', lease_until = NULL " +
+		"FROM unnest($1::bigint[], $4::bigint[], $5::text[]) AS u(id, delay_us, err) WHERE t.id = u.id AND t.status = 'SENDING' AND t.lease_owner = $2 AND t.lease_epoch = $3 AND t.lease_until > now()"
+	return s.leased(ctx, "retry", sql, len(ids), ids, lease.Owner, lease.Epoch, delays, errs)
+}
+
+// Bury marks events DEAD with their reason. The lease must still be live.
+func (s *Store) Bury(ctx context.Context, lease store.Lease, burials []store.Burial) error {
+	if len(burials) == 0 {
+		return nil
+	}
+	ids := make([]int64, len(burials))
+	errs := make([]string, len(burials))
+	for i, b := range burials {
+		ids[i], errs[i] = b.ID, store.CleanError(b.Error)
+	}
+	sql := "UPDATE " + s.table + " t SET status = 'DEAD', attempts = t.attempts + 1, last_error = u.err, lease_owner = '', lease_until = NULL " +
+		"FROM unnest($1::bigint[], $4::text[]) AS u(id, err) WHERE t.id = u.id AND t.status = 'SENDING' AND t.lease_owner = $2 AND t.lease_epoch = $3 AND t.lease_until > now()"
+	return s.leased(ctx, "bury", sql, len(ids), ids, lease.Owner, lease.Epoch, errs)
+}
+
+// Release gives events back untouched. The lease must still be live.
+func (s *Store) Release(ctx context.Context, lease store.Lease, ids []int64) error {
+	if len(ids) == 0 {
+		return nil
+	}
+	sql := "UPDATE " + s.table + " SET status = 'NEW', lease_owner = '', lease_until = NULL WHERE id = ANY($1)" + leaseCheck + " AND lease_until > now()"
+	return s.leased(ctx, "release", sql, len(ids), ids, lease.Owner, lease.Epoch)
+}
+
+func scanRecord(row pgx.Row) (store.Record, error) {
+	var r store.Record
+	var headers []byte
+	var status string
+	var until, sent *time.Time
+	err := row.Scan(&r.ID, &r.EventID, &r.Topic, &r.Key, &r.Type, &r.AggregateType, &r.SchemaVersion, &r.Payload, &r.ContentType, &headers, &r.Attempts, &r.CreatedAt,
+		&status, &r.LastError, &r.NextAttemptAt, &r.LeaseOwner, &until, &sent)
+	if err != nil {
+		return r, err
+	}
+	r.Status = outbox.Status(status)
+	if until != nil {
+		r.LeaseUntil = *until
+	}
+	if sent != nil {
+		r.SentAt = *sent
+	}
+	r.Headers, err = store.DecodeHeaders(headers)
+	return r, err
+}
+
+// Get returns one event from the outbox or the archive.
+func (s *Store) Get(ctx context.Context, id int64) (store.Record, error) {
+	r, err := scanRecord(s.pool.QueryRow(ctx, "SELECT "+recordCols+" FROM "+s.table+" WHERE id = $1", id))
+	if errors.Is(err, pgx.ErrNoRows) {
+		r, err = scanRecord(s.pool.QueryRow(ctx, "SELECT "+recordCols+" FROM "+s.archive+" WHERE id = $1", id))
+	}
+	if errors.Is(err, pgx.ErrNoRows) {
+		return r, fmt.Errorf("pgstore: event %d: %w", id, store.ErrNotFound)
+	}
+	return r, wrap("get", err)
+}
+
+const deadFilter = " WHERE status = 'DEAD' AND ($1 = '' OR topic = $1) AND ($2 = '' OR event_key = $2) AND (cardinality($3::bigint[]) = 0 OR id = ANY($3))"
+
+// ListDead lists DEAD events in id order.
+func (s *Store) ListDead(ctx context.Context, q store.DeadQuery) ([]store.Record, error) {
+	if q.Limit <= 0 {
+		q.Limit = store.DefaultLimit
+	}
+	rows, err := s.pool.Query(ctx, "SELECT "+recordCols+" FROM "+s.table+deadFilter+" AND id > $4 ORDER BY id LIMIT $5",
+		q.Topic, q.Key, nonNil(q.IDs), q.AfterID, q.Limit)
+	if err != nil {
+		return nil, wrap("list dead", err)
+	}
+	defer rows.Close()
+	var out []store.Record
+	for rows.Next() {
+		r, err := scanRecord(rows)
+		if err != nil {
+			return nil, wrap("list dead", err)
+		}
+		out = append(out, r)
+	}
+	return out, wrap("list dead", rows.Err())
+}
+
+// RequeueDead turns matching DEAD events back into NEW with attempts 0.
+func (s *Store) RequeueDead(ctx context.Context, q store.DeadQuery) (int64, error) {
+	tag, err := s.pool.Exec(ctx, "UPDATE "+s.table+" SET status = 'NEW', attempts = 0, next_attempt_at = now(), lease_owner = '', lease_until = NULL"+deadFilter,
+		q.Topic, q.Key, nonNil(q.IDs))
+	if err != nil {
+		return 0, wrap("requeue dead", err)
+	}
+	if tag.RowsAffected() > 0 {
+		s.wake(ctx)
+	}
+	return tag.RowsAffected(), nil
+}
+
+// Purge deletes SENT (archived) or DEAD events older than req.OlderThan in
+// batches of req.BatchSize.
+func (s *Store) Purge(ctx context.Context, req store.PurgeRequest) (int64, error) {
+	if req.BatchSize <= 0 {
+		req.BatchSize = store.DefaultBatchSize
+	}
+	var sql string
+	switch req.Status {
+	case outbox.StatusSent:
+		sql = "DELETE FROM " + s.archive + " WHERE id IN (SELECT id FROM " + s.archive + " WHERE sent_at < now() - $1 * interval '1 microsecond' LIMIT $2)"
+	case outbox.StatusDead:
+		sql = "DELETE FROM " + s.table + " WHERE id IN (SELECT id FROM " + s.table + " WHERE status = 'DEAD' AND created_at < now() - $1 * interval '1 microsecond' LIMIT $2)"
+	default:
+		return 0, fmt.Errorf("pgstore: purge: status must be SENT or DEAD, not %q", req.Status)
+	}
+	var total int64
+	for {
+		tag, err := s.pool.Exec(ctx, sql, req.OlderThan.Microseconds(), req.BatchSize)
+		if err != nil {
+			return total, wrap("purge", err)
+		}
+		total += tag.RowsAffected()
+		if tag.RowsAffected() < int64(req.BatchSize) {
+			return total, nil
+		}
+	}
+}
+
+// Stats counts events by state.
+func (s *Store) Stats(ctx context.Context) (store.Stats, error) {
+	var st store.Stats
+	var oldest float64
+	err := s.pool.QueryRow(ctx, `SELECT
+	count(*) FILTER (WHERE status = 'NEW'),
+	count(*) FILTER (WHERE status = 'SENDING'),
+	count(*) FILTER (WHERE status = 'DEAD'),
+	count(*) FILTER (WHERE status = 'NEW' AND attempts > 0),
+	count(*) FILTER (WHERE status = 'SENDING' AND lease_until <= now()),
+	count(DISTINCT event_key) FILTER (WHERE status = 'DEAD' AND event_key <> ''),
+	COALESCE(EXTRACT(EPOCH FROM now() - min(created_at) FILTER (WHERE status <> 'DEAD')), 0)::float8
+FROM `+s.table).Scan(&st.New, &st.Sending, &st.Dead, &st.Retrying, &st.ExpiredLeases, &st.BlockedKeys, &oldest)
+	if err != nil {
+		return st, wrap("stats", err)
+	}
+	st.OldestPending = time.Duration(oldest * float64(time.Second))
+	if s.opts.KeepSent {
+		if err := s.pool.QueryRow(ctx, "SELECT count(*) FROM "+s.archive).Scan(&st.Sent); err != nil {
+			return st, wrap("stats", err)
+		}
+	}
+	return st, nil
+}
+
+func nonNil(ids []int64) []int64 {
+	if ids == nil {
+		return []int64{}
+	}
+	return ids
+}
+
+// wrap adds context and turns "table does not exist" into ErrNotMigrated.
+func wrap(op string, err error) error {
+	if err == nil {
+		return nil
+	}
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == "42P01" {
+		return fmt.Errorf("pgstore: %s: %w", op, store.ErrNotMigrated)
+	}
+	if errors.Is(err, sql.ErrNoRows) {
+		return fmt.Errorf("pgstore: %s: %w", op, store.ErrNotFound)
+	}
+	return fmt.Errorf("pgstore: %s: %w", op, err)
+}

@@ -1,0 +1,84 @@
+package pgstore_test
+
+import (
+	"context"
+	"crypto/rand"
+	"database/sql"
+	"encoding/hex"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	_ "github.com/jackc/pgx/v5/stdlib"
+
+	"github.com/outbox-go/outbox/internal/testenv"
+	"github.com/outbox-go/outbox/store"
+	"github.com/outbox-go/outbox/store/pgstore"
+	"github.com/outbox-go/outbox/store/storetest"
+)
+
+// openPool connects to the test server, or fails (CI) / skips (locally).
+func openPool(t testing.TB) (*pgxpool.Pool, *sql.DB) {
+	t.Helper()
+	url := testenv.Require(t, testenv.Postgres)
+	pool, err := pgxpool.New(context.Background(), url)
+	if err != nil {
+		testenv.Unavailable(t, testenv.Postgres, err)
+	}
+	if err := pool.Ping(context.Background()); err != nil {
+		pool.Close()
+		testenv.Unavailable(t, testenv.Postgres, err)
+	}
+	db, err := sql.Open("pgx", url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close(); pool.Close() })
+	return pool, db
+}
+
+func uniqueTable(prefix string) string {
+	b := make([]byte, 4)
+	_, _ = rand.Read(b)
+	return prefix + hex.EncodeToString(b)
+}
+
+func dropTables(t testing.TB, pool *pgxpool.Pool, opts store.Options) {
+	t.Helper()
+	t.Cleanup(func() {
+		for _, suffix := range []string{"", "_archive", "_migrations"} {
+			_, _ = pool.Exec(context.Background(), "DROP TABLE IF EXISTS "+pgx.Identifier{opts.Table + suffix}.Sanitize())
+		}
+	})
+}
+
+func TestConformance(t *testing.T) {
+	pool, db := openPool(t)
+	storetest.Run(t, storetest.Harness{
+		Name: "postgres",
+		New: func(opts store.Options) (store.Store, error) {
+			return pgstore.New(pool, pgstore.Config{Options: opts})
+		},
+		Open: func(t *testing.T, opts store.Options) storetest.Fixture {
+			st, err := pgstore.New(pool, pgstore.Config{Options: opts})
+			if err != nil {
+				t.Fatal(err)
+			}
+			dropTables(t, pool, opts)
+			t.Cleanup(func() { st.Close() })
+			return storetest.Fixture{
+				Store:       st,
+				DB:          db,
+				Table:       st.Table(),
+				Placeholder: func(n int) string { return "$" + itoa(n) },
+			}
+		},
+	})
+}
+
+func itoa(n int) string {
+	if n < 10 {
+		return string(rune('0' + n))
+	}
+	return itoa(n/10) + string(rune('0'+n%10))
+}

@@ -1,0 +1,260 @@
+package relay
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	outbox "github.com/outbox-go/outbox"
+	"github.com/outbox-go/outbox/broker"
+	"github.com/outbox-go/outbox/store"
+)
+
+// batch is one claimed batch on its way through publish and settle.
+type batch struct {
+	r      *Relay
+	lease  store.Lease
+	events []outbox.Event
+	start  time.Time
+
+	mu        sync.Mutex
+	leaseTill time.Time // local estimate of the lease's end
+	lost      bool      // the store said the lease is gone
+
+	acks     []int64
+	retries  []store.Retry
+	burials  []store.Burial
+	released []int64
+}
+
+// waves splits the batch so that the n-th event of each key goes in wave n;
+// keyless events all go in wave 0. Events keep id order inside a wave.
+func (b *batch) waves() [][]outbox.Event {
+	if ko, ok := b.r.br.(broker.KeyOrdered); ok && ko.KeyOrdered() {
+		return [][]outbox.Event{b.events}
+	}
+	pos := make(map[string]int)
+	var waves [][]outbox.Event
+	for _, e := range b.events {
+		n := 0
+		if e.Key != "" {
+			n = pos[e.Key]
+			pos[e.Key] = n + 1
+		}
+		for len(waves) <= n {
+			waves = append(waves, nil)
+		}
+		waves[n] = append(waves[n], e)
+	}
+	return waves
+}
+
+func (b *batch) isLost() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.lost
+}
+
+// deliver publishes the batch wave by wave and settles the outcomes. The
+// error is non-nil when the broker failed as a whole (no event of a wave
+// confirmed), so the worker backs off.
+func (b *batch) deliver(ctx context.Context) (BatchReport, error) {
+	cfg := b.r.cfg
+	rep := BatchReport{Claimed: len(b.events)}
+
+	// The publish context outlives ctx by DrainTimeout so that a stop lets
+	// in-flight publishes finish; it ends early if the lease is lost.
+	pubCtx, cancelPub := context.WithCancel(context.Background())
+	defer cancelPub()
+	stopDrain := context.AfterFunc(ctx, func() {
+		t := time.AfterFunc(cfg.DrainTimeout, cancelPub)
+		context.AfterFunc(pubCtx, func() { t.Stop() })
+	})
+	defer stopDrain()
+
+	renewDone := make(chan struct{})
+	renewCtx, stopRenew := context.WithCancel(context.Background())
+	go func() {
+		defer close(renewDone)
+		b.renew(renewCtx, cancelPub)
+	}()
+
+	failedKeys := make(map[string]bool)
+	var brokerErr error
+	waves := b.waves()
+	for wi, wave := range waves {
+		var send []outbox.Event
+		for _, e := range wave {
+			if e.Key != "" && failedKeys[e.Key] {
+				b.released = append(b.released, e.ID) // waits behind its key's failed event
+				continue
+			}
+			send = append(send, e)
+		}
+		if len(send) == 0 {
+			continue
+		}
+		if ctx.Err() != nil || pubCtx.Err() != nil || b.isLost() {
+			// stopping, or the lease is gone: do not start another wave
+			b.released = append(b.released, ids(send)...)
+			for _, w := range waves[wi+1:] {
+				b.released = append(b.released, ids(w)...)
+			}
+			break
+		}
+		wctx, cancel := context.WithTimeout(pubCtx, cfg.PublishTimeout)
+		results := b.r.br.Publish(wctx, send)
+		cancel()
+		ok := 0
+		var firstErr error
+		for i, e := range send {
+			var err error
+			if i < len(results) {
+				err = results[i]
+			} else {
+				err = errors.New("broker returned no result for this event")
+			}
+			if err == nil {
+				b.acks = append(b.acks, e.ID)
+				ok++
+				continue
+			}
+			if firstErr == nil {
+				firstErr = err
+			}
+			if e.Key != "" {
+				failedKeys[e.Key] = true
+			}
+			b.fail(e, err)
+		}
+		if ok == 0 && firstErr != nil && !broker.IsPermanent(firstErr) {
+			brokerErr = firstErr
+		}
+	}
+	if brokerErr != nil {
+		b.r.health.set(&b.r.health.broker, brokerErr)
+	} else if len(b.acks) > 0 {
+		b.r.health.set(&b.r.health.broker, nil)
+	}
+	stopRenew()
+	<-renewDone
+	b.settle(&rep)
+	return rep, brokerErr
+}
+
+// fail decides between retry and burial.
+func (b *batch) fail(e outbox.Event, err error) {
+	cfg := b.r.cfg
+	attempt := e.Attempts + 1
+	switch {
+	case broker.IsPermanent(err):
+		b.burials = append(b.burials, store.Burial{ID: e.ID, Error: "permanent: " + err.Error()})
+	case attempt >= cfg.MaxAttempts:
+		b.burials = append(b.burials, store.Burial{ID: e.ID, Error: fmt.Sprintf("gave up after %d attempts: %v", attempt, err)})
+	default:
+		b.retries = append(b.retries, store.Retry{ID: e.ID, Delay: b.r.RetryDelay(attempt), Error: err.Error()})
+	}
+}
+
+// renew extends the lease every LeaseFor/3 until ctx ends. When the store
+// says the lease is gone, or it could not be renewed before it ran out,
+// publishing stops.
+func (b *batch) renew(ctx context.Context, stopPublishing func()) {
+	every := b.r.cfg.LeaseFor / 3
+	t := time.NewTicker(every)
+	defer t.Stop()
+	all := ids(b.events)
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if !b.extend(ctx, all) {
+			stopPublishing()
+			return
+		}
+	}
+}
+
+// extend renews the lease once; false when it is lost.
+func (b *batch) extend(ctx context.Context, all []int64) bool {
+	before := time.Now()
+	ectx, cancel := context.WithTimeout(ctx, b.r.cfg.LeaseFor/3)
+	_, err := b.r.st.Extend(ectx, b.lease, all, b.r.cfg.LeaseFor)
+	cancel()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	switch {
+	case err == nil:
+		b.leaseTill = before.Add(b.r.cfg.LeaseFor)
+	case errors.Is(err, store.ErrLeaseLost):
+		b.lost = true
+	case time.Now().After(b.leaseTill):
+		b.lost = true
+	}
+	return !b.lost
+}
+
+// settle writes the outcomes: acks first (the broker has them), then retries,
+// burials and releases. Each write is retried until the lease runs out; an
+// outcome that cannot be written is not lost: the lease brings the event back.
+func (b *batch) settle(rep *BatchReport) {
+	cfg := b.r.cfg
+	// Retry/Bury/Release need a live lease: renew it first if it is short.
+	if len(b.retries)+len(b.burials)+len(b.released) > 0 && !b.isLost() {
+		b.mu.Lock()
+		short := time.Until(b.leaseTill) < cfg.LeaseFor/2
+		b.mu.Unlock()
+		if short {
+			b.extend(context.Background(), ids(b.events))
+		}
+	}
+	write := func(n int, op func(ctx context.Context) error) bool {
+		if n == 0 {
+			return true
+		}
+		for attempt := 1; ; attempt++ {
+			b.mu.Lock()
+			deadline := b.leaseTill
+			b.mu.Unlock()
+			ctx, cancel := context.WithDeadline(context.Background(), deadline.Add(cfg.LeaseFor))
+			err := op(ctx)
+			cancel()
+			if err == nil {
+				b.r.health.set(&b.r.health.store, nil)
+				return true
+			}
+			if errors.Is(err, store.ErrLeaseLost) {
+				rep.LeaseLost = true
+				return false
+			}
+			b.r.health.set(&b.r.health.store, err)
+			if time.Now().After(deadline) {
+				return false
+			}
+			time.Sleep(min(jitter(backoff(50*time.Millisecond, time.Second, attempt)), time.Until(deadline)))
+		}
+	}
+	if write(len(b.acks), func(ctx context.Context) error { return b.r.st.Ack(ctx, b.lease, b.acks) }) {
+		rep.Delivered = len(b.acks)
+	}
+	if b.isLost() {
+		rep.LeaseLost = true
+		return // the new owner decides; our retries/releases would be refused
+	}
+	if write(len(b.retries), func(ctx context.Context) error { return b.r.st.Retry(ctx, b.lease, b.retries) }) {
+		rep.Retried = len(b.retries)
+	}
+	if write(len(b.burials), func(ctx context.Context) error { return b.r.st.Bury(ctx, b.lease, b.burials) }) {
+		rep.Dead = len(b.burials)
+		for _, d := range b.burials {
+			b.r.cfg.Logger.Warn("relay: event is DEAD", "id", d.ID, "reason", d.Error)
+		}
+	}
+	if write(len(b.released), func(ctx context.Context) error { return b.r.st.Release(ctx, b.lease, b.released) }) {
+		rep.Released = len(b.released)
+	}
+}

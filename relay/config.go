@@ -1,0 +1,140 @@
+package relay
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"time"
+)
+
+// DeadKeyPolicy says what happens to the later events of a key once one of
+// its events went DEAD.
+type DeadKeyPolicy int
+
+const (
+	// HoldKey (the default) keeps the key's later events waiting until an
+	// operator requeues or purges the dead one: order is never broken
+	// silently. Held keys show in Stats.BlockedKeys and `outbox status`.
+	HoldKey DeadKeyPolicy = iota
+	// SkipKey lets the key's later events flow past the dead one.
+	SkipKey
+)
+
+// Config tunes a Relay. Zero values take the documented defaults.
+type Config struct {
+	// Owner names this relay in leases; default host-pid-random. Must be
+	// unique among running relays.
+	Owner string
+	// BatchSize is the most events claimed at once; default 500. Memory is
+	// bounded by Workers × BatchSize × the largest payload.
+	BatchSize int
+	// Workers is how many batches one relay has in flight at once; default
+	// 2, so claiming the next batch overlaps publishing the current one.
+	Workers int
+	// LeaseFor is how long a claim holds before other relays may take it
+	// back; default 30s. It is renewed while the batch is in flight.
+	LeaseFor time.Duration
+	// PublishTimeout bounds each publish call (one wave of a batch);
+	// default 10s.
+	PublishTimeout time.Duration
+	// PollInterval is how often an idle relay looks for work without a
+	// wake-up; default 500ms. Wake-ups come from the store's Notifier
+	// (LISTEN/NOTIFY on PostgreSQL, in-process signals).
+	PollInterval time.Duration
+	// MaxAttempts is how many failed attempts make an event DEAD; default
+	// 25. With the default backoff (1s doubling to a 10 min cap) that is
+	// roughly 2.5 hours of retrying: longer than most broker outages, short
+	// enough that a truly poisoned event surfaces the same day.
+	MaxAttempts int
+	// BackoffBase and BackoffMax shape the retry delay: a random duration in
+	// [0, min(BackoffMax, BackoffBase·2^(attempt-1))] (full jitter).
+	// Defaults 1s and 10m.
+	BackoffBase, BackoffMax time.Duration
+	// DeadKeys is the policy for keys with a dead event; default HoldKey.
+	DeadKeys DeadKeyPolicy
+	// DrainTimeout bounds how long Run waits for in-flight publishes after
+	// its context ends; unfinished events are released. Default 5s.
+	DrainTimeout time.Duration
+	// Logger receives state changes (not one line per attempt); default
+	// slog.Default().
+	Logger *slog.Logger
+	// Observer, if set, is told about every batch (for metrics, tests).
+	Observer Observer
+}
+
+// Observer receives what happened to each batch. Calls may come from
+// several goroutines at once.
+type Observer interface {
+	// Settled is called after a batch's outcomes were written to the store.
+	Settled(r BatchReport)
+}
+
+// BatchReport summarizes one claimed batch.
+type BatchReport struct {
+	Claimed   int
+	Delivered int           // confirmed by the broker and acked
+	Retried   int           // failed, will be retried
+	Dead      int           // buried
+	Released  int           // held behind a failed event of their key, or not published at stop
+	Duration  time.Duration // claim to settle
+	LeaseLost bool          // the store refused a write because the lease was gone
+}
+
+func (c Config) normalize() (Config, error) {
+	if c.Owner == "" {
+		c.Owner = defaultOwner()
+	}
+	if len(c.Owner) > 64 {
+		return c, fmt.Errorf("relay: Owner %q is longer than 64 characters", c.Owner)
+	}
+	if c.BatchSize <= 0 {
+		c.BatchSize = 500
+	}
+	if c.Workers <= 0 {
+		c.Workers = 2
+	}
+	if c.LeaseFor <= 0 {
+		c.LeaseFor = 30 * time.Second
+	}
+	if c.LeaseFor < 100*time.Millisecond {
+		return c, errors.New("relay: LeaseFor must be at least 100ms")
+	}
+	if c.PublishTimeout <= 0 {
+		c.PublishTimeout = 10 * time.Second
+	}
+	if c.PollInterval <= 0 {
+		c.PollInterval = 500 * time.Millisecond
+	}
+	if c.MaxAttempts <= 0 {
+		c.MaxAttempts = 25
+	}
+	if c.BackoffBase <= 0 {
+		c.BackoffBase = time.Second
+	}
+	if c.BackoffMax <= 0 {
+		c.BackoffMax = 10 * time.Minute
+	}
+	if c.BackoffMax < c.BackoffBase {
+		return c, errors.New("relay: BackoffMax must not be below BackoffBase")
+	}
+	if c.DrainTimeout <= 0 {
+		c.DrainTimeout = 5 * time.Second
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	return c, nil
+}
+
+func defaultOwner() string {
+	host, _ := os.Hostname()
+	if len(host) > 32 {
+		host = host[:32]
+	}
+	b := make([]byte, 4)
+	_, _ = rand.Read(b)
+	return fmt.Sprintf("%s-%d-%s", host, os.Getpid(), hex.EncodeToString(b))
+}

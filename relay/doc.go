@@ -1,0 +1,27 @@
+// Package relay is the engine that turns committed outbox rows into broker
+// messages: it claims batches from a store.Store under a lease, publishes
+// them through a broker.Broker, waits for every confirmation, and only then
+// acknowledges them back to the store, in one round trip per outcome.
+//
+// Guarantees, and how they are kept:
+//
+//   - At least once, never lost: an event leaves the table only after the
+//     broker confirmed it. A relay killed at any point loses nothing: its
+//     claims expire and another relay (or the same one, restarted) takes
+//     them again.
+//   - Order per key: the store never hands out an event whose key has another
+//     event in flight, retrying, delayed or (by default) dead. Inside a batch
+//     the relay publishes one "wave" per position within a key, so the n-th
+//     event of a key is sent only after the (n-1)-th was confirmed; when one
+//     fails, the later events of its key are released untouched and wait
+//     behind it. Keyless events all go in the first wave.
+//   - Retry with exponential backoff and full jitter, capped; permanent
+//     errors (broker.IsPermanent) and events out of attempts go DEAD with
+//     their reason. By default a dead event holds its key until an operator
+//     requeues it (outbox dead retry); Config.DeadKeys can choose to move on.
+//   - Leases are renewed while a batch is in flight; every publish has a
+//     deadline; every state change is fenced by the claim's (owner, epoch),
+//     so a relay that stalled past its lease changes nothing.
+//   - No hot loop: when the broker or the database fails, the relay backs off
+//     (with jitter, capped) and logs once per change of state.
+package relay

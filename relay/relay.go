@@ -1,0 +1,240 @@
+package relay
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	outbox "github.com/outbox-go/outbox"
+	"github.com/outbox-go/outbox/broker"
+	"github.com/outbox-go/outbox/store"
+)
+
+// Relay delivers a store's events through a broker. Create it with New and
+// run it with Run.
+type Relay struct {
+	st  store.Store
+	br  broker.Broker
+	cfg Config
+
+	epoch atomic.Int64
+
+	wakeMu sync.Mutex
+	wakeCh chan struct{} // closed and replaced on every wake-up
+
+	health health
+	totals Totals
+}
+
+// Totals are cumulative counts since the relay started.
+type Totals struct {
+	Claimed, Delivered, Retried, Dead, Released, Batches atomic.Int64
+}
+
+// New checks cfg and returns a relay. It does not touch the store or broker.
+func New(st store.Store, br broker.Broker, cfg Config) (*Relay, error) {
+	if st == nil || br == nil {
+		return nil, errors.New("relay: New needs a store and a broker")
+	}
+	cfg, err := cfg.normalize()
+	if err != nil {
+		return nil, err
+	}
+	r := &Relay{st: st, br: br, cfg: cfg, wakeCh: make(chan struct{})}
+	r.health.log = cfg.Logger
+	return r, nil
+}
+
+// Owner returns the name this relay uses in leases.
+func (r *Relay) Owner() string { return r.cfg.Owner }
+
+// Totals returns the relay's cumulative counters.
+func (r *Relay) Totals() *Totals { return &r.totals }
+
+// Wake makes idle workers look for work now. Call it after committing events
+// in the same process when the store has no Notifier of its own.
+func (r *Relay) Wake() {
+	r.wakeMu.Lock()
+	close(r.wakeCh)
+	r.wakeCh = make(chan struct{})
+	r.wakeMu.Unlock()
+}
+
+func (r *Relay) wakeChan() <-chan struct{} {
+	r.wakeMu.Lock()
+	defer r.wakeMu.Unlock()
+	return r.wakeCh
+}
+
+// Run delivers events until ctx ends, then stops claiming, lets in-flight
+// publishes finish for up to DrainTimeout, settles what it can and releases
+// the rest. It returns nil after a graceful stop; errors on the way are
+// retried and logged, never returned.
+func (r *Relay) Run(ctx context.Context) error {
+	if n, ok := r.st.(store.Notifier); ok {
+		nctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		ch := n.Notify(nctx)
+		go func() {
+			for {
+				select {
+				case <-nctx.Done():
+					return
+				case <-ch:
+					r.Wake()
+				}
+			}
+		}()
+	}
+	var wg sync.WaitGroup
+	for i := 0; i < r.cfg.Workers; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r.work(ctx)
+		}()
+	}
+	wg.Wait()
+	return nil
+}
+
+// work is one claim → publish → settle loop.
+func (r *Relay) work(ctx context.Context) {
+	failures := 0 // consecutive rounds that failed as a whole
+	for ctx.Err() == nil {
+		wake := r.wakeChan()
+		n, err := r.round(ctx)
+		if ctx.Err() != nil {
+			return
+		}
+		var wait time.Duration
+		switch {
+		case err != nil:
+			failures++
+			wait = jitter(backoff(r.cfg.BackoffBase/4, 30*time.Second, failures))
+		case n >= r.cfg.BatchSize:
+			failures = 0
+			continue // more work is likely waiting
+		default:
+			failures = 0
+			wait = r.cfg.PollInterval
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+		case <-t.C:
+		case <-wake:
+			if err != nil {
+				// a wake-up does not cut an error backoff short
+				select {
+				case <-ctx.Done():
+				case <-t.C:
+				}
+			}
+		}
+		t.Stop()
+	}
+}
+
+// round claims one batch and delivers it. It returns how many events were
+// claimed, and an error when the store or the broker failed as a whole.
+func (r *Relay) round(ctx context.Context) (int, error) {
+	lease := store.Lease{Owner: r.cfg.Owner, Epoch: r.epoch.Add(1)}
+	start := time.Now()
+	claim, err := r.st.Claim(ctx, store.ClaimRequest{
+		Lease:        lease,
+		Limit:        r.cfg.BatchSize,
+		LeaseFor:     r.cfg.LeaseFor,
+		HoldDeadKeys: r.cfg.DeadKeys == HoldKey,
+	})
+	if err != nil {
+		if ctx.Err() != nil {
+			return 0, nil
+		}
+		r.health.set(&r.health.store, fmt.Errorf("claim: %w", err))
+		return 0, err
+	}
+	r.health.set(&r.health.store, nil)
+	if len(claim.Events) == 0 {
+		return 0, nil
+	}
+	b := &batch{r: r, lease: lease, events: claim.Events, start: start, leaseTill: start.Add(r.cfg.LeaseFor)}
+	rep, brokerDown := b.deliver(ctx)
+	rep.Duration = time.Since(start)
+	r.totals.Batches.Add(1)
+	r.totals.Claimed.Add(int64(rep.Claimed))
+	r.totals.Delivered.Add(int64(rep.Delivered))
+	r.totals.Retried.Add(int64(rep.Retried))
+	r.totals.Dead.Add(int64(rep.Dead))
+	r.totals.Released.Add(int64(rep.Released))
+	if r.cfg.Observer != nil {
+		r.cfg.Observer.Settled(rep)
+	}
+	if brokerDown != nil {
+		return len(claim.Events), brokerDown
+	}
+	return len(claim.Events), nil
+}
+
+// backoff is min(max, base·2^(attempt-1)) without overflow.
+func backoff(base, max time.Duration, attempt int) time.Duration {
+	d := base
+	for i := 1; i < attempt; i++ {
+		d *= 2
+		if d >= max || d <= 0 {
+			return max
+		}
+	}
+	return min(d, max)
+}
+
+// jitter returns a random duration in [0, d] (full jitter).
+func jitter(d time.Duration) time.Duration {
+	if d <= 0 {
+		return 0
+	}
+	return time.Duration(rand.Int64N(int64(d) + 1))
+}
+
+// RetryDelay is the delay before attempt n+1 after n failures (full jitter).
+func (r *Relay) RetryDelay(failures int) time.Duration {
+	return jitter(backoff(r.cfg.BackoffBase, r.cfg.BackoffMax, failures))
+}
+
+// health logs once per change of state, not once per attempt.
+type health struct {
+	mu     sync.Mutex
+	log    interface{ Warn(string, ...any); Info(string, ...any) }
+	store  string
+	broker string
+}
+
+func (h *health) set(field *string, err error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	name := "store"
+	if field == &h.broker {
+		name = "broker"
+	}
+	switch {
+	case err == nil && *field != "":
+		h.log.Info("relay: " + name + " recovered")
+		*field = ""
+	case err != nil && *field == "":
+		*field = err.Error()
+		h.log.Warn("relay: "+name+" failing; backing off and retrying", "error", err.Error())
+	}
+}
+
+// Events is a helper for tests and tools: the ids of events.
+func ids(events []outbox.Event) []int64 {
+	out := make([]int64, len(events))
+	for i, e := range events {
+		out[i] = e.ID
+	}
+	return out
+}

@@ -207,8 +207,11 @@ func (r *Relay) RetryDelay(failures int) time.Duration {
 
 // health logs once per change of state, not once per attempt.
 type health struct {
-	mu     sync.Mutex
-	log    interface{ Warn(string, ...any); Info(string, ...any) }
+	mu  sync.Mutex
+	log interface {
+		Warn(string, ...any)
+		Info(string, ...any)
+	}
 	store  string
 	broker string
 }

@@ -1,0 +1,190 @@
+// Package cli implements the outbox command: migrate, relay, status, dead,
+// demo and bench. cmd/outbox/main.go only calls Main.
+package cli
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/outbox-go/outbox/internal/wire"
+	"github.com/outbox-go/outbox/store"
+)
+
+// Exit codes.
+const (
+	exitOK    = 0
+	exitFail  = 1
+	exitUsage = 2
+)
+
+type env struct {
+	stdout, stderr io.Writer
+}
+
+type command struct {
+	name    string
+	summary string
+	run     func(ctx context.Context, e env, args []string) error
+}
+
+func commands() []command {
+	return []command{
+		{"migrate", "create or upgrade the outbox schema (idempotent)", runMigrate},
+		{"relay", "deliver events to a broker until SIGINT/SIGTERM", runRelay},
+		{"status", "counts by status, oldest pending age, blocked keys", runStatus},
+		{"dead", "dead letters: list, show, retry, purge", runDead},
+		{"demo", "the embedded end-to-end story (SQLite + embedded NATS)", runDemo},
+		{"bench", "measure delivery against the raw SQL limit, in one run", runBench},
+	}
+}
+
+const topUsage = `outbox — the transactional outbox: events written in your transaction, delivered at least once, in order per key.
+
+Usage: outbox <command> [flags]
+
+Commands:
+%s
+Every command takes --help. --db (or OUTBOX_DB) is one of:
+  ` + wire.DBSchemes + `
+--broker (or OUTBOX_BROKER): ` + wire.BrokerSchemes + `
+`
+
+// Main runs the command line args (without the program name) and returns
+// the process exit code.
+func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	e := env{stdout: stdout, stderr: stderr}
+	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+		var b strings.Builder
+		for _, c := range commands() {
+			fmt.Fprintf(&b, "  %-8s %s\n", c.name, c.summary)
+		}
+		fmt.Fprintf(stdout, topUsage, b.String())
+		if len(args) == 0 {
+			return exitUsage
+		}
+		return exitOK
+	}
+	for _, c := range commands() {
+		if c.name == args[0] {
+			err := c.run(ctx, e, args[1:])
+			return report(e, c.name, err)
+		}
+	}
+	fmt.Fprintf(stderr, "outbox: unknown command %q; run `outbox --help` for the list\n", args[0])
+	return exitUsage
+}
+
+func report(e env, name string, err error) int {
+	switch {
+	case err == nil:
+		return exitOK
+	case errors.Is(err, flag.ErrHelp):
+		return exitOK
+	case errors.Is(err, wire.ErrUsage):
+		fmt.Fprintf(e.stderr, "outbox %s: %s\n", name, oneLine(strings.TrimPrefix(err.Error(), "usage: ")))
+		return exitUsage
+	default:
+		fmt.Fprintf(e.stderr, "outbox %s: %s\n", name, oneLine(err.Error()))
+		return exitFail
+	}
+}
+
+func oneLine(s string) string {
+	s = strings.ReplaceAll(s, "\r", " ")
+	return strings.ReplaceAll(s, "\n", " ")
+}
+
+// flags is a FlagSet with the common --db/--table/--schema/--config flags.
+type flags struct {
+	*flag.FlagSet
+	db, table, schema, config string
+	usage                     string
+}
+
+func newFlags(e env, name, usage string) *flags {
+	f := &flags{FlagSet: flag.NewFlagSet(name, flag.ContinueOnError)}
+	f.SetOutput(io.Discard)
+	f.Usage = func() {}
+	f.StringVar(&f.db, "db", os.Getenv("OUTBOX_DB"), "database URL (or OUTBOX_DB): "+wire.DBSchemes)
+	f.StringVar(&f.table, "table", store.DefaultTable, "outbox table name")
+	f.StringVar(&f.schema, "schema", "", "PostgreSQL schema / MySQL database of the table (default: the connection's)")
+	f.StringVar(&f.config, "config", "", "file of `name = value` lines setting any of these flags (command-line flags win)")
+	f.usage = usage
+	return f
+}
+
+// parse parses args, applies --config and prints help on --help.
+func (f *flags) parse(e env, args []string) error {
+	if err := f.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			f.printHelp(e.stdout)
+			return flag.ErrHelp
+		}
+		return fmt.Errorf("%w: %v (see `outbox %s --help`)", wire.ErrUsage, err, f.Name())
+	}
+	if f.config != "" {
+		if err := f.applyConfig(f.config); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (f *flags) printHelp(w io.Writer) {
+	fmt.Fprintf(w, "Usage: outbox %s\n\nFlags:\n", f.usage)
+	f.SetOutput(w)
+	f.PrintDefaults()
+	f.SetOutput(io.Discard)
+}
+
+// applyConfig sets flags not given on the command line from a file of
+// `name = value` lines (# comments, blank lines ignored).
+func (f *flags) applyConfig(path string) error {
+	file, err := os.Open(path)
+	if err != nil {
+		return fmt.Errorf("%w: --config: %v", wire.ErrUsage, err)
+	}
+	defer file.Close()
+	set := map[string]bool{}
+	f.Visit(func(fl *flag.Flag) { set[fl.Name] = true })
+	sc := bufio.NewScanner(file)
+	for n := 1; sc.Scan(); n++ {
+		line := strings.TrimSpace(sc.Text())
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		name, value, ok := strings.Cut(line, "=")
+		if !ok {
+			return fmt.Errorf("%w: %s:%d: expected `name = value`", wire.ErrUsage, path, n)
+		}
+		name = strings.TrimPrefix(strings.TrimSpace(name), "--")
+		value = strings.Trim(strings.TrimSpace(value), `"`)
+		if f.Lookup(name) == nil {
+			return fmt.Errorf("%w: %s:%d: unknown setting %q for outbox %s", wire.ErrUsage, path, n, name, f.Name())
+		}
+		if set[name] {
+			continue
+		}
+		if err := f.Set(name, value); err != nil {
+			return fmt.Errorf("%w: %s:%d: %s: %v", wire.ErrUsage, path, n, name, err)
+		}
+	}
+	return sc.Err()
+}
+
+func (f *flags) options() store.Options {
+	return store.Options{Table: f.table, Schema: f.schema}
+}
+
+func (f *flags) openStore(ctx context.Context, opts store.Options) (store.Store, error) {
+	ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	defer cancel()
+	return wire.OpenStore(ctx, f.db, opts)
+}

@@ -1,0 +1,124 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/outbox-go/outbox"
+	"github.com/outbox-go/outbox/internal/wire"
+	"github.com/outbox-go/outbox/relay"
+	"github.com/outbox-go/outbox/store"
+)
+
+// stopWithin is the promise to process managers: a graceful stop takes at
+// most this long.
+const stopWithin = 10 * time.Second
+
+func runRelay(ctx context.Context, e env, args []string) error {
+	f := newFlags(e, "relay", "relay --db URL --broker URL [flags]")
+	brokerURL := f.String("broker", os.Getenv("OUTBOX_BROKER"), "broker URL (or OUTBOX_BROKER): "+wire.BrokerSchemes)
+	var cfg relay.Config
+	f.IntVar(&cfg.BatchSize, "batch", 500, "events claimed per batch")
+	f.IntVar(&cfg.Workers, "workers", 2, "batches in flight at once")
+	f.DurationVar(&cfg.LeaseFor, "lease", 30*time.Second, "claim lease; renewed while a batch is in flight")
+	f.DurationVar(&cfg.PublishTimeout, "publish-timeout", 10*time.Second, "deadline of each publish")
+	f.DurationVar(&cfg.PollInterval, "poll", 500*time.Millisecond, "poll interval when idle (wake-ups come sooner)")
+	f.IntVar(&cfg.MaxAttempts, "max-attempts", 25, "failed attempts before an event goes DEAD")
+	f.DurationVar(&cfg.BackoffBase, "backoff", time.Second, "first retry delay (doubles, full jitter)")
+	f.DurationVar(&cfg.BackoffMax, "backoff-max", 10*time.Minute, "largest retry delay")
+	f.StringVar(&cfg.Owner, "owner", "", "relay name in leases (default host-pid-random)")
+	deadKeys := f.String("dead-keys", "hold", "after a DEAD event: hold its key's later events (hold) or let them flow (skip)")
+	keepSent := f.Duration("keep-sent", 0, "keep sent events in the archive table this long (0: delete at once)")
+	logLevel := f.String("log", "info", "log level: debug, info, warn, error")
+	if err := f.parse(e, args); err != nil {
+		return err
+	}
+	if f.NArg() > 0 {
+		return fmt.Errorf("%w: unexpected argument %q", wire.ErrUsage, f.Arg(0))
+	}
+	switch *deadKeys {
+	case "hold":
+		cfg.DeadKeys = relay.HoldKey
+	case "skip":
+		cfg.DeadKeys = relay.SkipKey
+	default:
+		return fmt.Errorf("%w: --dead-keys must be hold or skip, not %q", wire.ErrUsage, *deadKeys)
+	}
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
+		return fmt.Errorf("%w: --log must be debug, info, warn or error", wire.ErrUsage)
+	}
+	cfg.Logger = slog.New(slog.NewTextHandler(e.stderr, &slog.HandlerOptions{Level: level}))
+
+	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	opts := f.options()
+	opts.KeepSent = *keepSent > 0
+	st, err := f.openStore(ctx, opts)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	if _, err := st.Stats(ctx); err != nil { // fail fast on a missing table
+		return err
+	}
+	bctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	br, err := wire.OpenBroker(bctx, *brokerURL)
+	cancel()
+	if err != nil {
+		return err
+	}
+	defer func() {
+		cctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		_ = br.Close(cctx)
+	}()
+	r, err := relay.New(st, br, cfg)
+	if err != nil {
+		return fmt.Errorf("%w: %v", wire.ErrUsage, strings.TrimPrefix(err.Error(), "relay: "))
+	}
+	cfg.Logger.Info("outbox relay: started", "owner", r.Owner(), "db", wire.Mask(f.db), "broker", wire.Mask(*brokerURL), "table", f.table)
+	if *keepSent > 0 {
+		go purgeSent(ctx, st, *keepSent, cfg.Logger)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = r.Run(ctx)
+	}()
+	<-ctx.Done()
+	cfg.Logger.Info("outbox relay: stopping", "within", stopWithin)
+	select {
+	case <-done:
+	case <-time.After(stopWithin - time.Second):
+		cfg.Logger.Warn("outbox relay: in-flight work did not settle in time; its leases will expire and it will be redelivered")
+	}
+	t := r.Totals()
+	cfg.Logger.Info("outbox relay: stopped", "delivered", t.Delivered.Load(), "retried", t.Retried.Load(), "dead", t.Dead.Load())
+	return nil
+}
+
+// purgeSent applies the --keep-sent retention every minute.
+func purgeSent(ctx context.Context, st store.Store, keep time.Duration, log *slog.Logger) {
+	t := time.NewTicker(time.Minute)
+	defer t.Stop()
+	for {
+		n, err := st.Purge(ctx, store.PurgeRequest{Status: outbox.StatusSent, OlderThan: keep})
+		if err != nil && ctx.Err() == nil {
+			log.Warn("outbox relay: purging sent events failed", "error", err.Error())
+		} else if n > 0 {
+			log.Info("outbox relay: purged sent events", "count", n, "older_than", keep)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}

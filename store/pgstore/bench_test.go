@@ -1,0 +1,138 @@
+package pgstore_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	outbox "github.com/outbox-go/outbox"
+	"github.com/outbox-go/outbox/store"
+	"github.com/outbox-go/outbox/store/pgstore"
+)
+
+// writers is the concurrency DESIGN's target is stated at.
+const writers = 8
+
+// BenchmarkOutboxRowOverhead measures one-row business transactions with
+// and without one outbox row, 8 concurrent writers, in the same run, and
+// reports the cost of the outbox row as a percentage (target ≤ 25 %).
+func BenchmarkOutboxRowOverhead(b *testing.B) {
+	for _, notify := range []bool{true, false} {
+		b.Run(fmt.Sprintf("notify=%v", notify), func(b *testing.B) {
+			pool, _ := openPool(b)
+			ctx := context.Background()
+			opts := store.Options{Table: uniqueTable("bench_")}
+			st, err := pgstore.New(pool, pgstore.Config{Options: opts, DisableNotify: !notify})
+			if err != nil {
+				b.Fatal(err)
+			}
+			dropTables(b, pool, opts)
+			if err := st.Migrate(ctx); err != nil {
+				b.Fatal(err)
+			}
+			orders := opts.Table + "_orders"
+			if _, err := pool.Exec(ctx, "CREATE TABLE "+orders+" (id BIGSERIAL PRIMARY KEY, customer TEXT NOT NULL, amount_cents BIGINT NOT NULL, status TEXT NOT NULL)"); err != nil {
+				b.Fatal(err)
+			}
+			b.Cleanup(func() { pool.Exec(context.Background(), "DROP TABLE IF EXISTS "+orders) })
+			payload := []byte(`{"order_id":42,"customer":"c-7","amount_cents":1999,"status":"PAID"}`)
+
+			const (
+				plainTx   = iota // the business row alone
+				outboxTx         // plus one outbox row
+				controlTx        // plus a second business row: what any extra row costs
+			)
+			tx := func(kind int, i int64) error {
+				return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+					if _, err := tx.Exec(ctx, "INSERT INTO "+orders+" (customer, amount_cents, status) VALUES ($1, $2, 'PAID')", "c-7", 1999); err != nil {
+						return err
+					}
+					switch kind {
+					case outboxTx:
+						return st.EnqueuePgxTx(ctx, tx, outbox.Message{Topic: "orders", Key: fmt.Sprintf("order-%d", i), Type: "OrderPaid", Payload: payload})
+					case controlTx:
+						_, err := tx.Exec(ctx, "INSERT INTO "+orders+" (customer, amount_cents, status) VALUES ($1, $2, 'PAID')", "c-8", 2999)
+						return err
+					}
+					return nil
+				})
+			}
+			// Alternate the variants round by round so drift in the shared
+			// machine's load (fsync times vary widely here) hits all alike.
+			var took [3]time.Duration
+			const rounds = 6
+			per := max(b.N/rounds, 1)
+			b.ResetTimer()
+			for round := 0; round < rounds; round++ {
+				for kind := range took {
+					took[kind] += runWriters(b, pool, per, func(i int64) error { return tx(kind, i) })
+				}
+			}
+			b.StopTimer()
+			n := float64(per * rounds)
+			b.ReportMetric(n/took[plainTx].Seconds(), "tx/s-plain")
+			b.ReportMetric(n/took[outboxTx].Seconds(), "tx/s-with-outbox")
+			b.ReportMetric(100*(took[outboxTx].Seconds()/took[plainTx].Seconds()-1), "%outbox-row-cost")
+			b.ReportMetric(100*(took[controlTx].Seconds()/took[plainTx].Seconds()-1), "%second-business-row-cost")
+		})
+	}
+}
+
+// runWriters runs n transactions over `writers` goroutines.
+func runWriters(b *testing.B, pool *pgxpool.Pool, n int, fn func(i int64) error) time.Duration {
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	start := time.Now()
+	for w := 0; w < writers; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				i := next.Add(1)
+				if i > int64(n) {
+					return
+				}
+				if err := fn(i); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	return time.Since(start)
+}
+
+// BenchmarkEnqueueBatch1000 measures one Enqueue of 1,000 messages (one
+// statement, one transaction).
+func BenchmarkEnqueueBatch1000(b *testing.B) {
+	pool, _ := openPool(b)
+	ctx := context.Background()
+	opts := store.Options{Table: uniqueTable("bench_")}
+	st, err := pgstore.New(pool, pgstore.Config{Options: opts})
+	if err != nil {
+		b.Fatal(err)
+	}
+	dropTables(b, pool, opts)
+	if err := st.Migrate(ctx); err != nil {
+		b.Fatal(err)
+	}
+	msgs := make([]outbox.Message, 1000)
+	for i := range msgs {
+		msgs[i] = outbox.Message{Topic: "orders", Key: fmt.Sprintf("order-%d", i), Type: "OrderPaid", Payload: []byte(`{"order_id":42,"amount_cents":1999}`)}
+	}
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if err := st.Enqueue(ctx, msgs...); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.StopTimer()
+	b.ReportMetric(float64(b.N*len(msgs))/b.Elapsed().Seconds(), "msgs/s")
+}

@@ -5,10 +5,14 @@ package wire
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"net/url"
 	"strings"
+
+	_ "github.com/go-sql-driver/mysql"
+	_ "github.com/jackc/pgx/v5/stdlib"
 
 	"github.com/outbox-go/outbox/broker"
 	"github.com/outbox-go/outbox/broker/natsbroker"
@@ -103,4 +107,29 @@ func scrub(err error, raw string) error {
 		return err
 	}
 	return errors.New(strings.ReplaceAll(err.Error(), pw, "xxxxx"))
+}
+
+// SQLDB opens a --db URL through database/sql with the driver its store
+// expects, and names the dialect: "postgres", "mysql" or "sqlite".
+func SQLDB(raw string) (*sql.DB, string, error) {
+	scheme, _, _ := strings.Cut(raw, ":")
+	var driver, dsn, dialect string
+	var err error
+	switch strings.ToLower(scheme) {
+	case "postgres", "postgresql":
+		driver, dsn, dialect = "pgx", raw, "postgres"
+	case "mysql", "mariadb":
+		driver, dialect = "mysql", "mysql"
+		dsn, err = mysqlstore.DSN(raw)
+	case "sqlite", "sqlite3", "file":
+		driver, dialect = "sqlite", "sqlite"
+		dsn, err = sqlitestore.DSN(raw)
+	default:
+		return nil, "", fmt.Errorf("%w: unknown database scheme %q; use one of: %s", ErrUsage, scheme, DBSchemes)
+	}
+	if err != nil {
+		return nil, "", fmt.Errorf("%w: %v", ErrUsage, err)
+	}
+	db, err := sql.Open(driver, dsn)
+	return db, dialect, err
 }

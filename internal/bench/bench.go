@@ -1,0 +1,415 @@
+// Package bench measures delivery against the limits of the same machine in
+// the same run: the raw SQL claim-and-delete rate of the database and the raw
+// publish rate of the broker, then the relay's drain rate and its
+// commit-to-broker-ack latency at a steady rate. Every figure is reported
+// next to the limit it should be read against, because the machine is shared
+// and absolute numbers drift from run to run.
+package bench
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	outbox "github.com/outbox-go/outbox"
+	"github.com/outbox-go/outbox/broker"
+	"github.com/outbox-go/outbox/broker/natsbroker"
+	"github.com/outbox-go/outbox/relay"
+	"github.com/outbox-go/outbox/store"
+)
+
+// Config says what to measure.
+type Config struct {
+	DBURL     string        // --db
+	BrokerURL string        // --broker (nats://…)
+	Events    int           // backlog size for the drain; default 100,000
+	Batch     int           // relay batch size; default 1,000
+	Workers   int           // relay workers; default 2
+	Rate      int           // events/s for the latency run; default 1,000
+	Duration  time.Duration // latency run length; default 10s
+	Payload   int           // payload bytes; default 200
+	Out       io.Writer     // progress and results
+	// OpenStore and SQLDB open the database (injected so this package does
+	// not import every store).
+	OpenStore func(ctx context.Context, url string, opts store.Options) (store.Store, error)
+	SQLDB     func(url string) (*sql.DB, string, error) // db, dialect ("postgres", "mysql", "sqlite")
+}
+
+// Result holds every figure of one run.
+type Result struct {
+	RawSQLRate    float64 // rows/s, claim-and-delete in batches, one connection
+	RawBrokerRate float64 // msgs/s through the adapter, batches of Batch
+	DrainRate     float64 // events/s, relay, backlog of Events
+	LatencyP50    time.Duration
+	LatencyP99    time.Duration
+	LatencyMax    time.Duration
+	LatencyCount  int
+	AchievedRate  float64
+}
+
+// Summary is the one-line form, ratios included.
+func (r Result) Summary(c Config) string {
+	return fmt.Sprintf("bench: drain %.0f ev/s = %.0f%% of raw SQL claim+delete (%.0f rows/s) and %.0f%% of raw broker publish (%.0f msgs/s); latency at %.0f ev/s: p50 %s p99 %s max %s (n=%d)",
+		r.DrainRate, 100*r.DrainRate/r.RawSQLRate, r.RawSQLRate, 100*r.DrainRate/r.RawBrokerRate, r.RawBrokerRate,
+		r.AchievedRate, r.LatencyP50.Round(10*time.Microsecond), r.LatencyP99.Round(10*time.Microsecond), r.LatencyMax.Round(10*time.Microsecond), r.LatencyCount)
+}
+
+func (c *Config) defaults() error {
+	if c.Events <= 0 {
+		c.Events = 100_000
+	}
+	if c.Batch <= 0 {
+		c.Batch = 1000
+	}
+	if c.Workers <= 0 {
+		c.Workers = 2
+	}
+	if c.Rate <= 0 {
+		c.Rate = 1000
+	}
+	if c.Duration <= 0 {
+		c.Duration = 10 * time.Second
+	}
+	if c.Payload <= 0 {
+		c.Payload = 200
+	}
+	if c.Out == nil {
+		c.Out = io.Discard
+	}
+	if c.OpenStore == nil || c.SQLDB == nil {
+		return errors.New("bench: OpenStore and SQLDB are required")
+	}
+	if !strings.HasPrefix(c.BrokerURL, "nats://") {
+		return fmt.Errorf("bench: --broker must be a nats:// URL for now, not %q", c.BrokerURL)
+	}
+	return nil
+}
+
+// Run performs the whole measurement on fresh tables and a fresh stream,
+// removing both afterwards.
+func Run(ctx context.Context, c Config) (Result, error) {
+	var res Result
+	if err := c.defaults(); err != nil {
+		return res, err
+	}
+	suffix := fmt.Sprintf("%d", time.Now().UnixNano()%1_000_000_000)
+	opts := store.Options{Table: "outbox_bench_" + suffix}
+	st, err := c.OpenStore(ctx, c.DBURL, opts)
+	if err != nil {
+		return res, err
+	}
+	defer st.Close()
+	db, dialect, err := c.SQLDB(c.DBURL)
+	if err != nil {
+		return res, err
+	}
+	defer db.Close()
+	defer func() {
+		for _, t := range []string{"", "_archive", "_migrations", "_lock"} {
+			_, _ = db.Exec("DROP TABLE IF EXISTS " + opts.Table + t)
+		}
+	}()
+	if err := st.Migrate(ctx); err != nil {
+		return res, err
+	}
+	nc, err := nats.Connect(c.BrokerURL)
+	if err != nil {
+		return res, fmt.Errorf("bench: nats: %w", err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return res, err
+	}
+	subject := "bench_" + suffix
+	stream, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "OUTBOX_BENCH_" + suffix, Subjects: []string{subject + ".>"}, Storage: jetstream.FileStorage, Duplicates: 2 * time.Minute})
+	if err != nil {
+		return res, fmt.Errorf("bench: create stream: %w", err)
+	}
+	defer js.DeleteStream(context.Background(), stream.CachedInfo().Config.Name) //nolint:errcheck
+	br, err := natsbroker.Dial(c.BrokerURL, natsbroker.Config{})
+	if err != nil {
+		return res, err
+	}
+	defer br.Close(context.Background())
+
+	msgs := makeMessages(c, subject+".orders")
+	// 1. The database's limit: claim-and-delete in raw SQL.
+	fmt.Fprintf(c.Out, "bench: filling %d events …\n", c.Events)
+	if err := fill(ctx, st, msgs); err != nil {
+		return res, err
+	}
+	res.RawSQLRate, err = rawDrain(ctx, db, dialect, opts.Table, c.Batch, c.Events)
+	if err != nil {
+		return res, err
+	}
+	fmt.Fprintf(c.Out, "bench: raw SQL claim+delete, batches of %d, one connection: %.0f rows/s\n", c.Batch, res.RawSQLRate)
+
+	// 2. The broker's limit through the same adapter.
+	res.RawBrokerRate, err = rawPublish(ctx, br, msgs, c.Batch)
+	if err != nil {
+		return res, err
+	}
+	fmt.Fprintf(c.Out, "bench: raw broker publish through the adapter, batches of %d: %.0f msgs/s\n", c.Batch, res.RawBrokerRate)
+
+	// 3. The relay drains the same backlog.
+	for i := range msgs {
+		msgs[i].EventID = "" // new ids, or JetStream would dedup them
+	}
+	if err := fill(ctx, st, msgs); err != nil {
+		return res, err
+	}
+	res.DrainRate, err = drain(ctx, st, br, c)
+	if err != nil {
+		return res, err
+	}
+	fmt.Fprintf(c.Out, "bench: relay drain of %d events: %.0f ev/s (%.0f%% of raw SQL)\n", c.Events, res.DrainRate, 100*res.DrainRate/res.RawSQLRate)
+
+	// 4. Latency at a steady rate.
+	if err := latency(ctx, st, br, c, subject+".latency", &res); err != nil {
+		return res, err
+	}
+	fmt.Fprintf(c.Out, "bench: latency commit→broker ack at %.0f ev/s: p50 %s, p99 %s, max %s\n", res.AchievedRate, res.LatencyP50, res.LatencyP99, res.LatencyMax)
+	return res, nil
+}
+
+func makeMessages(c Config, topic string) []outbox.Message {
+	payload := []byte(`{"order_id":42,"customer":"c-7","status":"PAID","pad":"` + strings.Repeat("x", max(c.Payload-60, 0)) + `"}`)
+	msgs := make([]outbox.Message, c.Events)
+	for i := range msgs {
+		msgs[i] = outbox.Message{Topic: topic, Key: fmt.Sprintf("order-%d", i%5000), Type: "OrderPaid", Payload: payload}
+	}
+	return msgs
+}
+
+func fill(ctx context.Context, st store.Store, msgs []outbox.Message) error {
+	for i := 0; i < len(msgs); i += 5000 {
+		if err := st.Enqueue(ctx, msgs[i:min(i+5000, len(msgs))]...); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// rawDrain claims-and-deletes every row with plain SQL, the way a hand
+// written poller would, and returns rows/s.
+func rawDrain(ctx context.Context, db *sql.DB, dialect, table string, batch, want int) (float64, error) {
+	conn, err := db.Conn(ctx)
+	if err != nil {
+		return 0, err
+	}
+	defer conn.Close()
+	start := time.Now()
+	done := 0
+	for done < want {
+		var n int64
+		switch dialect {
+		case "postgres":
+			rows, err := conn.QueryContext(ctx, "DELETE FROM "+table+" WHERE id IN (SELECT id FROM "+table+" WHERE status = 'NEW' ORDER BY id LIMIT $1 FOR UPDATE SKIP LOCKED) RETURNING id, event_id, topic, event_key, payload, headers", batch)
+			if err != nil {
+				return 0, err
+			}
+			for rows.Next() {
+				n++
+			}
+			rows.Close()
+		case "sqlite":
+			rows, err := conn.QueryContext(ctx, "DELETE FROM "+table+" WHERE id IN (SELECT id FROM "+table+" WHERE status = 'NEW' ORDER BY id LIMIT ?) RETURNING id, event_id, topic, event_key, payload, headers", batch)
+			if err != nil {
+				return 0, err
+			}
+			for rows.Next() {
+				n++
+			}
+			rows.Close()
+		case "mysql":
+			tx, err := conn.BeginTx(ctx, nil)
+			if err != nil {
+				return 0, err
+			}
+			rows, err := tx.QueryContext(ctx, "SELECT id, event_id, topic, event_key, payload, headers FROM "+table+" WHERE status = 'NEW' ORDER BY id LIMIT ? FOR UPDATE SKIP LOCKED", batch)
+			if err != nil {
+				tx.Rollback()
+				return 0, err
+			}
+			var last int64
+			for rows.Next() {
+				var id int64
+				var a, b, k, h string
+				var p []byte
+				if err := rows.Scan(&id, &a, &b, &k, &p, &h); err != nil {
+					rows.Close()
+					tx.Rollback()
+					return 0, err
+				}
+				last = id
+				n++
+			}
+			rows.Close()
+			if _, err := tx.ExecContext(ctx, "DELETE FROM "+table+" WHERE status = 'NEW' AND id <= ? ORDER BY id LIMIT ?", last, batch); err != nil {
+				tx.Rollback()
+				return 0, err
+			}
+			if err := tx.Commit(); err != nil {
+				return 0, err
+			}
+		default:
+			return 0, fmt.Errorf("bench: no raw drain for %s", dialect)
+		}
+		if n == 0 {
+			return 0, fmt.Errorf("bench: raw drain found only %d of %d rows", done, want)
+		}
+		done += int(n)
+	}
+	return float64(done) / time.Since(start).Seconds(), nil
+}
+
+func rawPublish(ctx context.Context, br broker.Broker, msgs []outbox.Message, batch int) (float64, error) {
+	events := make([]outbox.Event, len(msgs))
+	for i, m := range msgs {
+		events[i] = outbox.Event{ID: int64(i + 1), Message: m.Normalized(), CreatedAt: time.Now()}
+	}
+	start := time.Now()
+	for i := 0; i < len(events); i += batch {
+		chunk := events[i:min(i+batch, len(events))]
+		for j, err := range br.Publish(ctx, chunk) {
+			if err != nil {
+				return 0, fmt.Errorf("bench: raw publish of event %d: %w", i+j, err)
+			}
+		}
+	}
+	return float64(len(events)) / time.Since(start).Seconds(), nil
+}
+
+func quietLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+
+func drain(ctx context.Context, st store.Store, br broker.Broker, c Config) (float64, error) {
+	r, err := relay.New(st, br, relay.Config{BatchSize: c.Batch, Workers: c.Workers, Logger: quietLogger(), PollInterval: 5 * time.Millisecond})
+	if err != nil {
+		return 0, err
+	}
+	rctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	start := time.Now()
+	go func() { defer close(done); _ = r.Run(rctx) }()
+	for r.Totals().Delivered.Load() < int64(c.Events) {
+		if ctx.Err() != nil {
+			cancel()
+			return 0, ctx.Err()
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+	took := time.Since(start)
+	cancel()
+	<-done
+	return float64(c.Events) / took.Seconds(), nil
+}
+
+// ackClock wraps a broker and records when each event's confirmation came.
+type ackClock struct {
+	broker.Broker
+	mu    sync.Mutex
+	acked map[string]time.Time
+}
+
+func (a *ackClock) Publish(ctx context.Context, events []outbox.Event) []error {
+	res := a.Broker.Publish(ctx, events)
+	now := time.Now()
+	a.mu.Lock()
+	for i, e := range events {
+		if res[i] == nil {
+			if _, seen := a.acked[e.EventID]; !seen {
+				a.acked[e.EventID] = now
+			}
+		}
+	}
+	a.mu.Unlock()
+	return res
+}
+
+func latency(ctx context.Context, st store.Store, br broker.Broker, c Config, topic string, res *Result) error {
+	clock := &ackClock{Broker: br, acked: map[string]time.Time{}}
+	r, err := relay.New(st, clock, relay.Config{BatchSize: c.Batch, Workers: c.Workers, Logger: quietLogger()})
+	if err != nil {
+		return err
+	}
+	rctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	done := make(chan struct{})
+	go func() { defer close(done); _ = r.Run(rctx) }()
+	time.Sleep(200 * time.Millisecond) // let the listener connect
+
+	// Several producers, each committing one event per transaction, paced
+	// on a shared schedule.
+	const producers = 4
+	total := int(float64(c.Rate) * c.Duration.Seconds())
+	committed := make([]time.Time, total)
+	ids := make([]string, total)
+	interval := time.Second / time.Duration(c.Rate)
+	start := time.Now()
+	var wg sync.WaitGroup
+	var firstErr error
+	var errMu sync.Mutex
+	for p := 0; p < producers; p++ {
+		wg.Add(1)
+		go func(p int) {
+			defer wg.Done()
+			for i := p; i < total; i += producers {
+				time.Sleep(time.Until(start.Add(time.Duration(i) * interval)))
+				id := outbox.NewEventID()
+				err := st.Enqueue(ctx, outbox.Message{EventID: id, Topic: topic, Key: fmt.Sprintf("order-%d", i%500), Type: "OrderPaid", Payload: []byte(`{"order_id":42}`)})
+				if err != nil {
+					errMu.Lock()
+					firstErr = err
+					errMu.Unlock()
+					return
+				}
+				committed[i], ids[i] = time.Now(), id
+			}
+		}(p)
+	}
+	wg.Wait()
+	if firstErr != nil {
+		return firstErr
+	}
+	res.AchievedRate = float64(total) / time.Since(start).Seconds()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		clock.mu.Lock()
+		n := len(clock.acked)
+		clock.mu.Unlock()
+		if n >= total || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	cancel()
+	<-done
+	lat := make([]time.Duration, 0, total)
+	clock.mu.Lock()
+	for i, id := range ids {
+		if t, ok := clock.acked[id]; ok {
+			lat = append(lat, max(t.Sub(committed[i]), 0))
+		}
+	}
+	clock.mu.Unlock()
+	if len(lat) < total {
+		return fmt.Errorf("bench: only %d of %d latency events were confirmed within 30s", len(lat), total)
+	}
+	sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
+	res.LatencyCount = len(lat)
+	res.LatencyP50 = lat[len(lat)/2]
+	res.LatencyP99 = lat[len(lat)*99/100]
+	res.LatencyMax = lat[len(lat)-1]
+	return nil
+}

@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Makes sure the local servers the tests need answer, starting any that is
+# down with the command from SERVICES.md, and waits for them. Idempotent.
+# Exits non-zero, naming the server, when one cannot be brought up.
+set -uo pipefail
+
+answers() { # host port
+	(exec 3<>"/dev/tcp/$1/$2") 2>/dev/null && exec 3>&- 3<&-
+}
+
+wait_for() { # name port seconds
+	local i
+	for ((i = 0; i < $3 * 5; i++)); do
+		answers 127.0.0.1 "$2" && return 0
+		sleep 0.2
+	done
+	echo "services: $1 does not answer on 127.0.0.1:$2 after $3 s" >&2
+	return 1
+}
+
+ensure() { # name port start-command...
+	local name=$1 port=$2
+	shift 2
+	if answers 127.0.0.1 "$port"; then
+		echo "services: $name answers on $port"
+		return 0
+	fi
+	echo "services: starting $name"
+	"$@" >/dev/null 2>&1 || true
+	wait_for "$name" "$port" 60 && echo "services: $name answers on $port"
+}
+
+status=0
+ensure PostgreSQL 5432 pg_ctlcluster --skip-systemctl-redirect "$(ls /etc/postgresql 2>/dev/null | head -1)" main start || status=1
+ensure MariaDB 3306 start-stop-daemon --start --oknodo --background --exec /usr/sbin/mariadbd || status=1
+ensure "NATS JetStream" 4222 start-stop-daemon --start --oknodo --background --exec /usr/sbin/nats-server -- -a 127.0.0.1 -p 4222 -js -sd /var/lib/nats-server -l /var/log/nats-server.log || status=1
+exit $status

@@ -212,15 +212,22 @@ func (b *batch) settle(rep *BatchReport) {
 			b.extend(context.Background(), ids(b.events))
 		}
 	}
-	write := func(n int, op func(ctx context.Context) error) bool {
+	// write retries op until it succeeds, the lease is refused, or the
+	// deadline passes. Acks need no live lease (the broker has the events;
+	// only a takeover refuses them), so they get LeaseFor from now; the
+	// other writes are refused once the lease ran out, so they stop there.
+	write := func(n int, needLease bool, op func(ctx context.Context) error) bool {
 		if n == 0 {
 			return true
 		}
+		deadline := time.Now().Add(cfg.LeaseFor)
 		for attempt := 1; ; attempt++ {
-			b.mu.Lock()
-			deadline := b.leaseTill
-			b.mu.Unlock()
-			ctx, cancel := context.WithDeadline(context.Background(), deadline.Add(cfg.LeaseFor))
+			if needLease {
+				b.mu.Lock()
+				deadline = b.leaseTill
+				b.mu.Unlock()
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), max(time.Until(deadline), cfg.LeaseFor/4))
 			err := op(ctx)
 			cancel()
 			if err == nil {
@@ -238,23 +245,23 @@ func (b *batch) settle(rep *BatchReport) {
 			time.Sleep(min(jitter(backoff(50*time.Millisecond, time.Second, attempt)), time.Until(deadline)))
 		}
 	}
-	if write(len(b.acks), func(ctx context.Context) error { return b.r.st.Ack(ctx, b.lease, b.acks) }) {
+	if write(len(b.acks), false, func(ctx context.Context) error { return b.r.st.Ack(ctx, b.lease, b.acks) }) {
 		rep.Delivered = len(b.acks)
 	}
 	if b.isLost() {
 		rep.LeaseLost = true
 		return // the new owner decides; our retries/releases would be refused
 	}
-	if write(len(b.retries), func(ctx context.Context) error { return b.r.st.Retry(ctx, b.lease, b.retries) }) {
+	if write(len(b.retries), true, func(ctx context.Context) error { return b.r.st.Retry(ctx, b.lease, b.retries) }) {
 		rep.Retried = len(b.retries)
 	}
-	if write(len(b.burials), func(ctx context.Context) error { return b.r.st.Bury(ctx, b.lease, b.burials) }) {
+	if write(len(b.burials), true, func(ctx context.Context) error { return b.r.st.Bury(ctx, b.lease, b.burials) }) {
 		rep.Dead = len(b.burials)
 		for _, d := range b.burials {
 			b.r.cfg.Logger.Warn("relay: event is DEAD", "id", d.ID, "reason", d.Error)
 		}
 	}
-	if write(len(b.released), func(ctx context.Context) error { return b.r.st.Release(ctx, b.lease, b.released) }) {
+	if write(len(b.released), true, func(ctx context.Context) error { return b.r.st.Release(ctx, b.lease, b.released) }) {
 		rep.Released = len(b.released)
 	}
 }

@@ -1,0 +1,62 @@
+// Package natsbroker publishes outbox events to NATS JetStream.
+//
+// Each Publish call sends the whole batch asynchronously on one connection
+// and then waits for every PubAck, so a batch costs about one round trip;
+// the result for each event is nil only once JetStream has stored it.
+//
+// # Message mapping
+//
+// The subject is the event's Topic; the body is the payload, byte for byte.
+// Headers, following the binary content mode of the CloudEvents NATS
+// protocol binding (values percent-encoded as the binding requires, so
+// plain identifiers arrive unchanged):
+//
+//	Nats-Msg-Id         EventID (JetStream's duplicate detection)
+//	ce-id               EventID
+//	ce-source           Config.Source (default "outbox")
+//	ce-specversion      1.0
+//	ce-type             Type (left out when empty)
+//	ce-time             CreatedAt, RFC 3339 in UTC (left out when zero)
+//	ce-datacontenttype  ContentType (default application/json)
+//	ce-partitionkey     Key (CloudEvents partitioning extension; left out when empty)
+//	ce-schemaversion    SchemaVersion (outbox extension; left out when 0)
+//	ce-aggregatetype    AggregateType (outbox extension; left out when empty)
+//	<user headers>      Headers, names and values as given
+//
+// User headers whose names start with "Nats-" or "ce-" (any case) are not
+// sent: they would change JetStream's behaviour or the event's identity.
+// outbox.Validate refuses them at Enqueue, so only rows written by other
+// means can carry them.
+//
+// # Errors
+//
+// Permanent (the relay buries the event at once): no JetStream stream
+// captures the subject (ErrNoStream, confirmed by asking JetStream, so a
+// stream that is merely restarting is not mistaken for a missing one); a
+// message larger than the server's max_payload or the stream's
+// max_msg_size; a topic that is not a valid NATS subject; an event without
+// an EventID; a header value with CR, LF or NUL.
+//
+// Everything else is transient and retried by the relay: a missing PubAck
+// at the deadline, a lost connection, a closed Broker.
+//
+// # Connection
+//
+// Dial opens and owns a connection that reconnects forever with capped,
+// jittered backoff and buffers nothing while disconnected, so a broker
+// restart heals by itself and Publish fails fast (ErrNotConnected) during
+// the outage instead of waiting for its deadline. New wraps a connection
+// the caller already has; the caller keeps owning it.
+//
+// # Streams
+//
+// natsbroker creates no streams: which subjects are persisted, for how
+// long and with which duplicate window is the operator's decision (for
+// example `nats stream add ORDERS --subjects 'orders.>'`). JetStream drops
+// a repeated Nats-Msg-Id only within the stream's duplicate window (two
+// minutes by default); consumers deduplicate the rest with the inbox
+// package.
+//
+// Reading the headers back into an event on the consumer side is not this
+// package's job; it lives with the consumer (the inbox package).
+package natsbroker

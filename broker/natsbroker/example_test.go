@@ -1,0 +1,41 @@
+package natsbroker_test
+
+import (
+	"context"
+	"fmt"
+	"log"
+	"time"
+
+	outbox "github.com/outbox-go/outbox"
+	"github.com/outbox-go/outbox/broker"
+	"github.com/outbox-go/outbox/broker/natsbroker"
+)
+
+// Dial a NATS server with JetStream and publish a batch. A stream must
+// capture the subject ("nats stream add ORDERS --subjects 'orders.>'").
+// Not run by go test: it needs a server.
+func Example() {
+	b, err := natsbroker.Dial("nats://127.0.0.1:4222", natsbroker.Config{
+		Source:  "/order-service",
+		Timeout: 5 * time.Second,
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer b.Close(context.Background())
+
+	events := []outbox.Event{{ID: 1, Message: outbox.Message{
+		EventID: outbox.NewEventID(), Topic: "orders.paid", Key: "order-42",
+		Type: "OrderPaid", Payload: []byte(`{"id":42}`),
+	}}}
+	for i, err := range b.Publish(context.Background(), events) {
+		switch {
+		case err == nil:
+			fmt.Println("stored by JetStream:", events[i].EventID)
+		case broker.IsPermanent(err):
+			fmt.Println("will never succeed:", err)
+		default:
+			fmt.Println("retry later:", err)
+		}
+	}
+}

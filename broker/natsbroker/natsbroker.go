@@ -1,0 +1,406 @@
+package natsbroker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net/url"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	outbox "github.com/outbox-go/outbox"
+	"github.com/outbox-go/outbox/broker"
+)
+
+// Defaults for Config fields left at zero.
+const (
+	DefaultTimeout    = 10 * time.Second
+	DefaultMaxPending = 4000
+)
+
+// HeaderPrefix is the prefix of the CloudEvents attribute headers
+// (ce-id, ce-type, …), as the CloudEvents NATS binding defines it.
+const HeaderPrefix = "ce-"
+
+var (
+	// ErrNoStream is wrapped (as a permanent error) when JetStream confirms
+	// that no stream captures an event's subject.
+	ErrNoStream = errors.New("no JetStream stream captures the subject")
+	// ErrNotConnected is every event's result while the connection is down
+	// or reconnecting. It is transient.
+	ErrNotConnected = errors.New("natsbroker: not connected to NATS")
+	// ErrClosed is every event's result after Close. It is transient, so a
+	// relay that is shutting down does not bury events.
+	ErrClosed = errors.New("natsbroker: broker is closed")
+)
+
+// Config configures a Broker. The zero value is ready to use.
+type Config struct {
+	// Timeout bounds one Publish call: sending the batch and waiting for
+	// every PubAck. An earlier ctx deadline wins. Default 10s.
+	Timeout time.Duration
+	// Source is the CloudEvents source attribute (ce-source). Default
+	// broker.SourceDefault ("outbox").
+	Source string
+	// MaxPending caps the asynchronous publishes awaiting a PubAck on the
+	// connection; a larger batch waits for acknowledgements to free room.
+	// Default 4000.
+	MaxPending int
+	// ConnectOptions are applied by Dial after natsbroker's own defaults,
+	// so they can add credentials or TLS, or override a default (for
+	// example nats.RetryOnFailedConnect(true) to start before the server
+	// is up). New ignores them.
+	ConnectOptions []nats.Option
+}
+
+func (c Config) withDefaults() (Config, error) {
+	if c.Timeout < 0 {
+		return c, fmt.Errorf("natsbroker: Config.Timeout is %v; use 0 for the default (%v) or a positive duration", c.Timeout, DefaultTimeout)
+	}
+	if c.MaxPending < 0 {
+		return c, fmt.Errorf("natsbroker: Config.MaxPending is %d; use 0 for the default (%d) or a positive number", c.MaxPending, DefaultMaxPending)
+	}
+	if c.Timeout == 0 {
+		c.Timeout = DefaultTimeout
+	}
+	if c.MaxPending == 0 {
+		c.MaxPending = DefaultMaxPending
+	}
+	if c.Source == "" {
+		c.Source = broker.SourceDefault
+	}
+	return c, nil
+}
+
+// Broker publishes to NATS JetStream. It is safe for concurrent use.
+type Broker struct {
+	nc    *nats.Conn
+	js    jetstream.JetStream
+	cfg   Config
+	owned bool // Dial opened nc, so Close closes it
+
+	mu       sync.Mutex
+	closed   bool
+	inflight sync.WaitGroup // Publish calls in progress
+	done     chan struct{}  // closed when Close has finished
+}
+
+var _ broker.Broker = (*Broker)(nil)
+
+// New returns a Broker that publishes on nc, a connection the caller owns
+// and keeps closing. For a broker restart to heal by itself, nc should
+// reconnect forever (nats.MaxReconnects(-1)); Dial sets that up. The
+// JetStream publisher's reply subscription on nc lives until nc is closed.
+func New(nc *nats.Conn, cfg Config) (*Broker, error) {
+	if nc == nil {
+		return nil, errors.New("natsbroker: New needs a connection; pass one from nats.Connect or use Dial")
+	}
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	return newBroker(nc, cfg, false)
+}
+
+func newBroker(nc *nats.Conn, cfg Config, owned bool) (*Broker, error) {
+	js, err := jetstream.New(nc,
+		jetstream.WithPublishAsyncMaxPending(cfg.MaxPending),
+		// Frees the bookkeeping of acks that never come. Publish itself
+		// stops waiting at its own deadline, which is earlier, so its
+		// error is the one reported.
+		jetstream.WithPublishAsyncTimeout(cfg.Timeout+time.Second),
+	)
+	if err != nil {
+		return nil, fmt.Errorf("natsbroker: %w", err)
+	}
+	return &Broker{nc: nc, js: js, cfg: cfg, owned: owned, done: make(chan struct{})}, nil
+}
+
+// Dial connects to the NATS server(s) at url (comma-separated; empty means
+// nats://127.0.0.1:4222) and returns a Broker that owns the connection.
+// The connection reconnects forever with backoff (100ms doubling to 5s,
+// with jitter) and buffers nothing while disconnected. Dial fails when no
+// server answers or JetStream is not enabled.
+func Dial(url string, cfg Config) (*Broker, error) {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	if url == "" {
+		url = nats.DefaultURL
+	}
+	opts := append([]nats.Option{
+		nats.Name("outbox relay"),
+		nats.MaxReconnects(-1),
+		nats.CustomReconnectDelay(reconnectDelay),
+		// Fail publishes at once while disconnected instead of buffering
+		// them: Publish reports a transient error and the relay backs off.
+		nats.ReconnectBufSize(-1),
+		nats.PingInterval(10 * time.Second),
+	}, cfg.ConnectOptions...)
+	nc, err := nats.Connect(url, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("natsbroker: connect to %s: %w; check that nats-server runs there with JetStream enabled (-js)", maskURL(url), err)
+	}
+	b, err := newBroker(nc, cfg, true)
+	if err != nil {
+		nc.Close()
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), cfg.Timeout)
+	defer cancel()
+	if _, err := b.js.AccountInfo(ctx); errors.Is(err, jetstream.ErrJetStreamNotEnabled) || errors.Is(err, jetstream.ErrJetStreamNotEnabledForAccount) {
+		nc.Close()
+		return nil, fmt.Errorf("natsbroker: %s: %w; start nats-server with -js, or enable JetStream for this account", maskURL(url), err)
+	}
+	return b, nil
+}
+
+// reconnectDelay is the wait before each pass over the server list:
+// 100ms doubling up to 5s, plus up to 20% jitter so relays do not
+// reconnect in lockstep.
+func reconnectDelay(attempts int) time.Duration {
+	d := 100 * time.Millisecond << min(max(attempts-1, 0), 6)
+	d = min(d, 5*time.Second)
+	return d + rand.N(d/5+1)
+}
+
+func maskURL(raw string) string {
+	parts := strings.Split(raw, ",")
+	for i, p := range parts {
+		if u, err := url.Parse(strings.TrimSpace(p)); err == nil && u.User != nil {
+			parts[i] = u.Redacted()
+		}
+	}
+	return strings.Join(parts, ",")
+}
+
+// Conn returns the connection the Broker publishes on.
+func (b *Broker) Conn() *nats.Conn { return b.nc }
+
+// Publish sends events asynchronously, in order, then waits for each
+// PubAck until ctx ends or Config.Timeout passes. A PubAck that reports a
+// duplicate (the Nats-Msg-Id was stored before) counts as success.
+func (b *Broker) Publish(ctx context.Context, events []outbox.Event) []error {
+	results := make([]error, len(events))
+	if len(events) == 0 {
+		return results
+	}
+	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		return broker.Fill(len(events), ErrClosed)
+	}
+	b.inflight.Add(1)
+	b.mu.Unlock()
+	defer b.inflight.Done()
+
+	if err := ctx.Err(); err != nil {
+		return broker.Fill(len(events), fmt.Errorf("natsbroker: not published: %w", err))
+	}
+	if st := b.nc.Status(); st != nats.CONNECTED {
+		return broker.Fill(len(events), fmt.Errorf("%w (connection %s); it reconnects by itself, retry later", ErrNotConnected, strings.ToLower(st.String())))
+	}
+	ctx, cancel := context.WithTimeout(ctx, b.cfg.Timeout)
+	defer cancel()
+	deadline, _ := ctx.Deadline()
+
+	futures := make([]jetstream.PubAckFuture, len(events))
+	for i := range events {
+		e := &events[i]
+		msg, err := b.message(e)
+		if err != nil {
+			results[i] = err
+			continue
+		}
+		stall := time.Until(deadline)
+		if stall <= 0 {
+			fillFrom(results, i, fmt.Errorf("natsbroker: not sent before the deadline: %w", context.DeadlineExceeded))
+			break
+		}
+		f, err := b.js.PublishMsgAsync(msg,
+			jetstream.WithRetryAttempts(0), // a missing stream is checked below, not retried blindly
+			jetstream.WithStallWait(stall),
+		)
+		if err != nil {
+			if perr := b.sendError(e, err); perr != nil {
+				results[i] = perr
+				continue
+			}
+			// The connection or the ack window is the problem, not this
+			// event: the rest of the batch would fail the same way.
+			fillFrom(results, i, fmt.Errorf("natsbroker: event %s not sent: %w", e.EventID, err))
+			break
+		}
+		futures[i] = f
+	}
+
+	lookups := make(map[string]error) // subject → verdict on a missing stream
+	for i, f := range futures {
+		if f == nil {
+			continue
+		}
+		e := &events[i]
+		select {
+		case <-f.Ok():
+			results[i] = nil
+		case err := <-f.Err():
+			results[i] = b.ackError(ctx, e, err, lookups)
+		case <-ctx.Done():
+			results[i] = fmt.Errorf("natsbroker: no PubAck for event %s on %q before the deadline: %w", e.EventID, e.Topic, ctx.Err())
+		}
+	}
+	return results
+}
+
+func fillFrom(results []error, from int, err error) {
+	for j := from; j < len(results); j++ {
+		if results[j] == nil {
+			results[j] = err
+		}
+	}
+}
+
+// message builds the NATS message for e.
+func (b *Broker) message(e *outbox.Event) (*nats.Msg, error) {
+	if e.EventID == "" {
+		return nil, broker.Permanentf("natsbroker: event %d has no EventID, which JetStream deduplicates on (Nats-Msg-Id); the outbox table gives every row one by default", e.ID)
+	}
+	if !validSubject(e.Topic) {
+		return nil, broker.Permanentf("natsbroker: event %s: topic %q is not a NATS subject one can publish to (dot-separated non-empty tokens, no spaces, no * or > wildcards); fix the topic", e.EventID, e.Topic)
+	}
+	h := make(nats.Header, 10+len(e.Headers))
+	for k, v := range e.Headers {
+		if k == "" || strings.ContainsAny(k, "\r\n\x00: \t") || strings.ContainsAny(v, "\r\n\x00") {
+			return nil, broker.Permanentf("natsbroker: event %s: header %q cannot be sent as a NATS header (empty name, or CR, LF, NUL, colon or space in it)", e.EventID, k)
+		}
+		if lk := strings.ToLower(k); strings.HasPrefix(lk, "nats-") || strings.HasPrefix(lk, HeaderPrefix) {
+			continue // would steer JetStream or overwrite the event's identity
+		}
+		h[k] = []string{v}
+	}
+	h[jetstream.MsgIDHeader] = []string{e.EventID}
+	for _, a := range broker.CloudEventAttributes(*e, b.cfg.Source) {
+		h[HeaderPrefix+a.Name] = []string{broker.PercentEncode(a.Value)}
+	}
+	return &nats.Msg{Subject: e.Topic, Data: e.Payload, Header: h}, nil
+}
+
+func validSubject(s string) bool {
+	if s == "" || strings.ContainsAny(s, " \t\r\n\x00") {
+		return false
+	}
+	for tok := range strings.SplitSeq(s, ".") {
+		if tok == "" || tok == "*" || tok == ">" {
+			return false
+		}
+	}
+	return true
+}
+
+// sendError returns the permanent error for a send failure that concerns
+// this event alone, or nil when the failure concerns the connection.
+func (b *Broker) sendError(e *outbox.Event, err error) error {
+	switch {
+	case errors.Is(err, nats.ErrMaxPayload):
+		return broker.Permanentf("natsbroker: event %s: %d-byte payload plus headers is above the server's max_payload of %d bytes; store large data elsewhere and send a reference, or raise max_payload: %w",
+			e.EventID, len(e.Payload), b.nc.MaxPayload(), err)
+	case errors.Is(err, nats.ErrBadSubject):
+		return broker.Permanentf("natsbroker: event %s: topic %q is not a valid NATS subject: %w", e.EventID, e.Topic, err)
+	}
+	return nil
+}
+
+// ackError classifies the error an async publish reported for e.
+func (b *Broker) ackError(ctx context.Context, e *outbox.Event, err error, lookups map[string]error) error {
+	if errors.Is(err, jetstream.ErrNoStreamResponse) {
+		v, ok := lookups[e.Topic]
+		if !ok {
+			v = b.noResponder(ctx, e.Topic)
+			lookups[e.Topic] = v
+		}
+		return v
+	}
+	var apiErr *jetstream.APIError
+	if errors.As(err, &apiErr) {
+		switch apiErr.ErrorCode {
+		case jetstream.JSErrCodeStreamMessageExceedsMaximum, jsErrCodeStreamHeaderExceedsMaximum:
+			return broker.Permanentf("natsbroker: event %s on %q is larger than the stream allows (max_msg_size / header limit): %w", e.EventID, e.Topic, err)
+		}
+	}
+	return fmt.Errorf("natsbroker: event %s on %q not confirmed: %w", e.EventID, e.Topic, err)
+}
+
+// jsErrCodeStreamHeaderExceedsMaximum is nats-server's
+// JSStreamHeaderExceedsMaximumErr, which nats.go does not name.
+const jsErrCodeStreamHeaderExceedsMaximum jetstream.ErrorCode = 10097
+
+// noResponder decides what "no responders" on subject means. Only when
+// JetStream itself says no stream captures the subject is it permanent;
+// right after a server restart streams may not answer yet.
+func (b *Broker) noResponder(ctx context.Context, subject string) error {
+	name, err := b.js.StreamNameBySubject(ctx, subject)
+	switch {
+	case errors.Is(err, jetstream.ErrStreamNotFound):
+		return broker.Permanent(noStreamError{subject})
+	case err == nil:
+		return fmt.Errorf("natsbroker: stream %q captures subject %q but did not answer (JetStream may be starting or electing a leader); retry later: %w", name, subject, jetstream.ErrNoStreamResponse)
+	default:
+		return fmt.Errorf("natsbroker: no JetStream stream answered on subject %q and looking the stream up failed (%v); retry later: %w", subject, err, jetstream.ErrNoStreamResponse)
+	}
+}
+
+type noStreamError struct{ subject string }
+
+func (e noStreamError) Error() string {
+	return fmt.Sprintf("natsbroker: no JetStream stream captures subject %q; create one (nats stream add) or fix the topic", e.subject)
+}
+
+func (e noStreamError) Is(target error) bool {
+	return target == ErrNoStream || target == jetstream.ErrNoStreamResponse
+}
+
+// Close stops new publishes (they fail with ErrClosed), waits for the
+// Publish calls in progress until ctx ends, then closes the connection if
+// Dial opened it. Safe to call more than once; later calls wait for the
+// first to finish or ctx to end.
+func (b *Broker) Close(ctx context.Context) error {
+	b.mu.Lock()
+	first := !b.closed
+	b.closed = true
+	b.mu.Unlock()
+	if !first {
+		select {
+		case <-b.done:
+		case <-ctx.Done():
+		}
+		return nil
+	}
+	defer close(b.done)
+
+	idle := make(chan struct{})
+	go func() {
+		b.inflight.Wait()
+		close(idle)
+	}()
+	var err error
+	select {
+	case <-idle:
+	case <-ctx.Done():
+		err = fmt.Errorf("natsbroker: closing with publishes still waiting for PubAcks (they fail and will be retried): %w", ctx.Err())
+	}
+	// Closing an owned connection also ends the JetStream publisher's
+	// reply subscription and status goroutine. On a borrowed connection
+	// they stay until the caller closes it: jetstream's CleanupPublisher
+	// would release them, but in nats.go v1.55.0 it races with the start
+	// of that goroutine and can strand it forever.
+	if b.owned {
+		b.nc.Close()
+	}
+	return err
+}

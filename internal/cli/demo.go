@@ -2,9 +2,410 @@ package cli
 
 import (
 	"context"
+	"database/sql"
 	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/outbox-go/outbox/examples/orders"
+	"github.com/outbox-go/outbox/inbox"
+	"github.com/outbox-go/outbox/internal/wire"
+	"github.com/outbox-go/outbox/store"
+	"github.com/outbox-go/outbox/store/sqlitestore"
 )
 
+// runDemo tells the seeds' story on the embedded default: SQLite in a temp
+// file and an embedded NATS JetStream, a relay as a real child process that
+// is SIGKILLed mid-batch and restarted, three consumers with inboxes, one of
+// them failing three times, one "crashing" before its acks. The summary is
+// computed from the tables afterwards.
 func runDemo(ctx context.Context, e env, args []string) error {
-	return errors.New("demo: not yet wired")
+	fs := newFlags(e, "demo", "demo [--orders 500] [--keep]")
+	n := fs.Int("orders", 500, "orders to pay")
+	keep := fs.Bool("keep", false, "keep the temp directory (SQLite file, NATS store) for a look afterwards")
+	if err := fs.parse(e, args); err != nil {
+		return err
+	}
+	if *n < 50 || *n > 100_000 {
+		return fmt.Errorf("%w: --orders must be between 50 and 100000", wire.ErrUsage)
+	}
+	d := &demo{out: e.stdout, orders: *n}
+	dir, err := os.MkdirTemp("", "outbox-demo-")
+	if err != nil {
+		return err
+	}
+	if *keep {
+		fmt.Fprintf(e.stdout, "demo: files in %s\n", dir)
+	} else {
+		defer os.RemoveAll(dir)
+	}
+	return d.run(ctx, dir)
+}
+
+type demo struct {
+	out    io.Writer
+	orders int
+
+	dbURL, natsURL string
+	db             *sql.DB
+	st             store.Store
+	in             *inbox.Inbox
+	relay          *exec.Cmd
+	relayDone      chan struct{}
+	consumerErrs   atomic.Int64
+	lastErr        atomic.Value
+}
+
+func (d *demo) say(format string, args ...any) { fmt.Fprintf(d.out, "demo: "+format+"\n", args...) }
+
+func (d *demo) run(ctx context.Context, dir string) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	started := time.Now()
+	d.say("the seeds' story: an order service pays %d orders; points, shipping and notifications must each apply every payment once", d.orders)
+
+	// The embedded default: SQLite file + NATS JetStream in this process.
+	ns, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: server.RANDOM_PORT, JetStream: true, StoreDir: filepath.Join(dir, "nats"), NoLog: true, NoSigs: true})
+	if err != nil {
+		return fmt.Errorf("embedded NATS: %w", err)
+	}
+	go ns.Start()
+	defer ns.Shutdown()
+	if !ns.ReadyForConnections(10 * time.Second) {
+		return errors.New("embedded NATS did not start within 10s")
+	}
+	d.natsURL = ns.ClientURL()
+	d.dbURL = "sqlite:" + filepath.Join(dir, "demo.db")
+	if d.st, err = sqlitestore.Open(ctx, d.dbURL, sqlitestore.Config{}); err != nil {
+		return err
+	}
+	defer d.st.Close()
+	if err := d.st.Migrate(ctx); err != nil {
+		return err
+	}
+	dsn, err := sqlitestore.DSN(d.dbURL)
+	if err != nil {
+		return err
+	}
+	if d.db, err = sql.Open("sqlite", dsn); err != nil {
+		return err
+	}
+	defer d.db.Close()
+	if err := orders.Migrate(ctx, d.db, orders.SQLite); err != nil {
+		return err
+	}
+	if d.in, err = inbox.New(d.db, inbox.Config{}); err != nil {
+		return err
+	}
+	if err := d.in.Migrate(ctx); err != nil {
+		return err
+	}
+	nc, err := nats.Connect(d.natsURL)
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return err
+	}
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "ORDERS", Subjects: []string{"orders.>"}, Storage: jetstream.FileStorage}); err != nil {
+		return err
+	}
+	d.say("SQLite at %s, NATS JetStream embedded at %s", filepath.Join(dir, "demo.db"), d.natsURL)
+
+	if err := d.startRelay(); err != nil {
+		return err
+	}
+	defer d.stopRelay()
+
+	// Consumers, with the story's faults.
+	var wg sync.WaitGroup
+	onErr := func(err error) { d.consumerErrs.Add(1); d.lastErr.Store(err.Error()) }
+	const flakyOrder = 7
+	shippingFailures := atomic.Int64{}
+	opts := map[string]orders.RunOptions{
+		"points": {OnError: onErr},
+		"shipping": {OnError: onErr, Fail: func(e orders.OrderPaid, delivery uint64) error {
+			if e.OrderID == flakyOrder && delivery <= 3 {
+				shippingFailures.Add(1)
+				return errors.New("carrier API timed out")
+			}
+			return nil
+		}},
+		"notifications": {OnError: onErr, AckWait: 2 * time.Second, DropAck: func(e orders.OrderPaid, delivery uint64) bool {
+			return e.OrderID%61 == 0 && delivery == 1 // "crash" after commit, before the ack
+		}},
+	}
+	for _, c := range []orders.Consumer{orders.Points, orders.Shipping, orders.Notifications} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := c.Run(ctx, js, "ORDERS", d.in, orders.SQLite, opts[c.Name]); err != nil && ctx.Err() == nil {
+				onErr(err)
+			}
+		}()
+	}
+	defer func() { cancel(); wg.Wait() }()
+
+	// The order service: create, then pay with four concurrent clients;
+	// every 20th payment is declined after its event was written.
+	svc := &orders.Service{DB: d.db, Dialect: orders.SQLite, Outbox: d.st}
+	declined := d.orders / 20
+	ids := make([]int64, d.orders+declined)
+	for i := range ids {
+		if ids[i], err = svc.Create(ctx, fmt.Sprintf("customer-%d", i%37), int64(1000+i*7)); err != nil {
+			return err
+		}
+	}
+	var paid atomic.Int64
+	payErr := make(chan error, 4)
+	var pay sync.WaitGroup
+	for w := 0; w < 4; w++ {
+		pay.Add(1)
+		go func() {
+			defer pay.Done()
+			for i := w; i < len(ids); i += 4 {
+				err := svc.Pay(ctx, ids[i], i%21 == 20)
+				switch {
+				case errors.Is(err, orders.ErrDeclined):
+				case err != nil:
+					payErr <- err
+					return
+				default:
+					paid.Add(1)
+				}
+			}
+		}()
+	}
+
+	// Watch, kill the relay mid-batch once, wait for the end.
+	killed := false
+	progress := newProgress(d.out)
+	deadline := time.Now().Add(90 * time.Second)
+	payDone := make(chan struct{})
+	go func() { pay.Wait(); close(payDone) }()
+	for {
+		select {
+		case err := <-payErr:
+			return err
+		default:
+		}
+		counts, err := d.processed(ctx)
+		if err != nil {
+			return err
+		}
+		s, err := d.st.Stats(ctx)
+		if err != nil {
+			return err
+		}
+		progress.show(fmt.Sprintf("paid %d/%d · in outbox %d · processed: points %d, shipping %d, notifications %d",
+			paid.Load(), d.orders, s.Pending(), counts["points"], counts["shipping"], counts["notifications"]))
+		if !killed && paid.Load() >= int64(d.orders)/3 {
+			inFlight, err := d.killMidBatch(ctx)
+			if err != nil {
+				return err
+			}
+			killed = inFlight > 0
+			progress.line(fmt.Sprintf("relay SIGKILLed mid-batch with %d events claimed and unacknowledged; restarting it", inFlight))
+			if err := d.startRelay(); err != nil {
+				return err
+			}
+		}
+		select {
+		case <-payDone:
+			if s.Pending() == 0 && counts["points"] >= paid.Load() && counts["shipping"] >= paid.Load() && counts["notifications"] >= paid.Load() && d.consumersIdle(ctx, js) {
+				progress.done()
+				return d.summary(ctx, killed, shippingFailures.Load(), started)
+			}
+		default:
+		}
+		if time.Now().After(deadline) {
+			progress.done()
+			d.summary(ctx, killed, shippingFailures.Load(), started) //nolint:errcheck // printed for diagnosis
+			return fmt.Errorf("demo did not finish within 90s (last consumer error: %v)", d.lastErr.Load())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+func (d *demo) startRelay() error {
+	self, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	d.relay = exec.Command(self, "relay", "--db", d.dbURL, "--broker", d.natsURL, "--lease", "2s", "--batch", "20", "--poll", "100ms", "--log", "error")
+	d.relay.Stderr = os.Stderr
+	if err := d.relay.Start(); err != nil {
+		return fmt.Errorf("starting the relay process: %w", err)
+	}
+	done := make(chan struct{})
+	d.relayDone = done
+	go func(c *exec.Cmd) { _ = c.Wait(); close(done) }(d.relay)
+	return nil
+}
+
+// killMidBatch watches closely until the relay holds claimed events, then
+// SIGKILLs it, and returns how many events it held.
+func (d *demo) killMidBatch(ctx context.Context) (int64, error) {
+	until := time.Now().Add(10 * time.Second)
+	for time.Now().Before(until) {
+		s, err := d.st.Stats(ctx)
+		if err != nil {
+			return 0, err
+		}
+		if s.Sending > 0 {
+			d.killRelay()
+			return s.Sending, nil
+		}
+		time.Sleep(time.Millisecond)
+	}
+	d.killRelay()
+	return 0, nil
+}
+
+func (d *demo) killRelay() {
+	_ = d.relay.Process.Signal(syscall.SIGKILL)
+	<-d.relayDone
+}
+
+func (d *demo) stopRelay() {
+	_ = d.relay.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-d.relayDone:
+	case <-time.After(11 * time.Second):
+		d.killRelay()
+	}
+}
+
+// consumersIdle reports whether every consumer has acknowledged all it was
+// sent (the unacknowledged ones come back as duplicates first).
+func (d *demo) consumersIdle(ctx context.Context, js jetstream.JetStream) bool {
+	for _, name := range []string{"points", "shipping", "notifications"} {
+		c, err := js.Consumer(ctx, "ORDERS", name)
+		if err != nil {
+			return false
+		}
+		info, err := c.Info(ctx)
+		if err != nil || info.NumAckPending > 0 || info.NumPending > 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// processed counts each consumer's inbox records.
+func (d *demo) processed(ctx context.Context) (map[string]int64, error) {
+	rows, err := d.db.QueryContext(ctx, "SELECT consumer, count(*) FROM "+d.in.Table()+" GROUP BY consumer")
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := map[string]int64{}
+	for rows.Next() {
+		var c string
+		var n int64
+		if err := rows.Scan(&c, &n); err != nil {
+			return nil, err
+		}
+		out[c] = n
+	}
+	return out, rows.Err()
+}
+
+// summary reads the invariants back from the tables and prints the line.
+func (d *demo) summary(ctx context.Context, killed bool, shippingFailures int64, started time.Time) error {
+	q := func(query string) int64 {
+		var n int64
+		if err := d.db.QueryRowContext(ctx, query).Scan(&n); err != nil {
+			d.say("query failed: %v", err)
+			return -1
+		}
+		return n
+	}
+	inbox := d.in.Table()
+	committed := q("SELECT count(*) FROM orders WHERE status = 'PAID' AND paid_event_id IS NOT NULL")
+	delivered := q("SELECT count(*) FROM orders o WHERE o.status = 'PAID' AND (SELECT count(DISTINCT consumer) FROM " + inbox + " i WHERE i.event_id = o.paid_event_id) = 3")
+	phantom := q("SELECT count(DISTINCT event_id) FROM " + inbox + " WHERE event_id NOT IN (SELECT paid_event_id FROM orders WHERE status = 'PAID' AND paid_event_id IS NOT NULL)")
+	dups := q("SELECT count(*) FROM deliveries WHERE outcome = 'duplicate'")
+	redelivered := q("SELECT count(*) FROM deliveries WHERE num_delivered > 1")
+	effects := map[string]int64{
+		"points_ledger": q("SELECT count(*) FROM points_ledger"),
+		"shipments":     q("SELECT count(*) FROM shipments"),
+		"notifications": q("SELECT count(*) FROM notifications"),
+	}
+	lost := committed - delivered
+	d.say("relay killed mid-batch and restarted: %v; shipping failed %d times on order 7 and then recovered; %d redeliveries in all", killed, shippingFailures, redelivered)
+	for table, n := range effects {
+		if n != committed {
+			d.say("INVARIANT BROKEN: %s has %d rows for %d paid orders", table, n, committed)
+			lost = max(lost, 1)
+		}
+	}
+	fmt.Fprintf(d.out, "demo: %d events committed, %d delivered, %d lost, %d phantom, %d duplicates absorbed (%.1fs)\n",
+		committed, delivered, lost, phantom, dups, time.Since(started).Seconds())
+	switch {
+	case committed <= 0 || lost != 0 || phantom != 0:
+		return errors.New("an invariant failed: see above")
+	case !killed:
+		return errors.New("the relay was never caught mid-batch; the story is incomplete")
+	case shippingFailures < 3:
+		return errors.New("the shipping consumer's failures did not happen")
+	case dups == 0:
+		return errors.New("no duplicate delivery reached an inbox; the story is incomplete")
+	}
+	return nil
+}
+
+// progress rewrites one line on a terminal, or prints a line every 2 s.
+type progress struct {
+	w     io.Writer
+	tty   bool
+	last  time.Time
+	shown bool
+}
+
+func newProgress(w io.Writer) *progress {
+	p := &progress{w: w}
+	if f, ok := w.(*os.File); ok {
+		if fi, err := f.Stat(); err == nil && fi.Mode()&os.ModeCharDevice != 0 {
+			p.tty = true
+		}
+	}
+	return p
+}
+
+func (p *progress) show(s string) {
+	if p.tty {
+		fmt.Fprintf(p.w, "\r\033[K  %s", s)
+		p.shown = true
+		return
+	}
+	if time.Since(p.last) >= 2*time.Second {
+		fmt.Fprintf(p.w, "  %s\n", s)
+		p.last = time.Now()
+	}
+}
+
+func (p *progress) line(s string) {
+	p.done()
+	fmt.Fprintf(p.w, "demo: %s\n", s)
+}
+
+func (p *progress) done() {
+	if p.tty && p.shown {
+		fmt.Fprintln(p.w)
+		p.shown = false
+	}
 }

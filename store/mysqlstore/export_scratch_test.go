@@ -1,0 +1,3 @@
+package mysqlstore
+
+func ClaimSQLForTest(s *Store, hold bool) string { return s.buildClaimSQL(hold) }

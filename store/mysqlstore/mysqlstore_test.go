@@ -1,0 +1,147 @@
+package mysqlstore_test
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"database/sql"
+	"encoding/hex"
+	"fmt"
+	"testing"
+
+	"github.com/go-sql-driver/mysql"
+
+	outbox "github.com/outbox-go/outbox"
+	"github.com/outbox-go/outbox/internal/testenv"
+	"github.com/outbox-go/outbox/store"
+	"github.com/outbox-go/outbox/store/mysqlstore"
+	"github.com/outbox-go/outbox/store/storetest"
+)
+
+// openStore connects to the test server, or fails (CI) / skips (locally).
+func openStore(t testing.TB) *mysqlstore.Store {
+	t.Helper()
+	url := testenv.Require(t, testenv.MySQL)
+	st, err := mysqlstore.Open(context.Background(), url, mysqlstore.Config{})
+	if err != nil {
+		testenv.Unavailable(t, testenv.MySQL, err)
+	}
+	t.Cleanup(func() { st.Close() })
+	return st
+}
+
+// plainDB is a caller's pool as an application might build it: server-side
+// prepared statements, no parseTime, the server's time zone, and
+// clientFoundRows (which changes what RowsAffected counts).
+func plainDB(t testing.TB) *sql.DB {
+	t.Helper()
+	openStore(t) // skips or fails when the server is not there
+	dsn, err := mysqlstore.DSN(testenv.MySQL.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := mysql.ParseDSN(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.InterpolateParams, cfg.ParseTime, cfg.ClientFoundRows = false, false, true
+	delete(cfg.Params, "time_zone")
+	db, err := sql.Open("mysql", cfg.FormatDSN())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	return db
+}
+
+func harness(name string, db *sql.DB) storetest.Harness {
+	return storetest.Harness{
+		Name: name,
+		New: func(opts store.Options) (store.Store, error) {
+			return mysqlstore.New(db, mysqlstore.Config{Options: opts})
+		},
+		Open: func(t *testing.T, opts store.Options) storetest.Fixture {
+			st, err := mysqlstore.New(db, mysqlstore.Config{Options: opts})
+			if err != nil {
+				t.Fatal(err)
+			}
+			dropTables(t, db, opts.Table)
+			t.Cleanup(func() { st.Close() })
+			return storetest.Fixture{Store: st, DB: db, Table: st.Table(), Placeholder: storetest.Question}
+		},
+	}
+}
+
+func uniqueTable(prefix string) string {
+	b := make([]byte, 4)
+	_, _ = rand.Read(b)
+	return prefix + hex.EncodeToString(b)
+}
+
+func dropTables(t testing.TB, db *sql.DB, table string) {
+	t.Helper()
+	t.Cleanup(func() {
+		for _, suffix := range []string{"", "_archive", "_migrations"} {
+			_, _ = db.Exec("DROP TABLE IF EXISTS `" + table + suffix + "`")
+		}
+	})
+}
+
+func TestConformance(t *testing.T) {
+	t.Parallel()
+	storetest.Run(t, harness("mysql", openStore(t).DB()))
+}
+
+func TestConformancePlainDSN(t *testing.T) {
+	t.Parallel()
+	storetest.Run(t, harness("mysql-prepared", plainDB(t)))
+}
+
+// TestEnqueueChunks: one Enqueue larger than one INSERT may hold (rows and
+// bytes) is still atomic and in input order.
+func TestEnqueueChunks(t *testing.T) {
+	t.Parallel()
+	db := openStore(t).DB()
+	table := uniqueTable("chunks_")
+	dropTables(t, db, table)
+	st, err := mysqlstore.New(db, mysqlstore.Config{Options: store.Options{Table: table, MaxPayload: 2 << 20}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := t.Context()
+	if err := st.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	big := bytes.Repeat([]byte{0, '\'', '\\', 0xff}, 384<<10) // 1.5 MiB that all need escaping
+	var msgs []outbox.Message
+	for i := range 12000 {
+		m := outbox.Message{Topic: "t", Key: fmt.Sprint(i % 3), Type: fmt.Sprint(i)}
+		if i%2000 == 7 {
+			m.Payload = big
+		}
+		msgs = append(msgs, m)
+	}
+	if err := st.Enqueue(ctx, msgs...); err != nil {
+		t.Fatal(err)
+	}
+	c, err := st.Claim(ctx, store.ClaimRequest{Lease: store.Lease{Owner: "t", Epoch: 1}, Limit: len(msgs)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(c.Events) != len(msgs) {
+		t.Fatalf("claimed %d of %d", len(c.Events), len(msgs))
+	}
+	for i, ev := range c.Events {
+		if ev.Type != msgs[i].Type || !bytes.Equal(ev.Payload, msgs[i].Payload) {
+			t.Fatalf("event %d in id order is message %s; ids must follow input order across INSERT statements", i, ev.Type)
+		}
+	}
+	msgs[len(msgs)-1].EventID = c.Events[0].EventID // a duplicate in the last chunk
+	if err := st.Enqueue(ctx, msgs...); err == nil {
+		t.Fatal("Enqueue with a duplicate event id succeeded")
+	}
+	var n int
+	if err := db.QueryRowContext(ctx, "SELECT COUNT(*) FROM "+st.Table()).Scan(&n); err != nil || n != len(msgs) {
+		t.Fatalf("after a failed multi-statement Enqueue the table holds %d rows (%v); want %d: it must be atomic", n, err, len(msgs))
+	}
+}

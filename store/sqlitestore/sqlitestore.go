@@ -1,0 +1,837 @@
+package sqlitestore
+
+import (
+	"context"
+	"database/sql"
+	"database/sql/driver"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	_ "modernc.org/sqlite" // registers the "sqlite" driver
+
+	outbox "github.com/outbox-go/outbox"
+	"github.com/outbox-go/outbox/store"
+)
+
+// Config configures a Store. The zero value is usable.
+type Config struct {
+	// Options are the settings every SQL store shares (table name, payload
+	// limit, KeepSent). Schema is ignored: an SQLite file has one schema.
+	store.Options
+}
+
+// Store is the SQLite store. It is safe for concurrent use, also by several
+// processes on one database file.
+type Store struct {
+	db     *sql.DB
+	ownDB  bool
+	keeper *sql.Conn // holds an in-memory database open until Close
+	gate   *writeGate
+	opts   store.Options
+
+	table, archive, migrations string // quoted
+
+	claimSQL, candidatesSQL string
+	claimGate               *writeGate   // one claim of this store at a time
+	claimGen                atomic.Int64 // claims this store made
+
+	stmtMu sync.Mutex
+	stmts  map[string]*sql.Stmt // nil after Close
+
+	mu        sync.Mutex
+	listeners map[chan struct{}]struct{}
+	watching  bool
+	stopWatch context.CancelFunc
+	watchDone chan struct{}
+	closed    bool
+}
+
+var (
+	_ store.Store    = (*Store)(nil)
+	_ store.Notifier = (*Store)(nil)
+)
+
+// New returns a store over db, which stays the caller's to close. db must be
+// a SQLite database/sql handle (modernc.org/sqlite, or any driver that takes
+// ?NNN placeholders, SQLite 3.35 or later). Open it with a DSN from DSN, or
+// give it a busy timeout yourself: without one, concurrent writers fail with
+// SQLITE_BUSY instead of waiting their turn.
+func New(db *sql.DB, cfg Config) (*Store, error) {
+	if db == nil {
+		return nil, errors.New("sqlitestore: db is nil")
+	}
+	opts, err := cfg.Options.Normalize()
+	if err != nil {
+		return nil, err
+	}
+	q := func(name string) string { return `"` + name + `"` } // names are validated: [a-z_][a-z0-9_]*
+	s := &Store{
+		db:         db,
+		opts:       opts,
+		table:      q(opts.Table),
+		archive:    q(opts.Table + "_archive"),
+		migrations: q(opts.Table + "_migrations"),
+		gate:       acquireGate(db),
+		claimGate:  &writeGate{ch: make(chan struct{}, 1)},
+		stmts:      map[string]*sql.Stmt{},
+		listeners:  map[chan struct{}]struct{}{},
+	}
+	s.claimSQL, s.candidatesSQL = s.buildClaimSQL(), s.buildCandidatesSQL()
+	return s, nil
+}
+
+// Open opens the database a URL names (sqlite:path/to/file.db,
+// sqlite://path/to/file.db, sqlite::memory:; see DSN for the connection
+// settings) with a *sql.DB of its own, closed by Close. The file is created
+// if missing; its directory must exist.
+func Open(ctx context.Context, url string, cfg Config) (*Store, error) {
+	t, err := parseURL(url)
+	if err != nil {
+		return nil, err
+	}
+	if !t.memory {
+		dir := filepath.Dir(t.path)
+		if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
+			return nil, fmt.Errorf("sqlitestore: directory %q of %q does not exist: create it first (the database file itself is created on first use)", dir, t.path)
+		}
+		if fi, err := os.Stat(t.path); err == nil && fi.IsDir() {
+			return nil, fmt.Errorf("sqlitestore: %q is a directory: name a database file inside it, e.g. sqlite:%s", t.path, filepath.Join(t.path, "outbox.db"))
+		}
+	}
+	db, err := sql.Open("sqlite", t.dsn())
+	if err != nil {
+		return nil, fmt.Errorf("sqlitestore: %w", err)
+	}
+	// Idle connections are kept: opening one re-runs the pragmas.
+	db.SetMaxIdleConns(8)
+	s, err := New(db, cfg)
+	if err != nil {
+		db.Close()
+		return nil, err
+	}
+	s.ownDB = true
+	// The in-memory database lives while a connection to it is open; the
+	// keeper also serves as the reachability check for files.
+	if s.keeper, err = db.Conn(ctx); err == nil {
+		err = s.keeper.PingContext(ctx)
+	}
+	if err != nil {
+		s.Close()
+		return nil, fmt.Errorf("sqlitestore: cannot open %q: %w", clip(url), err)
+	}
+	if !t.memory {
+		s.keeper.Close()
+		s.keeper = nil
+	}
+	return s, nil
+}
+
+// DB returns the database handle the store uses.
+func (s *Store) DB() *sql.DB { return s.db }
+
+// Table returns the quoted table name.
+func (s *Store) Table() string { return s.table }
+
+// Close closes the database if Open created it.
+func (s *Store) Close() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.closed = true
+	stop, done := s.stopWatch, s.watchDone
+	s.mu.Unlock()
+	if stop != nil {
+		stop()
+		<-done
+	}
+	s.stmtMu.Lock()
+	for _, st := range s.stmts {
+		st.Close()
+	}
+	s.stmts = nil
+	s.stmtMu.Unlock()
+	releaseGate(s.db)
+	if s.keeper != nil {
+		s.keeper.Close()
+	}
+	if s.ownDB {
+		return s.db.Close()
+	}
+	return nil
+}
+
+// immediate runs fn inside BEGIN IMMEDIATE … COMMIT on one connection: the
+// write lock is taken (waiting up to the busy timeout) before anything is
+// read, so a transaction never has to upgrade a read lock, which SQLite
+// refuses without waiting when another writer came first. This does not
+// depend on the _txlock setting of a caller's *sql.DB. It runs under the
+// write gate.
+func (s *Store) immediate(ctx context.Context, op string, fn func(c *sql.Conn) error) error {
+	if err := s.gate.lock(ctx); err != nil {
+		return wrap(op, err)
+	}
+	defer s.gate.unlock()
+	c, err := s.db.Conn(ctx)
+	if err != nil {
+		return wrap(op, err)
+	}
+	defer c.Close()
+	if _, err := c.ExecContext(ctx, "BEGIN IMMEDIATE"); err != nil {
+		return wrap(op, err)
+	}
+	if err := fn(c); err != nil {
+		rollback(c)
+		return wrap(op, err)
+	}
+	// COMMIT is not cancelled: a commit cut short would leave it unknown
+	// whether the claim or ack happened. In WAL mode it never waits.
+	if _, err := c.ExecContext(context.WithoutCancel(ctx), "COMMIT"); err != nil {
+		rollback(c)
+		return wrap(op, err)
+	}
+	return nil
+}
+
+// rollback ends the transaction on c; when that fails the connection's state
+// is unknown, so database/sql is told to throw it away rather than hand an
+// open transaction to the next caller.
+func rollback(c *sql.Conn) {
+	_, err := c.ExecContext(context.Background(), "ROLLBACK")
+	if err != nil && !strings.Contains(err.Error(), "no transaction is active") {
+		_ = c.Raw(func(any) error { return driver.ErrBadConn })
+	}
+}
+
+// exec runs one writing statement, prepared and cached, under the write
+// gate. A single statement is a transaction of its own that takes the write
+// lock before it reads anything, like BEGIN IMMEDIATE.
+func (s *Store) exec(ctx context.Context, query string, args ...any) (sql.Result, error) {
+	st, err := s.stmt(ctx, query)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.gate.lock(ctx); err != nil {
+		return nil, err
+	}
+	defer s.gate.unlock()
+	return st.ExecContext(ctx, args...)
+}
+
+// query runs one writing statement with RETURNING like exec, handing each
+// row to scan. The statement commits when its rows are done, so the gate is
+// held until then.
+func (s *Store) query(ctx context.Context, query string, scan func(*sql.Rows) error, args ...any) error {
+	st, err := s.stmt(ctx, query)
+	if err != nil {
+		return err
+	}
+	if err := s.gate.lock(ctx); err != nil {
+		return err
+	}
+	defer s.gate.unlock()
+	rows, err := st.QueryContext(ctx, args...)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		if err := scan(rows); err != nil {
+			return err
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	return rows.Close() // the commit's error, if any
+}
+
+// Migrate creates or upgrades the schema. BEGIN IMMEDIATE serializes
+// concurrent migrations, also across processes; DDL in SQLite is
+// transactional, so a failed migration leaves nothing behind.
+func (s *Store) Migrate(ctx context.Context) error {
+	return s.immediate(ctx, "migrate", func(c *sql.Conn) error {
+		if _, err := c.ExecContext(ctx, "CREATE TABLE IF NOT EXISTS "+s.migrations+" (version INTEGER PRIMARY KEY, applied_at INTEGER NOT NULL DEFAULT "+nowUS+")"); err != nil {
+			return err
+		}
+		var current int
+		if err := c.QueryRowContext(ctx, "SELECT COALESCE(max(version), 0) FROM "+s.migrations).Scan(&current); err != nil {
+			return err
+		}
+		for i, m := range migrations(s.table, s.archive, s.opts.Table) {
+			v := i + 1
+			if v <= current {
+				continue
+			}
+			for _, stmt := range m {
+				if _, err := c.ExecContext(ctx, stmt); err != nil {
+					return fmt.Errorf("migration %d: %w", v, err)
+				}
+			}
+			if _, err := c.ExecContext(ctx, "INSERT INTO "+s.migrations+" (version) VALUES (?)", v); err != nil {
+				return fmt.Errorf("migration %d: %w", v, err)
+			}
+		}
+		return nil
+	})
+}
+
+// maxRowsPerInsert keeps one INSERT under SQLite's 32766 bound variables
+// (10 per row).
+const maxRowsPerInsert = 3000
+
+const insertCols = "event_id, topic, event_key, event_type, aggregate_type, schema_version, payload, content_type, headers, next_attempt_at"
+
+// buildInsert returns the statements and arguments that write msgs (already
+// validated and normalized).
+func (s *Store) buildInsert(msgs []outbox.Message) (stmts []string, args [][]any) {
+	const row = "(?,?,?,?,?,?,?,?,?,COALESCE(?," + nowUS + "))"
+	for start := 0; start < len(msgs); start += maxRowsPerInsert {
+		end := min(start+maxRowsPerInsert, len(msgs))
+		var b strings.Builder
+		b.Grow(40 + len(s.table) + len(insertCols) + (end-start)*(len(row)+1))
+		b.WriteString("INSERT INTO " + s.table + " (" + insertCols + ") VALUES ")
+		a := make([]any, 0, (end-start)*10)
+		for i, m := range msgs[start:end] {
+			if i > 0 {
+				b.WriteByte(',')
+			}
+			b.WriteString(row)
+			var avail any
+			if !m.AvailableAt.IsZero() {
+				avail = m.AvailableAt.UnixMicro()
+			}
+			a = append(a, m.EventID, m.Topic, m.Key, m.Type, m.AggregateType, int64(m.SchemaVersion), m.Payload, m.ContentType, store.EncodeHeaders(m.Headers), avail)
+		}
+		stmts = append(stmts, b.String())
+		args = append(args, a)
+	}
+	return stmts, args
+}
+
+func (s *Store) prepare(msgs []outbox.Message) ([]outbox.Message, error) {
+	if err := outbox.Validate(s.opts.Limits(), msgs...); err != nil {
+		return nil, err
+	}
+	out := make([]outbox.Message, len(msgs))
+	for i, m := range msgs {
+		out[i] = m.Normalized()
+	}
+	return out, nil
+}
+
+func execAll(ctx context.Context, ex store.Execer, stmts []string, args [][]any) error {
+	for i := range stmts {
+		if _, err := ex.ExecContext(ctx, stmts[i], args[i]...); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Enqueue writes msgs in a transaction of its own and wakes this process's
+// relays.
+func (s *Store) Enqueue(ctx context.Context, msgs ...outbox.Message) error {
+	if len(msgs) == 0 {
+		return nil
+	}
+	norm, err := s.prepare(msgs)
+	if err != nil {
+		return err
+	}
+	stmts, args := s.buildInsert(norm)
+	if len(stmts) == 1 { // one statement is a transaction by itself
+		err = s.gate.lock(ctx)
+		if err == nil {
+			_, err = s.db.ExecContext(ctx, stmts[0], args[0]...)
+			s.gate.unlock()
+		}
+		err = wrap("enqueue", err)
+	} else {
+		err = s.immediate(ctx, "enqueue", func(c *sql.Conn) error { return execAll(ctx, c, stmts, args) })
+	}
+	if err != nil {
+		return err
+	}
+	s.signal()
+	return nil
+}
+
+// EnqueueTx writes msgs with the caller's *sql.Tx (or *sql.Conn, *sql.DB):
+// they commit or roll back with it. Validation comes first: on a validation
+// error nothing is sent to the database and tx stays usable.
+//
+// The INSERT gives the caller's transaction SQLite's write lock until it
+// commits or rolls back: keep such transactions short, since every other
+// writer (relays acking, other requests) waits for them. Notify's watcher
+// sees the commit; there is nothing to signal here, before it.
+func (s *Store) EnqueueTx(ctx context.Context, tx store.Execer, msgs ...outbox.Message) error {
+	if len(msgs) == 0 {
+		return nil
+	}
+	norm, err := s.prepare(msgs)
+	if err != nil {
+		return err
+	}
+	stmts, args := s.buildInsert(norm)
+	return wrap("enqueue", execAll(ctx, tx, stmts, args))
+}
+
+// eventCols are read back as an outbox.Event; CAST keeps a payload that a
+// producer wrote as TEXT byte for byte.
+const eventCols = "id, event_id, topic, event_key, event_type, aggregate_type, schema_version, CAST(payload AS BLOB), content_type, headers, attempts, created_at"
+const recordCols = eventCols + ", status, last_error, next_attempt_at, lease_owner, lease_until, sent_at"
+
+// idsJSON encodes ids for json_each: one bound value however many ids.
+func idsJSON(ids []int64) string {
+	b := make([]byte, 0, len(ids)*8+2)
+	b = append(b, '[')
+	for i, id := range ids {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = strconv.AppendInt(b, id, 10)
+	}
+	return string(append(b, ']'))
+}
+
+func micros(us int64) time.Time { return time.UnixMicro(us) }
+
+func nullMicros(us sql.NullInt64) time.Time {
+	if !us.Valid {
+		return time.Time{}
+	}
+	return time.UnixMicro(us.Int64)
+}
+
+// claimable is the WHERE clause of a claim over rows "o", with ?3 for
+// HoldDeadKeys: ready (NEW and due, or SENDING under an expired lease) and
+// its key not held. Each "held" check is a seek in its own partial index.
+func (s *Store) claimable() string {
+	return `((o.status = 'NEW' AND o.next_attempt_at <= ` + nowUS + `) OR (o.status = 'SENDING' AND o.lease_until <= ` + nowUS + `))
+	  AND (o.event_key = '' OR (
+		NOT EXISTS (SELECT 1 FROM ` + s.table + ` AS h WHERE h.status = 'SENDING' AND h.event_key = o.event_key AND h.lease_until > ` + nowUS + `)
+		AND NOT EXISTS (SELECT 1 FROM ` + s.table + ` AS h WHERE h.status = 'DEAD' AND h.event_key = o.event_key AND h.id < o.id AND ?3)
+		AND NOT EXISTS (SELECT 1 FROM ` + s.table + ` AS h WHERE h.status = 'NEW' AND h.next_attempt_at > h.created_at AND h.event_key = o.event_key AND h.id < o.id AND h.next_attempt_at > ` + nowUS + `)))`
+}
+
+// candidatesSQL takes ?1 HoldDeadKeys, ?2 limit: what a claim would take
+// now, read without the write lock.
+func (s *Store) buildCandidatesSQL() string {
+	return `SELECT o.id FROM ` + s.table + ` AS o WHERE ` + strings.ReplaceAll(s.claimable(), "?3", "?1") + ` ORDER BY o.id LIMIT ?2`
+}
+
+// claimSQL takes ?1 owner, ?2 epoch, ?3 HoldDeadKeys, ?4 candidate ids (a
+// JSON array), ?5 lease length in µs. It re-checks every candidate under
+// the write lock; the IN subquery is evaluated in full before any row
+// changes, so candidates do not hold each other's keys.
+func (s *Store) buildClaimSQL() string {
+	return `UPDATE ` + s.table + ` SET status = 'SENDING', lease_owner = ?1, lease_epoch = ?2, lease_until = ` + nowUS + ` + ?5
+WHERE id IN (SELECT o.id FROM ` + s.table + ` AS o WHERE o.id IN (SELECT value FROM json_each(?4)) AND ` + s.claimable() + `)
+RETURNING ` + eventCols + `, lease_until`
+}
+
+// Claim takes up to req.Limit ready events in id order under a new lease.
+//
+// It finds the candidates with a plain read, then claims them with one
+// UPDATE … WHERE id IN (candidates that are still claimable) RETURNING. A
+// read waits for no writer (WAL) and no writer for it, so relays scanning
+// an outbox whose keys are all held neither hold SQLite's single write lock
+// while they scan nor queue in front of the acks that would free the keys;
+// the write lock is held only to re-check and update at most Limit rows.
+// The re-check applies every rule of a one-statement claim, so it is as
+// safe: in SQLite ids are assigned under the write lock, so no earlier event
+// of a candidate's key can appear between the read and the write. When
+// another relay took every candidate in between, Claim looks again (a few
+// times) rather than return empty-handed while events are waiting.
+func (s *Store) Claim(ctx context.Context, req store.ClaimRequest) (store.Claim, error) {
+	req = req.Normalize()
+	look, err := s.stmt(ctx, s.candidatesSQL)
+	if err != nil {
+		return store.Claim{Lease: req.Lease}, wrap("claim", err)
+	}
+	for range 4 {
+		c, again, err := s.claimOnce(ctx, look, req)
+		if err != nil || !again {
+			return c, err
+		}
+	}
+	return store.Claim{Lease: req.Lease}, nil
+}
+
+// claimOnce reads candidates and claims those still claimable. again says
+// that every candidate was taken by another process in between, so looking
+// again may find more.
+func (s *Store) claimOnce(ctx context.Context, look *sql.Stmt, req store.ClaimRequest) (c store.Claim, again bool, err error) {
+	c = store.Claim{Lease: req.Lease}
+	gen := s.claimGen.Load()
+	cands, err := readIDs(ctx, look, req.HoldDeadKeys, req.Limit)
+	if err != nil || len(cands) == 0 {
+		return c, false, wrap("claim", err)
+	}
+	// One claim of this store at a time, so that relays of one process do
+	// not all race for the same candidates.
+	if err := s.claimGate.lock(ctx); err != nil {
+		return c, false, wrap("claim", err)
+	}
+	defer s.claimGate.unlock()
+	if s.claimGen.Load() != gen {
+		// Another claim of this store committed after the read and has
+		// probably taken these candidates: look again, now that no claim
+		// of this store can come in between.
+		if cands, err = readIDs(ctx, look, req.HoldDeadKeys, req.Limit); err != nil || len(cands) == 0 {
+			return c, false, wrap("claim", err)
+		}
+	}
+	err = s.query(ctx, s.claimSQL, func(rows *sql.Rows) error {
+		var e outbox.Event
+		var headers []byte
+		var created, until int64
+		if err := rows.Scan(&e.ID, &e.EventID, &e.Topic, &e.Key, &e.Type, &e.AggregateType, &e.SchemaVersion, &e.Payload, &e.ContentType, &headers, &e.Attempts, &created, &until); err != nil {
+			return err
+		}
+		var err error
+		if e.Headers, err = store.DecodeHeaders(headers); err != nil {
+			return err
+		}
+		e.CreatedAt = micros(created)
+		c.Until = micros(until)
+		c.Events = append(c.Events, e)
+		return nil
+	}, req.Lease.Owner, req.Lease.Epoch, req.HoldDeadKeys, idsJSON(cands), req.LeaseFor.Microseconds())
+	if err != nil {
+		return store.Claim{Lease: req.Lease}, false, wrap("claim", err)
+	}
+	if len(c.Events) == 0 {
+		return c, true, nil
+	}
+	s.claimGen.Add(1)
+	sort.Slice(c.Events, func(i, j int) bool { return c.Events[i].ID < c.Events[j].ID })
+	return c, false, nil
+}
+
+func readIDs(ctx context.Context, st *sql.Stmt, args ...any) ([]int64, error) {
+	rows, err := st.QueryContext(ctx, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var ids []int64
+	for rows.Next() {
+		var id int64
+		if err := rows.Scan(&id); err != nil {
+			return nil, err
+		}
+		ids = append(ids, id)
+	}
+	return ids, rows.Err()
+}
+
+// leaseCheck is the compare-and-swap every state change does.
+const leaseCheck = " AND status = 'SENDING' AND lease_owner = ?2 AND lease_epoch = ?3"
+
+// liveLease adds that the lease has not run out (all but Ack).
+const liveLease = leaseCheck + " AND lease_until > " + nowUS
+
+const inIDs = "id IN (SELECT value FROM json_each(?1))"
+
+// leased runs a compare-and-swap statement and reports ErrLeaseLost when it
+// changed fewer than want rows.
+func (s *Store) leased(op string, res sql.Result, err error, want int) error {
+	if err != nil {
+		return wrap(op, err)
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return wrap(op, err)
+	}
+	if int(n) < want {
+		return fmt.Errorf("sqlitestore: %s: %d of %d events: %w", op, want-int(n), want, store.ErrLeaseLost)
+	}
+	return nil
+}
+
+// Extend renews the lease on ids until now+d (database clock).
+func (s *Store) Extend(ctx context.Context, lease store.Lease, ids []int64, d time.Duration) (time.Time, error) {
+	if len(ids) == 0 {
+		return time.Time{}, nil
+	}
+	var until []int64
+	err := s.query(ctx, "UPDATE "+s.table+" SET lease_until = "+nowUS+" + ?4 WHERE "+inIDs+liveLease+" RETURNING lease_until", func(rows *sql.Rows) error {
+		var u int64
+		err := rows.Scan(&u)
+		until = append(until, u)
+		return err
+	}, idsJSON(ids), lease.Owner, lease.Epoch, d.Microseconds())
+	if err != nil {
+		return time.Time{}, wrap("extend", err)
+	}
+	if len(until) < len(ids) {
+		return time.Time{}, fmt.Errorf("sqlitestore: extend: %d of %d events: %w", len(ids)-len(until), len(ids), store.ErrLeaseLost)
+	}
+	return micros(until[0]), nil
+}
+
+// archiveCols are copied from the outbox to the archive on Ack.
+const archiveCols = "id, event_id, topic, event_key, event_type, aggregate_type, schema_version, payload, content_type, headers, attempts, next_attempt_at, last_error, lease_owner, lease_epoch, lease_until, created_at"
+
+// Ack deletes ids, or with KeepSent moves them to the archive as SENT (an
+// INSERT … SELECT and a DELETE in one immediate transaction). Like on
+// PostgreSQL an expired lease may still ack: the broker confirmed.
+func (s *Store) Ack(ctx context.Context, lease store.Lease, ids []int64) error {
+	if len(ids) == 0 {
+		return nil
+	}
+	where := " WHERE " + inIDs + leaseCheck
+	del := "DELETE FROM " + s.table + where
+	args := []any{idsJSON(ids), lease.Owner, lease.Epoch}
+	if !s.opts.KeepSent {
+		res, err := s.exec(ctx, del, args...)
+		return s.leased("ack", res, err, len(ids))
+	}
+	return s.ackToArchive(ctx, "INSERT INTO "+s.archive+" ("+archiveCols+", status, sent_at) SELECT "+archiveCols+", 'SENT', "+nowUS+" FROM "+s.table+where, del, len(ids), args)
+}
+
+// ackToArchive copies the held rows to the archive and deletes them, in one
+// transaction under the write gate. Its first statement writes, so even a
+// deferred transaction takes the write lock before reading anything.
+func (s *Store) ackToArchive(ctx context.Context, insert, del string, want int, args []any) error {
+	ins, err := s.stmt(ctx, insert)
+	if err != nil {
+		return wrap("ack", err)
+	}
+	rm, err := s.stmt(ctx, del)
+	if err != nil {
+		return wrap("ack", err)
+	}
+	if err := s.gate.lock(ctx); err != nil {
+		return wrap("ack", err)
+	}
+	defer s.gate.unlock()
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return wrap("ack", err)
+	}
+	defer tx.Rollback() //nolint:errcheck // a no-op after Commit
+	if _, err := tx.StmtContext(ctx, ins).ExecContext(ctx, args...); err != nil {
+		return wrap("ack", err)
+	}
+	res, err := tx.StmtContext(ctx, rm).ExecContext(ctx, args...)
+	lost := s.leased("ack", res, err, want)
+	if lost != nil && !errors.Is(lost, store.ErrLeaseLost) {
+		return lost
+	}
+	if err := tx.Commit(); err != nil {
+		return wrap("ack", err)
+	}
+	return lost // the held ones are acked all the same
+}
+
+// Retry gives events back for a later attempt. The lease must still be live.
+func (s *Store) Retry(ctx context.Context, lease store.Lease, retries []store.Retry) error {
+	if len(retries) == 0 {
+		return nil
+	}
+	rows := make([][3]any, len(retries))
+	for i, r := range retries {
+		rows[i] = [3]any{r.ID, max(r.Delay, 0).Microseconds(), store.CleanError(r.Error)}
+	}
+	js, err := json.Marshal(rows)
+	if err != nil {
+		return fmt.Errorf("sqlitestore: retry: %w", err)
+	}
+	query := "UPDATE " + s.table + " SET status = 'NEW', attempts = attempts + 1, next_attempt_at = " + nowUS + " + u.delay_us, last_error = u.err, lease_owner = '', lease_until = NULL " +
+		"FROM (SELECT json_extract(value, '$[0]') AS id, json_extract(value, '$[1]') AS delay_us, json_extract(value, '$[2]') AS err FROM json_each(?1)) AS u " +
+		"WHERE " + s.table + ".id = u.id" + liveLease
+	res, err := s.exec(ctx, query, string(js), lease.Owner, lease.Epoch)
+	return s.leased("retry", res, err, len(retries))
+}
+
+// Bury marks events DEAD with their reason. The lease must still be live.
+func (s *Store) Bury(ctx context.Context, lease store.Lease, burials []store.Burial) error {
+	if len(burials) == 0 {
+		return nil
+	}
+	rows := make([][2]any, len(burials))
+	for i, b := range burials {
+		rows[i] = [2]any{b.ID, store.CleanError(b.Error)}
+	}
+	js, err := json.Marshal(rows)
+	if err != nil {
+		return fmt.Errorf("sqlitestore: bury: %w", err)
+	}
+	query := "UPDATE " + s.table + " SET status = 'DEAD', attempts = attempts + 1, last_error = u.err, lease_owner = '', lease_until = NULL " +
+		"FROM (SELECT json_extract(value, '$[0]') AS id, json_extract(value, '$[1]') AS err FROM json_each(?1)) AS u " +
+		"WHERE " + s.table + ".id = u.id" + liveLease
+	res, err := s.exec(ctx, query, string(js), lease.Owner, lease.Epoch)
+	return s.leased("bury", res, err, len(burials))
+}
+
+// Release gives events back untouched. The lease must still be live.
+func (s *Store) Release(ctx context.Context, lease store.Lease, ids []int64) error {
+	if len(ids) == 0 {
+		return nil
+	}
+	query := "UPDATE " + s.table + " SET status = 'NEW', lease_owner = '', lease_until = NULL WHERE " + inIDs + liveLease
+	res, err := s.exec(ctx, query, idsJSON(ids), lease.Owner, lease.Epoch)
+	return s.leased("release", res, err, len(ids))
+}
+
+type scanner interface{ Scan(dest ...any) error }
+
+func scanRecord(row scanner) (store.Record, error) {
+	var r store.Record
+	var headers []byte
+	var status string
+	var created, next int64
+	var until, sent sql.NullInt64
+	err := row.Scan(&r.ID, &r.EventID, &r.Topic, &r.Key, &r.Type, &r.AggregateType, &r.SchemaVersion, &r.Payload, &r.ContentType, &headers, &r.Attempts, &created,
+		&status, &r.LastError, &next, &r.LeaseOwner, &until, &sent)
+	if err != nil {
+		return r, err
+	}
+	r.Status = outbox.Status(status)
+	r.CreatedAt, r.NextAttemptAt = micros(created), micros(next)
+	r.LeaseUntil, r.SentAt = nullMicros(until), nullMicros(sent)
+	r.Headers, err = store.DecodeHeaders(headers)
+	return r, err
+}
+
+// Get returns one event from the outbox or the archive.
+func (s *Store) Get(ctx context.Context, id int64) (store.Record, error) {
+	r, err := scanRecord(s.db.QueryRowContext(ctx, "SELECT "+recordCols+" FROM "+s.table+" WHERE id = ?", id))
+	if errors.Is(err, sql.ErrNoRows) {
+		r, err = scanRecord(s.db.QueryRowContext(ctx, "SELECT "+recordCols+" FROM "+s.archive+" WHERE id = ?", id))
+	}
+	if errors.Is(err, sql.ErrNoRows) {
+		return r, fmt.Errorf("sqlitestore: event %d: %w", id, store.ErrNotFound)
+	}
+	return r, wrap("get", err)
+}
+
+// deadFilter takes ?1 topic, ?2 key, ?3 a JSON array of ids.
+const deadFilter = " WHERE status = 'DEAD' AND (?1 = '' OR topic = ?1) AND (?2 = '' OR event_key = ?2) AND (?3 = '[]' OR id IN (SELECT value FROM json_each(?3)))"
+
+// ListDead lists DEAD events in id order.
+func (s *Store) ListDead(ctx context.Context, q store.DeadQuery) ([]store.Record, error) {
+	if q.Limit <= 0 {
+		q.Limit = store.DefaultLimit
+	}
+	rows, err := s.db.QueryContext(ctx, "SELECT "+recordCols+" FROM "+s.table+deadFilter+" AND id > ?4 ORDER BY id LIMIT ?5",
+		q.Topic, q.Key, idsJSON(q.IDs), q.AfterID, q.Limit)
+	if err != nil {
+		return nil, wrap("list dead", err)
+	}
+	defer rows.Close()
+	var out []store.Record
+	for rows.Next() {
+		r, err := scanRecord(rows)
+		if err != nil {
+			return nil, wrap("list dead", err)
+		}
+		out = append(out, r)
+	}
+	return out, wrap("list dead", rows.Err())
+}
+
+// RequeueDead turns matching DEAD events back into NEW with attempts 0.
+func (s *Store) RequeueDead(ctx context.Context, q store.DeadQuery) (int64, error) {
+	res, err := s.exec(ctx, "UPDATE "+s.table+" SET status = 'NEW', attempts = 0, next_attempt_at = "+nowUS+", lease_owner = '', lease_until = NULL"+deadFilter,
+		q.Topic, q.Key, idsJSON(q.IDs))
+	if err != nil {
+		return 0, wrap("requeue dead", err)
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return 0, wrap("requeue dead", err)
+	}
+	if n > 0 {
+		s.signal()
+	}
+	return n, nil
+}
+
+// Purge deletes SENT (archived) or DEAD events older than req.OlderThan in
+// batches of req.BatchSize, one short write transaction each, so enqueuers
+// and relays get the write lock in between.
+func (s *Store) Purge(ctx context.Context, req store.PurgeRequest) (int64, error) {
+	if req.BatchSize <= 0 {
+		req.BatchSize = store.DefaultBatchSize
+	}
+	var query string
+	switch req.Status {
+	case outbox.StatusSent:
+		query = "DELETE FROM " + s.archive + " WHERE id IN (SELECT id FROM " + s.archive + " WHERE sent_at < " + nowUS + " - ?1 LIMIT ?2)"
+	case outbox.StatusDead:
+		query = "DELETE FROM " + s.table + " WHERE id IN (SELECT id FROM " + s.table + " WHERE status = 'DEAD' AND created_at < " + nowUS + " - ?1 LIMIT ?2)"
+	default:
+		return 0, fmt.Errorf("sqlitestore: purge: status must be SENT or DEAD, not %q", req.Status)
+	}
+	var total int64
+	for {
+		res, err := s.exec(ctx, query, req.OlderThan.Microseconds(), req.BatchSize)
+		if err != nil {
+			return total, wrap("purge", err)
+		}
+		n, err := res.RowsAffected()
+		if err != nil {
+			return total, wrap("purge", err)
+		}
+		total += n
+		if n < int64(req.BatchSize) {
+			return total, nil
+		}
+	}
+}
+
+// Stats counts events by state.
+func (s *Store) Stats(ctx context.Context) (store.Stats, error) {
+	var st store.Stats
+	var oldestUS int64
+	err := s.db.QueryRowContext(ctx, `SELECT
+	count(*) FILTER (WHERE status = 'NEW'),
+	count(*) FILTER (WHERE status = 'SENDING'),
+	count(*) FILTER (WHERE status = 'DEAD'),
+	count(*) FILTER (WHERE status = 'NEW' AND attempts > 0),
+	count(*) FILTER (WHERE status = 'SENDING' AND lease_until <= `+nowUS+`),
+	count(DISTINCT event_key) FILTER (WHERE status = 'DEAD' AND event_key <> ''),
+	COALESCE(`+nowUS+` - min(created_at) FILTER (WHERE status <> 'DEAD'), 0)
+FROM `+s.table).Scan(&st.New, &st.Sending, &st.Dead, &st.Retrying, &st.ExpiredLeases, &st.BlockedKeys, &oldestUS)
+	if err != nil {
+		return st, wrap("stats", err)
+	}
+	st.OldestPending = time.Duration(max(oldestUS, 0)) * time.Microsecond
+	if s.opts.KeepSent {
+		if err := s.db.QueryRowContext(ctx, "SELECT count(*) FROM "+s.archive).Scan(&st.Sent); err != nil {
+			return st, wrap("stats", err)
+		}
+	}
+	return st, nil
+}
+
+// wrap adds context and turns "no such table" into ErrNotMigrated.
+func wrap(op string, err error) error {
+	if err == nil {
+		return nil
+	}
+	if strings.HasPrefix(err.Error(), "sqlitestore: ") {
+		return err
+	}
+	if strings.Contains(err.Error(), "no such table") {
+		return fmt.Errorf("sqlitestore: %s: %w", op, store.ErrNotMigrated)
+	}
+	if errors.Is(err, sql.ErrNoRows) {
+		return fmt.Errorf("sqlitestore: %s: %w", op, store.ErrNotFound)
+	}
+	return fmt.Errorf("sqlitestore: %s: %w", op, err)
+}

@@ -1,0 +1,431 @@
+package storetest
+
+import (
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	outbox "github.com/outbox-go/outbox"
+	"github.com/outbox-go/outbox/store"
+)
+
+// testConcurrentClaims: several claimers (distinct owners) drain total
+// events. Every event is claimed exactly once; with keys, a key is never
+// held by two claims at once and its events are claimed in id order.
+func (s *suite) testConcurrentClaims(t *testing.T, total, keys int) {
+	fx := s.migrated(t, store.Options{})
+	msgs := make([]outbox.Message, total)
+	rng := rand.New(rand.NewPCG(uint64(keys), uint64(total)))
+	for i := range msgs {
+		key := ""
+		if keys > 0 {
+			// Pseudo-random keys: events of one key sit close together in
+			// id order as often as far apart, so a claim that is not
+			// serialized against another is likely to split a key.
+			key = fmt.Sprintf("key-%03d", rng.IntN(keys))
+		}
+		msgs[i] = outbox.Message{Topic: "load", Key: key, Type: "Load", Payload: []byte(strconv.Itoa(i))}
+	}
+	for i := 0; i < total; i += 500 {
+		enqueue(t, fx, msgs[i:min(i+500, total)]...)
+	}
+
+	var (
+		mu       sync.Mutex
+		problems []string
+		seen     = make(map[int64]string, total) // id → claim that got it
+		lastID   = map[string]int64{}            // key → highest id claimed so far
+		holder   = map[string]string{}           // key → claim holding it now
+		perOwner = map[string]int{}
+		acked    atomic.Int64
+	)
+	report := func(format string, args ...any) {
+		problems = append(problems, fmt.Sprintf(format, args...))
+	}
+	n := s.claimers()
+	deadline := time.Now().Add(30 * time.Second)
+	var wg sync.WaitGroup
+	for w := range n {
+		owner := fmt.Sprintf("claimer-%d", w)
+		wg.Go(func() {
+			for acked.Load() < int64(total) && time.Now().Before(deadline) {
+				r := store.ClaimRequest{Lease: s.lease(owner), Limit: 25, LeaseFor: longLease, HoldDeadKeys: true}
+				c, err := fx.Store.Claim(t.Context(), r)
+				if err != nil {
+					t.Errorf("%s: Claim: %v", owner, err)
+					return
+				}
+				if !checkClaim(t, r, c) {
+					return
+				}
+				if len(c.Events) == 0 {
+					time.Sleep(10 * time.Millisecond) // as a relay would back off
+					continue
+				}
+				tag := fmt.Sprintf("%s#%d", owner, c.Lease.Epoch)
+				// Recorded after Claim returned: a key cannot be claimed
+				// again before this claim acks it, and it acks only below,
+				// so per key the recording order is the claim order.
+				mu.Lock()
+				perOwner[owner] += len(c.Events)
+				for _, ev := range c.Events {
+					if prev, dup := seen[ev.ID]; dup {
+						report("event %d claimed twice: by %s and by %s", ev.ID, prev, tag)
+					}
+					seen[ev.ID] = tag
+					if ev.Key == "" {
+						continue
+					}
+					if last, ok := lastID[ev.Key]; ok && ev.ID <= last {
+						report("key %s: event %d claimed (by %s) after event %d; events of a key must be claimed in id order", ev.Key, ev.ID, tag, last)
+					}
+					lastID[ev.Key] = ev.ID
+					if h, ok := holder[ev.Key]; ok && h != tag {
+						report("key %s held by two claims at once: %s and %s", ev.Key, h, tag)
+					}
+					holder[ev.Key] = tag
+				}
+				// Let go of the keys before Ack: the store still holds them
+				// until Ack returns, so this can only hide a race, never
+				// invent one.
+				for _, ev := range c.Events {
+					if holder[ev.Key] == tag {
+						delete(holder, ev.Key)
+					}
+				}
+				mu.Unlock()
+				if err := fx.Store.Ack(t.Context(), c.Lease, ids(c.Events)); err != nil {
+					t.Errorf("%s: Ack of %d events just claimed: %v", owner, len(c.Events), err)
+					return
+				}
+				acked.Add(int64(len(c.Events)))
+			}
+		})
+	}
+	wg.Wait()
+	for i, p := range problems {
+		if i == 20 {
+			t.Errorf("… and %d more problems", len(problems)-20)
+			break
+		}
+		t.Error(p)
+	}
+	if len(seen) != total || acked.Load() != int64(total) {
+		t.Fatalf("%d claimers got %d distinct events and acked %d; want all %d (stopped after 30s)", n, len(seen), acked.Load(), total)
+	}
+	t.Logf("%d claimers, events claimed per claimer: %v", n, perOwner)
+	st := stats(t, fx)
+	if st.Pending() != 0 || st.New != 0 || st.Sending != 0 {
+		t.Errorf("Stats after every event was acked: %+v; want 0 pending", st)
+	}
+	if c := claim(t, fx, req(s.lease("late"), 10)); len(c.Events) != 0 {
+		t.Errorf("a claim after everything was acked returned %d events", len(c.Events))
+	}
+}
+
+// testPerKeyInFlight: a key in flight under a live lease holds its later
+// events; other keys flow.
+func (s *suite) testPerKeyInFlight(t *testing.T) {
+	fx := s.migrated(t, store.Options{})
+	enqueue(t, fx, msg("k1", "K"), msg("o1", "other-1"), msg("k2", "K"), msg("o2", "other-2"), msg("k3", "K"), msg("n1", ""))
+	a := claim(t, fx, req(s.lease("relay-a"), 1))
+	wantLabels(t, "Claim(Limit 1) by relay-a", a.Events, "k1")
+	b := claim(t, fx, req(s.lease("relay-b"), 10))
+	wantLabels(t, "claim by relay-b while k1 of key K is in flight (K's later events must wait; other keys flow)", b.Events, "o1", "o2", "n1")
+	c := claim(t, fx, req(s.lease("relay-c"), 10))
+	wantLabels(t, "claim by relay-c while K is in flight", c.Events)
+	ack(t, fx, b)
+	ack(t, fx, a)
+	rest := s.drain(t, fx, "relay-d", true)
+	wantLabels(t, "claims after k1 was acked", rest, "k2", "k3")
+}
+
+// testPerKeyRetryHolds: an earlier event waiting for its retry holds its key.
+func (s *suite) testPerKeyRetryHolds(t *testing.T) {
+	fx := s.migrated(t, store.Options{})
+	enqueue(t, fx, msg("k1", "K"), msg("k2", "K"), msg("o1", "other-1"), msg("k3", "K"))
+	a := claim(t, fx, req(s.lease("relay-a"), 1))
+	wantLabels(t, "Claim(Limit 1)", a.Events, "k1")
+	if err := fx.Store.Retry(t.Context(), a.Lease, []store.Retry{{ID: a.Events[0].ID, Delay: time.Hour, Error: "broker down"}}); err != nil {
+		t.Fatalf("Retry: %v", err)
+	}
+	b := claim(t, fx, req(s.lease("relay-b"), 10))
+	wantLabels(t, "claim while k1 waits an hour for its retry (k2 and k3 must wait behind it)", b.Events, "o1")
+	ack(t, fx, b)
+	enqueue(t, fx, msg("o2", "other-2"), msg("k4", "K"), msg("n1", ""))
+	c := claim(t, fx, req(s.lease("relay-c"), 10))
+	wantLabels(t, "claim of later events while k1 waits for its retry", c.Events, "o2", "n1")
+	ack(t, fx, c)
+	if st := stats(t, fx); st.Retrying != 1 || st.New != 4 {
+		t.Errorf("Stats with k1 retrying and k2..k4 waiting: %+v; want Retrying 1, New 4", st)
+	}
+}
+
+// testPerKeyRetryNow: a retry without delay makes the event claimable at
+// once, and the key's events still come in id order.
+func (s *suite) testPerKeyRetryNow(t *testing.T) {
+	fx := s.migrated(t, store.Options{})
+	enqueue(t, fx, msg("k1", "K"), msg("k2", "K"), msg("o1", "other-1"), msg("k3", "K"))
+	a := claim(t, fx, req(s.lease("relay-a"), 1))
+	wantLabels(t, "Claim(Limit 1)", a.Events, "k1")
+	if err := fx.Store.Retry(t.Context(), a.Lease, []store.Retry{{ID: a.Events[0].ID, Delay: 0, Error: "flaky"}}); err != nil {
+		t.Fatalf("Retry: %v", err)
+	}
+	all := s.drain(t, fx, "relay-b", true)
+	k := withKey(all, "K")
+	wantLabels(t, "key K's events after k1's immediate retry", k, "k1", "k2", "k3")
+	wantLabelSet(t, "all events after k1's immediate retry", all, "k1", "k2", "k3", "o1")
+	if k[0].Attempts != 1 {
+		t.Errorf("k1 claimed again with Attempts %d; want 1 after one Retry", k[0].Attempts)
+	}
+	if k[1].Attempts != 0 {
+		t.Errorf("k2 claimed with Attempts %d; want 0", k[1].Attempts)
+	}
+}
+
+// testPerKeyDead: with HoldDeadKeys a DEAD event holds its key's later
+// events; without, they move on; requeueing frees the key.
+func (s *suite) testPerKeyDead(t *testing.T) {
+	fx := s.migrated(t, store.Options{})
+	enqueue(t, fx, msg("k1", "K"), msg("k2", "K"), msg("k3", "K"), msg("o1", "other-1"), msg("n1", ""))
+	a := claim(t, fx, req(s.lease("relay-a"), 1))
+	wantLabels(t, "Claim(Limit 1)", a.Events, "k1")
+	if err := fx.Store.Bury(t.Context(), a.Lease, []store.Burial{{ID: a.Events[0].ID, Error: "poison"}}); err != nil {
+		t.Fatalf("Bury: %v", err)
+	}
+	held := s.drain(t, fx, "relay-hold", true)
+	wantLabelSet(t, "claims with HoldDeadKeys=true after k1 was buried (k2, k3 must wait; other keys flow)", held, "o1", "n1")
+	if st := stats(t, fx); st.BlockedKeys != 1 || st.Dead != 1 || st.New != 2 {
+		t.Errorf("Stats with key K held by dead k1: %+v; want BlockedKeys 1, Dead 1, New 2", st)
+	}
+	moved := s.drain(t, fx, "relay-move-on", false)
+	wantLabels(t, "claims with HoldDeadKeys=false after k1 was buried", moved, "k2", "k3")
+	n, err := fx.Store.RequeueDead(t.Context(), store.DeadQuery{Key: "K"})
+	if err != nil || n != 1 {
+		t.Fatalf("RequeueDead(key K) = %d, %v; want 1, nil", n, err)
+	}
+	again := s.drain(t, fx, "relay-after-requeue", true)
+	wantLabels(t, "claims after k1 was requeued", again, "k1")
+}
+
+// testPerKeyAvailableAt: a keyed event delayed by AvailableAt holds its
+// key; a delayed keyless event holds nothing.
+func (s *suite) testPerKeyAvailableAt(t *testing.T) {
+	fx := s.migrated(t, store.Options{})
+	soon := time.Now().Add(2 * time.Second)
+	k1 := msg("k1", "K")
+	k1.AvailableAt = soon
+	later := msg("later", "")
+	later.AvailableAt = time.Now().Add(time.Hour)
+	enqueue(t, fx, k1, msg("k2", "K"), later, msg("o1", "other-1"), msg("k3", "K"), msg("n1", ""))
+	c := claim(t, fx, req(s.lease("relay-a"), 10))
+	wantLabels(t, "claim while k1 is delayed by AvailableAt (k2, k3 must wait; a delayed keyless event holds nothing)", c.Events, "o1", "n1")
+	ack(t, fx, c)
+	if st := stats(t, fx); st.New != 4 {
+		t.Errorf("Stats with 4 delayed or waiting events: %+v; want New 4 (New includes delayed events)", st)
+	}
+	sleepUntil(soon.Add(300 * time.Millisecond))
+	all := s.drain(t, fx, "relay-b", true)
+	wantLabels(t, "claims after k1's AvailableAt passed", all, "k1", "k2", "k3")
+}
+
+// testLeaseExpiry: an expired lease lets another owner take the events,
+// and the stale owner then changes nothing.
+func (s *suite) testLeaseExpiry(t *testing.T) {
+	fx := s.migrated(t, store.Options{})
+	enqueue(t, fx, msg("e1", ""), msg("e2", "K"))
+	before := time.Now()
+	r := req(s.lease("stale"), 10)
+	r.LeaseFor = time.Second
+	old := claim(t, fx, r)
+	after := time.Now()
+	wantLabels(t, "claim with LeaseFor 1s", old.Events, "e1", "e2")
+	if !within(old.Until, before.Add(time.Second), after.Add(time.Second), time.Second) {
+		t.Errorf("Claim(LeaseFor 1s) Until = %v; want about now+1s (%v): lease times come from the database clock", old.Until, before.Add(time.Second))
+	}
+	rec := get(t, fx, old.Events[0].ID)
+	if rec.Status != outbox.StatusSending || rec.LeaseOwner != "stale" || !near(rec.LeaseUntil, old.Until, 100*time.Millisecond) {
+		t.Errorf("Get of a claimed event: %s; want SENDING, owner stale, lease until %v", describe(rec), old.Until)
+	}
+	if c := claim(t, fx, req(s.lease("fresh"), 10)); len(c.Events) != 0 {
+		t.Fatalf("another owner claimed %v while the 1s lease was live", labels(c.Events))
+	}
+	fresh := s.eventually(t, fx, "fresh", 10, 5*time.Second)
+	if got := time.Now(); got.Before(old.Until.Add(-250 * time.Millisecond)) {
+		t.Errorf("another owner took the events at %v, before the lease ran out at %v", got, old.Until)
+	}
+	wantLabels(t, "claim after the 1s lease expired", fresh.Events, "e1", "e2")
+	id1, id2 := fresh.Events[0].ID, fresh.Events[1].ID
+	snap := map[int64]store.Record{id1: get(t, fx, id1), id2: get(t, fx, id2)}
+	for id, rec := range snap {
+		if rec.Status != outbox.StatusSending || rec.LeaseOwner != "fresh" {
+			t.Errorf("Get(%d) after the takeover: %s; want SENDING under owner fresh", id, describe(rec))
+		}
+	}
+	unchanged := func(op string) {
+		t.Helper()
+		for id, was := range snap {
+			now := get(t, fx, id)
+			if now.Status != was.Status || now.LeaseOwner != was.LeaseOwner || now.Attempts != was.Attempts ||
+				now.LastError != was.LastError || !now.LeaseUntil.Equal(was.LeaseUntil) {
+				t.Errorf("stale %s changed event %d: was %s, now %s", op, id, describe(was), describe(now))
+			}
+		}
+	}
+	ctx := t.Context()
+	both := []int64{id1, id2}
+	if err := fx.Store.Ack(ctx, old.Lease, both); !errors.Is(err, store.ErrLeaseLost) {
+		t.Errorf("Ack by the stale owner: %v; want store.ErrLeaseLost", err)
+	}
+	unchanged("Ack")
+	if err := fx.Store.Retry(ctx, old.Lease, []store.Retry{{ID: id1, Delay: time.Hour, Error: "stale"}, {ID: id2, Error: "stale"}}); !errors.Is(err, store.ErrLeaseLost) {
+		t.Errorf("Retry by the stale owner: %v; want store.ErrLeaseLost", err)
+	}
+	unchanged("Retry")
+	if err := fx.Store.Bury(ctx, old.Lease, []store.Burial{{ID: id1, Error: "stale"}, {ID: id2, Error: "stale"}}); !errors.Is(err, store.ErrLeaseLost) {
+		t.Errorf("Bury by the stale owner: %v; want store.ErrLeaseLost", err)
+	}
+	unchanged("Bury")
+	if err := fx.Store.Release(ctx, old.Lease, both); !errors.Is(err, store.ErrLeaseLost) {
+		t.Errorf("Release by the stale owner: %v; want store.ErrLeaseLost", err)
+	}
+	unchanged("Release")
+	if _, err := fx.Store.Extend(ctx, old.Lease, both, time.Hour); !errors.Is(err, store.ErrLeaseLost) {
+		t.Errorf("Extend by the stale owner: %v; want store.ErrLeaseLost", err)
+	}
+	unchanged("Extend")
+	if c := claim(t, fx, req(s.lease("third"), 10)); len(c.Events) != 0 {
+		t.Errorf("a third owner claimed %v while the new lease was live", labels(c.Events))
+	}
+	ack(t, fx, fresh)
+	wantNotFound(t, fx, id1, "after the new owner's Ack")
+	wantNotFound(t, fx, id2, "after the new owner's Ack")
+	if err := fx.Store.Ack(ctx, fresh.Lease, both); !errors.Is(err, store.ErrLeaseLost) {
+		t.Errorf("a second Ack of the same events: %v; want store.ErrLeaseLost (they were acked already)", err)
+	}
+}
+
+// testLeaseFencingEpoch: the epoch fences one owner's own claims: after
+// the owner's first lease expired and it claimed again, the first lease is
+// stale.
+func (s *suite) testLeaseFencingEpoch(t *testing.T) {
+	fx := s.migrated(t, store.Options{})
+	enqueue(t, fx, msg("e1", ""))
+	r := req(s.lease("relay"), 10)
+	r.LeaseFor = time.Second
+	first := claim(t, fx, r)
+	wantLabels(t, "first claim", first.Events, "e1")
+	second := s.eventually(t, fx, "relay", 10, 5*time.Second)
+	wantLabels(t, "claim by the same owner after its lease expired", second.Events, "e1")
+	if second.Lease == first.Lease {
+		t.Fatalf("two claims returned the same lease %+v; each claim needs its own epoch", first.Lease)
+	}
+	id := first.Events[0].ID
+	was := get(t, fx, id)
+	ctx := t.Context()
+	_, extendErr := fx.Store.Extend(ctx, first.Lease, []int64{id}, time.Hour)
+	stale := []struct {
+		op  string
+		err error
+	}{
+		{"Ack", fx.Store.Ack(ctx, first.Lease, []int64{id})},
+		{"Retry", fx.Store.Retry(ctx, first.Lease, []store.Retry{{ID: id, Delay: time.Hour, Error: "stale"}})},
+		{"Bury", fx.Store.Bury(ctx, first.Lease, []store.Burial{{ID: id, Error: "stale"}})},
+		{"Release", fx.Store.Release(ctx, first.Lease, []int64{id})},
+		{"Extend", extendErr},
+	}
+	for _, st := range stale {
+		if !errors.Is(st.err, store.ErrLeaseLost) {
+			t.Errorf("%s with the owner's older epoch: %v; want store.ErrLeaseLost (every change is a compare-and-swap on owner and epoch)", st.op, st.err)
+		}
+	}
+	if now := get(t, fx, id); now.Status != outbox.StatusSending || now.Attempts != was.Attempts || now.LastError != was.LastError || !now.LeaseUntil.Equal(was.LeaseUntil) {
+		t.Errorf("operations with a stale epoch changed the event: was %s, now %s", describe(was), describe(now))
+	}
+	ack(t, fx, second)
+}
+
+// testLeaseExtend: Extend keeps a lease alive past its first expiry.
+func (s *suite) testLeaseExtend(t *testing.T) {
+	fx := s.migrated(t, store.Options{})
+	enqueue(t, fx, msg("e1", ""), msg("e2", "K"))
+	r := req(s.lease("relay"), 10)
+	r.LeaseFor = time.Second
+	c := claim(t, fx, r)
+	wantLabels(t, "claim with LeaseFor 1s", c.Events, "e1", "e2")
+	time.Sleep(300 * time.Millisecond)
+	before := time.Now()
+	until, err := fx.Store.Extend(t.Context(), c.Lease, ids(c.Events), 4*time.Second)
+	if err != nil {
+		t.Fatalf("Extend: %v", err)
+	}
+	if !within(until, before.Add(4*time.Second), time.Now().Add(4*time.Second), time.Second) {
+		t.Errorf("Extend(4s) returned %v; want about now+4s (%v)", until, before.Add(4*time.Second))
+	}
+	if rec := get(t, fx, c.Events[0].ID); !near(rec.LeaseUntil, until, 100*time.Millisecond) {
+		t.Errorf("Get after Extend: LeaseUntil %v; want %v as Extend returned", rec.LeaseUntil, until)
+	}
+	sleepUntil(c.Until.Add(700 * time.Millisecond))
+	if other := claim(t, fx, req(s.lease("other"), 10)); len(other.Events) != 0 {
+		t.Fatalf("another owner claimed %v after the first expiry of an extended lease", labels(other.Events))
+	}
+	ack(t, fx, c)
+}
+
+// testLeaseRelease: Release gives events back untouched and claimable now.
+func (s *suite) testLeaseRelease(t *testing.T) {
+	fx := s.migrated(t, store.Options{})
+	enqueue(t, fx, msg("e1", ""), msg("e2", "K"))
+	a := claim(t, fx, req(s.lease("relay-a"), 10))
+	wantLabels(t, "first claim", a.Events, "e1", "e2")
+	if err := fx.Store.Retry(t.Context(), a.Lease, []store.Retry{{ID: a.Events[0].ID, Delay: 0, Error: "flaky"}}); err != nil {
+		t.Fatalf("Retry: %v", err)
+	}
+	if err := fx.Store.Release(t.Context(), a.Lease, ids(a.Events[1:])); err != nil {
+		t.Fatalf("Release: %v", err)
+	}
+	b := claim(t, fx, req(s.lease("relay-b"), 10))
+	wantLabels(t, "claim right after Retry(0) and Release", b.Events, "e1", "e2")
+	if err := fx.Store.Release(t.Context(), b.Lease, ids(b.Events)); err != nil {
+		t.Fatalf("Release: %v", err)
+	}
+	e1, e2 := get(t, fx, b.Events[0].ID), get(t, fx, b.Events[1].ID)
+	if e1.Status != outbox.StatusNew || e1.Attempts != 1 || e1.LastError != "flaky" || !e1.LeaseUntil.IsZero() {
+		t.Errorf("released e1 (retried once before): %s; want NEW, attempts 1, last error \"flaky\", no lease", describe(e1))
+	}
+	if e2.Status != outbox.StatusNew || e2.Attempts != 0 || e2.LastError != "" || !e2.LeaseUntil.IsZero() {
+		t.Errorf("released e2: %s; want NEW, attempts 0, no last error, no lease", describe(e2))
+	}
+	c := claim(t, fx, req(s.lease("relay-c"), 10))
+	wantLabels(t, "claim right after Release", c.Events, "e1", "e2")
+	if c.Events[0].Attempts != 1 || c.Events[1].Attempts != 0 {
+		t.Errorf("after Release, attempts are %d and %d; want 1 and 0 (Release must not count an attempt)", c.Events[0].Attempts, c.Events[1].Attempts)
+	}
+	ack(t, fx, c)
+}
+
+// testLeasePartialAck: an Ack naming ids of another lease acks its own and
+// reports ErrLeaseLost.
+func (s *suite) testLeasePartialAck(t *testing.T) {
+	fx := s.migrated(t, store.Options{})
+	enqueue(t, fx, msg("e1", ""), msg("e2", ""), msg("e3", ""))
+	a := claim(t, fx, req(s.lease("relay-a"), 2))
+	wantLabels(t, "claim by relay-a", a.Events, "e1", "e2")
+	b := claim(t, fx, req(s.lease("relay-b"), 10))
+	wantLabels(t, "claim by relay-b", b.Events, "e3")
+	err := fx.Store.Ack(t.Context(), a.Lease, []int64{a.Events[0].ID, a.Events[1].ID, b.Events[0].ID})
+	if !errors.Is(err, store.ErrLeaseLost) {
+		t.Errorf("Ack naming an id held by another lease: %v; want store.ErrLeaseLost", err)
+	}
+	wantNotFound(t, fx, a.Events[0].ID, "after a partial Ack (the held ids must still be acked)")
+	wantNotFound(t, fx, a.Events[1].ID, "after a partial Ack (the held ids must still be acked)")
+	if rec := get(t, fx, b.Events[0].ID); rec.Status != outbox.StatusSending || rec.LeaseOwner != "relay-b" {
+		t.Errorf("the other lease's event after a partial Ack: %s; want SENDING under relay-b", describe(rec))
+	}
+	ack(t, fx, b)
+}

@@ -71,3 +71,13 @@ func Migrate(ctx context.Context, db *sql.DB, d Dialect) error {
 	}
 	return nil
 }
+
+// Drop removes the business tables (for a fresh run on a shared database).
+func Drop(ctx context.Context, db *sql.DB) error {
+	for _, t := range []string{"orders", "points_ledger", "shipments", "notifications", "deliveries"} {
+		if _, err := db.ExecContext(ctx, "DROP TABLE IF EXISTS "+t); err != nil {
+			return fmt.Errorf("orders: drop %s: %w", t, err)
+		}
+	}
+	return nil
+}

@@ -106,7 +106,11 @@ type flags struct {
 	*flag.FlagSet
 	db, table, schema, config string
 	usage                     string
+	positional                []string
 }
+
+// posArgs returns the positional arguments, wherever they stood.
+func (f *flags) posArgs() []string { return f.positional }
 
 func newFlags(e env, name, usage string) *flags {
 	f := &flags{FlagSet: flag.NewFlagSet(name, flag.ContinueOnError)}
@@ -122,13 +126,24 @@ func newFlags(e env, name, usage string) *flags {
 
 // parse parses args, applies --config and prints help on --help.
 func (f *flags) parse(e env, args []string) error {
-	if err := f.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			f.printHelp(e.stdout)
-			return flag.ErrHelp
+	// Flags may come after positional arguments (`dead show 42 --json`):
+	// parse, take one positional, parse the rest, and so on.
+	var positional []string
+	for {
+		if err := f.Parse(args); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				f.printHelp(e.stdout)
+				return flag.ErrHelp
+			}
+			return fmt.Errorf("%w: %v (see `outbox %s --help`)", wire.ErrUsage, err, f.Name())
 		}
-		return fmt.Errorf("%w: %v (see `outbox %s --help`)", wire.ErrUsage, err, f.Name())
+		if f.NArg() == 0 {
+			break
+		}
+		positional = append(positional, f.Arg(0))
+		args = f.Args()[1:]
 	}
+	f.positional = positional
 	if f.config != "" {
 		if err := f.applyConfig(f.config); err != nil {
 			return err

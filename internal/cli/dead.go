@@ -40,7 +40,7 @@ func runDead(ctx context.Context, e env, args []string) error {
 		return err
 	}
 	var ids []int64
-	for _, a := range f.Args() {
+	for _, a := range f.posArgs() {
 		id, err := strconv.ParseInt(a, 10, 64)
 		if err != nil || id <= 0 {
 			return fmt.Errorf("%w: %q is not an event id (a positive number from `outbox dead list`)", wire.ErrUsage, a)

@@ -22,7 +22,6 @@ import (
 	"github.com/outbox-go/outbox/inbox"
 	"github.com/outbox-go/outbox/internal/wire"
 	"github.com/outbox-go/outbox/store"
-	"github.com/outbox-go/outbox/store/sqlitestore"
 )
 
 // runDemo tells the seeds' story on the embedded default: SQLite in a temp
@@ -31,7 +30,9 @@ import (
 // them failing three times, one "crashing" before its acks. The summary is
 // computed from the tables afterwards.
 func runDemo(ctx context.Context, e env, args []string) error {
-	fs := newFlags(e, "demo", "demo [--orders 500] [--keep]")
+	fs := newFlags(e, "demo", "demo [--orders 500] [--keep] [--db URL --broker nats://…]")
+	fs.db = "" // embedded by default, whatever OUTBOX_DB says
+	brokerURL := fs.String("broker", "", "a NATS server instead of the embedded one")
 	n := fs.Int("orders", 500, "orders to pay")
 	keep := fs.Bool("keep", false, "keep the temp directory (SQLite file, NATS store) for a look afterwards")
 	if err := fs.parse(e, args); err != nil {
@@ -40,7 +41,11 @@ func runDemo(ctx context.Context, e env, args []string) error {
 	if *n < 50 || *n > 100_000 {
 		return fmt.Errorf("%w: --orders must be between 50 and 100000", wire.ErrUsage)
 	}
-	d := &demo{out: e.stdout, orders: *n}
+	d := &demo{out: e.stdout, orders: *n, dbURL: fs.db, natsURL: *brokerURL, table: "outbox", inboxTable: inbox.DefaultTable}
+	if d.dbURL != "" {
+		// Someone else's database: tables of our own, dropped and made anew.
+		d.table, d.inboxTable = "demo_outbox", "demo_inbox"
+	}
 	dir, err := os.MkdirTemp("", "outbox-demo-")
 	if err != nil {
 		return err
@@ -57,8 +62,10 @@ type demo struct {
 	out    io.Writer
 	orders int
 
-	dbURL, natsURL string
-	db             *sql.DB
+	dbURL, natsURL    string
+	table, inboxTable string
+	dialect           orders.Dialect
+	db                *sql.DB
 	st             store.Store
 	in             *inbox.Inbox
 	relay          *exec.Cmd
@@ -76,36 +83,49 @@ func (d *demo) run(ctx context.Context, dir string) error {
 	d.say("the seeds' story: an order service pays %d orders; points, shipping and notifications must each apply every payment once", d.orders)
 
 	// The embedded default: SQLite file + NATS JetStream in this process.
-	ns, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: server.RANDOM_PORT, JetStream: true, StoreDir: filepath.Join(dir, "nats"), NoLog: true, NoSigs: true})
-	if err != nil {
-		return fmt.Errorf("embedded NATS: %w", err)
+	if d.natsURL == "" {
+		ns, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: server.RANDOM_PORT, JetStream: true, StoreDir: filepath.Join(dir, "nats"), NoLog: true, NoSigs: true})
+		if err != nil {
+			return fmt.Errorf("embedded NATS: %w", err)
+		}
+		go ns.Start()
+		defer ns.Shutdown()
+		if !ns.ReadyForConnections(10 * time.Second) {
+			return errors.New("embedded NATS did not start within 10s")
+		}
+		d.natsURL = ns.ClientURL()
 	}
-	go ns.Start()
-	defer ns.Shutdown()
-	if !ns.ReadyForConnections(10 * time.Second) {
-		return errors.New("embedded NATS did not start within 10s")
+	if d.dbURL == "" {
+		d.dbURL = "sqlite:" + filepath.Join(dir, "demo.db")
 	}
-	d.natsURL = ns.ClientURL()
-	d.dbURL = "sqlite:" + filepath.Join(dir, "demo.db")
-	if d.st, err = sqlitestore.Open(ctx, d.dbURL, sqlitestore.Config{}); err != nil {
+	var err error
+	var dialect string
+	if d.db, dialect, err = wire.SQLDB(d.dbURL); err != nil {
+		return err
+	}
+	defer d.db.Close()
+	d.dialect = orders.Dialect(dialect)
+	if d.table != "outbox" {
+		for _, t := range []string{d.table, d.table + "_archive", d.table + "_migrations", d.inboxTable, d.inboxTable + "_versions"} {
+			if _, err := d.db.ExecContext(ctx, "DROP TABLE IF EXISTS "+t); err != nil {
+				return err
+			}
+		}
+		if err := orders.Drop(ctx, d.db); err != nil {
+			return err
+		}
+	}
+	if d.st, err = wire.OpenStore(ctx, d.dbURL, store.Options{Table: d.table}); err != nil {
 		return err
 	}
 	defer d.st.Close()
 	if err := d.st.Migrate(ctx); err != nil {
 		return err
 	}
-	dsn, err := sqlitestore.DSN(d.dbURL)
-	if err != nil {
+	if err := orders.Migrate(ctx, d.db, d.dialect); err != nil {
 		return err
 	}
-	if d.db, err = sql.Open("sqlite", dsn); err != nil {
-		return err
-	}
-	defer d.db.Close()
-	if err := orders.Migrate(ctx, d.db, orders.SQLite); err != nil {
-		return err
-	}
-	if d.in, err = inbox.New(d.db, inbox.Config{}); err != nil {
+	if d.in, err = inbox.New(d.db, inbox.Config{Table: d.inboxTable}); err != nil {
 		return err
 	}
 	if err := d.in.Migrate(ctx); err != nil {
@@ -120,10 +140,11 @@ func (d *demo) run(ctx context.Context, dir string) error {
 	if err != nil {
 		return err
 	}
+	_ = js.DeleteStream(ctx, "ORDERS") // a stream of an earlier run
 	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "ORDERS", Subjects: []string{"orders.>"}, Storage: jetstream.FileStorage}); err != nil {
 		return err
 	}
-	d.say("SQLite at %s, NATS JetStream embedded at %s", filepath.Join(dir, "demo.db"), d.natsURL)
+	d.say("database %s (%s), NATS JetStream at %s", wire.Mask(d.dbURL), d.dialect, d.natsURL)
 
 	if err := d.startRelay(); err != nil {
 		return err
@@ -152,7 +173,7 @@ func (d *demo) run(ctx context.Context, dir string) error {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if err := c.Run(ctx, js, "ORDERS", d.in, orders.SQLite, opts[c.Name]); err != nil && ctx.Err() == nil {
+			if err := c.Run(ctx, js, "ORDERS", d.in, d.dialect, opts[c.Name]); err != nil && ctx.Err() == nil {
 				onErr(err)
 			}
 		}()
@@ -161,7 +182,7 @@ func (d *demo) run(ctx context.Context, dir string) error {
 
 	// The order service: create, then pay with four concurrent clients;
 	// every 20th payment is declined after its event was written.
-	svc := &orders.Service{DB: d.db, Dialect: orders.SQLite, Outbox: d.st}
+	svc := &orders.Service{DB: d.db, Dialect: d.dialect, Outbox: d.st}
 	declined := d.orders / 20
 	ids := make([]int64, d.orders+declined)
 	for i := range ids {
@@ -191,7 +212,7 @@ func (d *demo) run(ctx context.Context, dir string) error {
 	}
 
 	// Watch, kill the relay mid-batch once, wait for the end.
-	killed := false
+	killed, killTried := false, false
 	progress := newProgress(d.out)
 	deadline := time.Now().Add(90 * time.Second)
 	payDone := make(chan struct{})
@@ -212,7 +233,8 @@ func (d *demo) run(ctx context.Context, dir string) error {
 		}
 		progress.show(fmt.Sprintf("paid %d/%d · in outbox %d · processed: points %d, shipping %d, notifications %d",
 			paid.Load(), d.orders, s.Pending(), counts["points"], counts["shipping"], counts["notifications"]))
-		if !killed && paid.Load() >= int64(d.orders)/3 {
+		if !killTried && paid.Load() >= int64(d.orders)/3 {
+			killTried = true
 			inFlight, err := d.killMidBatch(ctx)
 			if err != nil {
 				return err
@@ -245,7 +267,7 @@ func (d *demo) startRelay() error {
 	if err != nil {
 		return err
 	}
-	d.relay = exec.Command(self, "relay", "--db", d.dbURL, "--broker", d.natsURL, "--lease", "2s", "--batch", "20", "--poll", "100ms", "--log", "error")
+	d.relay = exec.Command(self, "relay", "--db", d.dbURL, "--table", d.table, "--broker", d.natsURL, "--lease", "2s", "--batch", "20", "--poll", "100ms", "--log", "error")
 	d.relay.Stderr = os.Stderr
 	if err := d.relay.Start(); err != nil {
 		return fmt.Errorf("starting the relay process: %w", err)
@@ -336,8 +358,8 @@ func (d *demo) summary(ctx context.Context, killed bool, shippingFailures int64,
 	}
 	inbox := d.in.Table()
 	committed := q("SELECT count(*) FROM orders WHERE status = 'PAID' AND paid_event_id IS NOT NULL")
-	delivered := q("SELECT count(*) FROM orders o WHERE o.status = 'PAID' AND (SELECT count(DISTINCT consumer) FROM " + inbox + " i WHERE i.event_id = o.paid_event_id) = 3")
-	phantom := q("SELECT count(DISTINCT event_id) FROM " + inbox + " WHERE event_id NOT IN (SELECT paid_event_id FROM orders WHERE status = 'PAID' AND paid_event_id IS NOT NULL)")
+	delivered := q("SELECT count(*) FROM orders o WHERE o.status = 'PAID' AND (SELECT count(DISTINCT consumer) FROM " + inbox + " i WHERE CAST(i.event_id AS CHAR(36)) = o.paid_event_id) = 3")
+	phantom := q("SELECT count(DISTINCT event_id) FROM " + inbox + " WHERE CAST(event_id AS CHAR(36)) NOT IN (SELECT paid_event_id FROM orders WHERE status = 'PAID' AND paid_event_id IS NOT NULL)")
 	dups := q("SELECT count(*) FROM deliveries WHERE outcome = 'duplicate'")
 	redelivered := q("SELECT count(*) FROM deliveries WHERE num_delivered > 1")
 	effects := map[string]int64{

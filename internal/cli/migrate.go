@@ -12,8 +12,8 @@ func runMigrate(ctx context.Context, e env, args []string) error {
 	if err := f.parse(e, args); err != nil {
 		return err
 	}
-	if f.NArg() > 0 {
-		return fmt.Errorf("%w: unexpected argument %q", wire.ErrUsage, f.Arg(0))
+	if len(f.posArgs()) > 0 {
+		return fmt.Errorf("%w: unexpected argument %q", wire.ErrUsage, f.posArgs()[0])
 	}
 	st, err := f.openStore(ctx, f.options())
 	if err != nil {

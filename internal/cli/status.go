@@ -29,8 +29,8 @@ func runStatus(ctx context.Context, e env, args []string) error {
 	if err := f.parse(e, args); err != nil {
 		return err
 	}
-	if f.NArg() > 0 {
-		return fmt.Errorf("%w: unexpected argument %q", wire.ErrUsage, f.Arg(0))
+	if len(f.posArgs()) > 0 {
+		return fmt.Errorf("%w: unexpected argument %q", wire.ErrUsage, f.posArgs()[0])
 	}
 	opts := f.options()
 	opts.KeepSent = true // count the archive too

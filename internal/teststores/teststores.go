@@ -60,7 +60,12 @@ func URL(t testing.TB, kind string) string {
 // drops the tables when t ends.
 func Open(t testing.TB, kind string, opts store.Options) Opened {
 	t.Helper()
-	url := URL(t, kind)
+	return OpenAt(t, kind, URL(t, kind), opts)
+}
+
+// OpenAt is Open on a given database URL (from URL).
+func OpenAt(t testing.TB, kind, url string, opts store.Options) Opened {
+	t.Helper()
 	if opts.Table == "" {
 		opts.Table = UniqueTable("rt_")
 	}

@@ -1,0 +1,129 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/outbox-go/outbox/internal/teststores"
+	"github.com/outbox-go/outbox/store"
+)
+
+func runCLI(args ...string) (code int, stdout, stderr string) {
+	var out, errb bytes.Buffer
+	code = Main(context.Background(), args, &out, &errb)
+	return code, out.String(), errb.String()
+}
+
+// Bad input gets exactly one line naming what is wrong, never a stack trace.
+func TestBadInputIsOneLine(t *testing.T) {
+	cases := []struct {
+		args []string
+		code int
+		want string
+	}{
+		{[]string{"nosuch"}, exitUsage, `unknown command "nosuch"`},
+		{[]string{"migrate", "--bogus"}, exitUsage, "flag provided but not defined: -bogus"},
+		{[]string{"migrate", "--db", "oracle://x"}, exitUsage, `unknown database scheme "oracle"`},
+		{[]string{"migrate", "--db", "no-scheme-here"}, exitUsage, "has no scheme"},
+		{[]string{"migrate", "--db", "postgres://u:s3cret@127.0.0.1:1/db"}, exitFail, "cannot reach"},
+		{[]string{"migrate", "--db", "mysql://u:s3cret@127.0.0.1:1/db"}, exitFail, ""},
+		{[]string{"migrate", "--db", "sqlite:/nonexistent-dir/x.db"}, exitFail, ""},
+		{[]string{"migrate", "--db", "sqlite:x.db", "--table", `a"; DROP TABLE x; --`}, exitFail, "invalid table or schema name"},
+		{[]string{"relay", "--db", "sqlite::memory:", "--broker", "kafka://127.0.0.1:9092"}, 0, ""},
+		{[]string{"relay", "--db", "sqlite:" + t.TempDir() + "/x.db", "--broker", "nats://127.0.0.1:4222", "--dead-keys", "maybe"}, exitUsage, "--dead-keys must be hold or skip"},
+		{[]string{"dead"}, exitUsage, "say list, show, retry or purge"},
+		{[]string{"dead", "retry", "--db", "sqlite:x.db"}, exitUsage, "needs event ids"},
+		{[]string{"dead", "show", "abc", "--db", "sqlite:x.db"}, exitUsage, "not an event id"},
+		{[]string{"status"}, exitUsage, "no database given"},
+	}
+	for _, c := range cases {
+		code, _, stderr := runCLI(c.args...)
+		if c.code == 0 { // only "one line, no secret, no panic" is checked
+			c.code = code
+		}
+		if code != c.code {
+			t.Errorf("%v: exit %d, want %d (stderr %q)", c.args, code, c.code, stderr)
+		}
+		if strings.Count(stderr, "\n") != 1 {
+			t.Errorf("%v: stderr is not one line: %q", c.args, stderr)
+		}
+		if !strings.Contains(stderr, c.want) {
+			t.Errorf("%v: stderr %q does not say %q", c.args, stderr, c.want)
+		}
+		if strings.Contains(stderr, "s3cret") || strings.Contains(stderr, "goroutine ") {
+			t.Errorf("%v: stderr leaks a password or a stack: %q", c.args, stderr)
+		}
+	}
+}
+
+func TestEveryCommandHasHelp(t *testing.T) {
+	for _, c := range commands() {
+		code, out, _ := runCLI(c.name, "--help")
+		if code != exitOK || !strings.Contains(out, "Usage: outbox "+c.name) {
+			t.Errorf("%s --help: exit %d, output %q", c.name, code, out)
+		}
+	}
+	if code, out, _ := runCLI("--help"); code != exitOK || !strings.Contains(out, "relay") {
+		t.Errorf("--help: %d %q", code, out)
+	}
+}
+
+// Against each real database: migrate, a missing table's hint, status and
+// the dead-letter commands, and the config file.
+func TestMigrateStatusDeadOnEachDatabase(t *testing.T) {
+	for _, kind := range teststores.Kinds {
+		t.Run(kind, func(t *testing.T) {
+			url := teststores.URL(t, kind)
+			table := teststores.UniqueTable("cli_")
+			t.Cleanup(func() { teststores.Drop(t, kind, url, table) })
+			if code, _, stderr := runCLI("status", "--db", url, "--table", table); code != exitFail || !strings.Contains(stderr, "run `outbox migrate --db URL` first") {
+				t.Errorf("status before migrate: %d %q", code, stderr)
+			}
+			for i := 0; i < 2; i++ {
+				if code, out, stderr := runCLI("migrate", "--db", url, "--table", table); code != exitOK || !strings.Contains(out, "up to date") {
+					t.Fatalf("migrate #%d: %d %q %q", i+1, code, out, stderr)
+				}
+			}
+			o := teststores.OpenAt(t, kind, url, store.Options{Table: table})
+			ctx := context.Background()
+			if _, err := o.DB.ExecContext(ctx, "INSERT INTO "+table+" (topic, event_key, event_type, payload) VALUES ('orders', 'order-42', 'OrderPaid', '{\"id\":42}')"); err != nil {
+				t.Fatal(err)
+			}
+			c, err := o.Store.Claim(ctx, store.ClaimRequest{Lease: store.Lease{Owner: "t", Epoch: 1}})
+			if err != nil || len(c.Events) != 1 {
+				t.Fatalf("claim: %v %v", c.Events, err)
+			}
+			if err := o.Store.Bury(ctx, c.Lease, []store.Burial{{ID: c.Events[0].ID, Error: "permanent: rejected"}}); err != nil {
+				t.Fatal(err)
+			}
+			cfg := t.TempDir() + "/outbox.conf"
+			writeFile(t, cfg, "# test config\ndb = "+url+"\ntable = "+table+"\n")
+			code, out, stderr := runCLI("status", "--config", cfg)
+			if code != exitOK || !regexp.MustCompile(`dead\s+1`).MatchString(out) || !regexp.MustCompile(`blocked keys\s+1`).MatchString(out) {
+				t.Errorf("status: %d %q %q", code, out, stderr)
+			}
+			if code, out, _ := runCLI("status", "--config", cfg, "--json"); code != exitOK || !strings.Contains(out, `"dead": 1`) {
+				t.Errorf("status --json: %d %q", code, out)
+			}
+			if code, out, _ := runCLI("dead", "list", "--config", cfg); code != exitOK || !strings.Contains(out, "order-42") || !strings.Contains(out, "permanent: rejected") {
+				t.Errorf("dead list: %d %q", code, out)
+			}
+			id := c.Events[0].ID
+			if code, out, _ := runCLI("dead", "show", itoa(id), "--config", cfg); code != exitOK || !strings.Contains(out, `{"id":42}`) {
+				t.Errorf("dead show: %d %q", code, out)
+			}
+			if code, out, _ := runCLI("dead", "retry", itoa(id), "--config", cfg); code != exitOK || !strings.Contains(out, "requeued 1") {
+				t.Errorf("dead retry: %d %q", code, out)
+			}
+			if s, _ := o.Store.Stats(ctx); s.New != 1 || s.Dead != 0 {
+				t.Errorf("after retry: %+v", s)
+			}
+			if code, out, _ := runCLI("dead", "purge", "--older-than", "0s", "--config", cfg); code != exitOK || !strings.Contains(out, "purged 0") {
+				t.Errorf("dead purge: %d %q", code, out)
+			}
+		})
+	}
+}

@@ -66,12 +66,12 @@ type demo struct {
 	table, inboxTable string
 	dialect           orders.Dialect
 	db                *sql.DB
-	st             store.Store
-	in             *inbox.Inbox
-	relay          *exec.Cmd
-	relayDone      chan struct{}
-	consumerErrs   atomic.Int64
-	lastErr        atomic.Value
+	st                store.Store
+	in                *inbox.Inbox
+	relay             *exec.Cmd
+	relayDone         chan struct{}
+	consumerErrs      atomic.Int64
+	lastErr           atomic.Value
 }
 
 func (d *demo) say(format string, args ...any) { fmt.Fprintf(d.out, "demo: "+format+"\n", args...) }

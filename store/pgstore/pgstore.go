@@ -40,9 +40,9 @@ type Store struct {
 
 	insertPrefix, insertNotifyPrefix string
 
-	mu        sync.Mutex
-	listeners []chan struct{}
-	listening bool
+	mu         sync.Mutex
+	listeners  []chan struct{}
+	listening  bool
 	stopListen context.CancelFunc
 	listenDone chan struct{}
 	closed     bool

@@ -145,16 +145,18 @@ func (r *Relay) work(ctx context.Context) {
 func (r *Relay) round(ctx context.Context) (int, error) {
 	lease := store.Lease{Owner: r.cfg.Owner, Epoch: r.epoch.Add(1)}
 	start := time.Now()
-	claim, err := r.st.Claim(ctx, store.ClaimRequest{
+	// The claim is not cancelled by a stop: a claim that committed while
+	// the client gave up would hold its events until the lease ran out.
+	// deliver releases at once what a stopping relay claimed.
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), max(r.cfg.LeaseFor/2, 5*time.Second))
+	defer cancel()
+	claim, err := r.st.Claim(cctx, store.ClaimRequest{
 		Lease:        lease,
 		Limit:        r.cfg.BatchSize,
 		LeaseFor:     r.cfg.LeaseFor,
 		HoldDeadKeys: r.cfg.DeadKeys == HoldKey,
 	})
 	if err != nil {
-		if ctx.Err() != nil {
-			return 0, nil
-		}
 		r.health.set(&r.health.store, fmt.Errorf("claim: %w", err))
 		return 0, err
 	}

@@ -86,7 +86,9 @@ func TestFromDelivery(t *testing.T) {
 		{name: "cloudEvents:type wins over type", d: amqp.Delivery{MessageId: id, Type: "Old", Headers: amqp.Table{"cloudEvents:type": "New"}},
 			check: func(m inbox.Message) bool { return m.Type == "New" }},
 		{name: "user headers of any type", d: amqp.Delivery{MessageId: id, Headers: amqp.Table{"tenant": "acme", "retries": int16(2), "x-delay": int32(5)}},
-			check: func(m inbox.Message) bool { return m.Headers["tenant"] == "acme" && m.Headers["retries"] == "2" && len(m.Headers) == 2 }},
+			check: func(m inbox.Message) bool {
+				return m.Headers["tenant"] == "acme" && m.Headers["retries"] == "2" && len(m.Headers) == 2
+			}},
 
 		{name: "no id", d: amqp.Delivery{Type: "OrderPaid"}, want: []error{inbox.ErrMissingEventID}},
 		{name: "structured mode", d: amqp.Delivery{ContentType: "application/cloudevents+json"}, want: []error{inbox.ErrMissingEventID}},

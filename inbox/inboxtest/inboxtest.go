@@ -112,12 +112,11 @@ func newSuite(t *testing.T, h Harness) *suite {
 
 // fixture is one inbox over fresh tables, with a business table beside it.
 type fixture struct {
-	s     *suite
-	db    *sql.DB
-	in    *inbox.Inbox
-	biz   string // quoted business table: (event_id, consumer, note)
-	cfg   inbox.Config
-	drops *[]string
+	s   *suite
+	db  *sql.DB
+	in  *inbox.Inbox
+	biz string // quoted business table: (event_id, consumer, note)
+	cfg inbox.Config
 }
 
 func randomName(prefix string) string {
@@ -163,7 +162,7 @@ func (s *suite) newInbox(t *testing.T) *fixture {
 	if err != nil {
 		t.Fatalf("inbox.New: %v", err)
 	}
-	f := &fixture{s: s, db: db, in: in, cfg: cfg, drops: new([]string)}
+	f := &fixture{s: s, db: db, in: in, cfg: cfg}
 	f.dropLater(t, in.Table(), in.VersionsTable())
 	if err := in.Migrate(context.Background()); err != nil {
 		t.Fatalf("Migrate: %v", err)
@@ -637,11 +636,11 @@ func (s *suite) testCheckVersion(t *testing.T) {
 	}{
 		{"points", "order-1", 1, true, false},
 		{"points", "order-1", 3, true, false},
-		{"points", "order-1", 2, true, true},  // older after newer
-		{"points", "order-1", 3, true, true},  // same version again
+		{"points", "order-1", 2, true, true},   // older after newer
+		{"points", "order-1", 3, true, true},   // same version again
 		{"points", "order-1", 9, false, false}, // rolled back: not kept
 		{"points", "order-1", 4, true, false},
-		{"points", "order-2", 1, true, false}, // keys are independent
+		{"points", "order-2", 1, true, false},   // keys are independent
 		{"shipping", "order-1", 2, true, false}, // consumers are independent
 		{"points", "", 5, true, false},          // the empty key is a key like any other
 		{"points", "", 5, true, true},

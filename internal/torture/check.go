@@ -111,8 +111,8 @@ const maxAnomaliesPerKind = 20
 // Check computes the anomalies of a history, with Jepsen's names where
 // there is one:
 //
-//   - lost: a committed event (ledger row) with no delivery after the final
-//     drain;
+//   - lost: a committed event (ledger row) with no delivery of its payload
+//     after the final drain;
 //   - phantom: a delivered event that never committed, or whose payload
 //     hash, key or version differs from the committed one;
 //   - order: per key, the first deliveries must be versions 1..N exactly,
@@ -173,7 +173,8 @@ func Check(h History) Report {
 	ds := append([]Delivery(nil), h.Deliveries...)
 	sort.SliceStable(ds, func(i, j int) bool { return ds[i].N < ds[j].N })
 	r.Deliveries = len(ds)
-	first := map[string]bool{}
+	first := map[string]bool{} // event ids delivered at least once
+	good := map[string]bool{}  // … of which one delivery matched the ledger
 	last := map[string]int64{} // key → last version first-delivered
 	for _, d := range ds {
 		if d.NumDelivered > 1 {
@@ -201,6 +202,7 @@ func Check(h History) Report {
 			continue
 		}
 		r.Delivered++
+		good[d.EventID] = true
 		want := last[l.Agg] + 1
 		if l.Version != want {
 			r.OrderViolations++
@@ -210,7 +212,7 @@ func Check(h History) Report {
 	}
 	var lost []LedgerRow
 	for id, l := range ledger {
-		if !first[id] {
+		if !good[id] {
 			lost = append(lost, l)
 		}
 	}
@@ -231,8 +233,8 @@ func Check(h History) Report {
 				add("double-applied", id, "", fmt.Sprintf("the inbox let the handler commit %d times", n))
 			}
 		}
-		for id := range first {
-			if _, ok := ledger[id]; ok && h.Applied[id] == 0 {
+		for id := range good {
+			if h.Applied[id] == 0 {
 				r.NotApplied++
 				add("not-applied", id, "", "delivered but the handler never committed")
 			}

@@ -392,14 +392,15 @@ func (r *run) execute(ctx context.Context) (*Result, error) {
 	if ctx.Err() != nil {
 		return nil, ctx.Err()
 	}
-	healed := r.since()
+	var healed int64 // the last fault's heal; the start when there was none
 	for _, f := range r.faultRecords() {
 		healed = max(healed, f.HealMs)
 	}
 	r.logf("writers done; waiting for self-recovery")
 
 	// Self-recovery: nothing pending and no expired lease, within the
-	// deadline after the last fault healed and the writers stopped.
+	// deadline after the last fault healed. The writers go on for 2 s after
+	// it, so their last events count in the time.
 	var st store.Stats
 	for {
 		s, err := r.st.Stats(ctx)
@@ -511,7 +512,7 @@ func (r *run) summary(res *Result) string {
 		rec = res.RecoveredIn.Round(100 * time.Millisecond).String()
 	}
 	return fmt.Sprintf("torture: store=%s broker=%s source=%s seed=%d duration=%s committed=%d rolled_back=%d unknown=%d (committed %d) deliveries=%d delivered=%d lost=%d phantom=%d order_violations=%d duplicates=%d (near faults %d) redelivered=%d double_applied=%d stale_writes=%s faults=%d (%s) recovered_in=%s",
-		r.kind, r.tr.Name(), source, res.Seed, r.cfg.Duration, rep.Committed, rep.ClientOutcomes[string(RolledBack)],
+		r.kind, r.tr.Name(), source, res.Seed, r.cfg.Duration.Round(100*time.Millisecond), rep.Committed, rep.ClientOutcomes[string(RolledBack)],
 		rep.ClientOutcomes[string(Unknown)], rep.UnknownCommits, rep.Deliveries, rep.Delivered, rep.Lost, rep.Phantom,
 		rep.OrderViolations, rep.Duplicates, rep.DupsNearFaults, rep.Redelivered, rep.DoubleApplied, stale,
 		len(res.Faults), faultCounts(res.Faults), rec)

@@ -3,6 +3,8 @@ package torture_test
 import (
 	"context"
 	"fmt"
+	"io"
+	"log"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -10,6 +12,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/go-sql-driver/mysql"
 
 	"github.com/outbox-go/outbox/internal/testnats"
 	"github.com/outbox-go/outbox/internal/teststores"
@@ -22,6 +26,9 @@ func TestMain(m *testing.M) {
 	if name := os.Getenv(variantEnv); name != "" {
 		os.Exit(variantRelayMain(name, os.Args[1:]))
 	}
+	// The MySQL driver logs each connection the proxies reset; the run
+	// counts those faults itself.
+	_ = mysql.SetLogger(log.New(io.Discard, "", 0))
 	dir, err := os.MkdirTemp("", "outbox-torture-bin-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -80,6 +87,7 @@ func brokerURL(t *testing.T, c torture.Cell) string {
 // TestMatrix runs the short matrix: every cell must lose nothing, invent
 // nothing, keep per-key order, apply each event once, and recover by itself.
 func TestMatrix(t *testing.T) {
+	t.Parallel()
 	for _, cell := range torture.Matrix {
 		t.Run(cell.Name(), func(t *testing.T) {
 			t.Parallel()
@@ -107,6 +115,7 @@ func TestMatrix(t *testing.T) {
 // TestBrokenVariantsAreCaught runs each deliberately broken relay in the
 // scenario that exposes it: the checker must report it broken.
 func TestBrokenVariantsAreCaught(t *testing.T) {
+	t.Parallel()
 	for _, v := range variants {
 		t.Run(v.name, func(t *testing.T) {
 			if v.pending != "" {

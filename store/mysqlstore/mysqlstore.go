@@ -85,6 +85,9 @@ func quote(name string) string { return "`" + name + "`" }
 // Open connects to url (mysql://user:pass@host:3306/db?param=…, see DSN)
 // with a pool of its own, closed by Close.
 func Open(ctx context.Context, url string, cfg Config) (*Store, error) {
+	if _, err := cfg.Options.Normalize(); err != nil {
+		return nil, err
+	}
 	mc, err := parseURL(url)
 	if err != nil {
 		return nil, err
@@ -100,8 +103,11 @@ func Open(ctx context.Context, url string, cfg Config) (*Store, error) {
 	if err := db.PingContext(ctx); err != nil {
 		db.Close()
 		var me *mysql.MySQLError
-		if errors.As(err, &me) && me.Number == 1049 { // ER_BAD_DB_ERROR
+		switch {
+		case errors.As(err, &me) && me.Number == errBadDB:
 			return nil, fmt.Errorf("mysqlstore: database %q does not exist on %s: create it (CREATE DATABASE %s) or fix the URL", mc.DBName, mc.Addr, quote(mc.DBName))
+		case errors.As(err, &me):
+			return nil, fmt.Errorf("mysqlstore: %s refused the connection: %w", mc.Addr, err)
 		}
 		return nil, fmt.Errorf("mysqlstore: cannot reach %s: %w", mc.Addr, err)
 	}

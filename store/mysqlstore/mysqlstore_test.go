@@ -7,6 +7,8 @@ import (
 	"database/sql"
 	"encoding/hex"
 	"fmt"
+	neturl "net/url"
+	"strings"
 	"testing"
 
 	"github.com/go-sql-driver/mysql"
@@ -114,9 +116,9 @@ func TestEnqueueChunks(t *testing.T) {
 	}
 	big := bytes.Repeat([]byte{0, '\'', '\\', 0xff}, 384<<10) // 1.5 MiB that all need escaping
 	var msgs []outbox.Message
-	for i := range 12000 {
+	for i := range 5200 {
 		m := outbox.Message{Topic: "t", Key: fmt.Sprint(i % 3), Type: fmt.Sprint(i)}
-		if i%2000 == 7 {
+		if i%1300 == 7 { // 4 × 1.5 MiB: over the 4 MiB budget of one INSERT
 			m.Payload = big
 		}
 		msgs = append(msgs, m)
@@ -143,5 +145,51 @@ func TestEnqueueChunks(t *testing.T) {
 	var n int
 	if err := db.QueryRowContext(ctx, "SELECT COUNT(*) FROM "+st.Table()).Scan(&n); err != nil || n != len(msgs) {
 		t.Fatalf("after a failed multi-statement Enqueue the table holds %d rows (%v); want %d: it must be atomic", n, err, len(msgs))
+	}
+}
+
+// TestOpen: Config.Schema names (and Migrate creates) the database; Open's
+// errors say what is wrong in one line.
+func TestOpen(t *testing.T) {
+	t.Parallel()
+	url := testenv.Require(t, testenv.MySQL)
+	ctx := t.Context()
+	schema := uniqueTable("outbox_it_")
+	st, err := mysqlstore.Open(ctx, url, mysqlstore.Config{Options: store.Options{Schema: schema}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_, _ = st.DB().Exec("DROP DATABASE IF EXISTS `" + schema + "`")
+		st.Close()
+	})
+	if want := "`" + schema + "`.`outbox`"; st.Table() != want {
+		t.Errorf("Table() = %s; want %s", st.Table(), want)
+	}
+	if err := st.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Enqueue(ctx, outbox.Message{Topic: "t"}); err != nil {
+		t.Fatal(err)
+	}
+	if c, err := st.Claim(ctx, store.ClaimRequest{Lease: store.Lease{Owner: "o", Epoch: 1}}); err != nil || len(c.Events) != 1 {
+		t.Fatalf("Claim in database %s: %d events, %v", schema, len(c.Events), err)
+	}
+
+	noDB, err := neturl.Parse(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	noDB.Path = "/no_such_db_x"
+	for _, tt := range []struct{ url, want string }{
+		{noDB.String(), `database "no_such_db_x" does not exist`},
+		{"mysql://root:hunter22@127.0.0.1:1/test", "cannot reach 127.0.0.1:1"},
+		{"mysql://root@127.0.0.1:3306/", "names no database"},
+		{"postgres://root@127.0.0.1/test", "bad database URL"},
+	} {
+		_, err := mysqlstore.Open(ctx, tt.url, mysqlstore.Config{})
+		if err == nil || !strings.Contains(err.Error(), tt.want) || strings.Contains(err.Error(), "hunter22") || strings.Contains(err.Error(), "\n") {
+			t.Errorf("Open(%s): %v; want one line containing %q, without the password", testenv.Mask(tt.url), err, tt.want)
+		}
 	}
 }

@@ -5,9 +5,11 @@ import (
 	"path/filepath"
 	"sync"
 	"testing"
+	"time"
 
 	"go.uber.org/goleak"
 
+	outbox "github.com/outbox-go/outbox"
 	"github.com/outbox-go/outbox/store"
 	"github.com/outbox-go/outbox/store/sqlitestore"
 	"github.com/outbox-go/outbox/store/storetest"
@@ -15,65 +17,105 @@ import (
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-// openDB opens a fresh database file in dir with the settings Open uses.
-func openDB(t *testing.T, path string) *sql.DB {
-	t.Helper()
-	dsn, err := sqlitestore.DSN("sqlite:" + path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	db, err := sql.Open("sqlite", dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return db
+// TestConformance gives every suite table a database file of its own in
+// t.TempDir(). SQLite needs no server, so this never skips.
+func TestConformance(t *testing.T) {
+	conformance(t, "sqlite", func(t *testing.T, table string) string {
+		return "sqlite:" + filepath.Join(t.TempDir(), table+".db")
+	})
 }
 
-// TestConformance gives every suite table a database file of its own.
-// New (which the suite uses to migrate one table from several stores at
-// once) finds the file of the table it is asked for.
-func TestConformance(t *testing.T) {
-	dir := t.TempDir()
+// TestConformanceMemory runs the suite on private in-memory databases
+// (memdb, rollback journal instead of WAL).
+func TestConformanceMemory(t *testing.T) {
+	conformance(t, "sqlite-memory", func(*testing.T, string) string { return sqlitestore.MemoryURL })
+}
+
+func conformance(t *testing.T, name string, url func(t *testing.T, table string) string) {
 	var mu sync.Mutex
-	dbs := map[string]*sql.DB{"": openDB(t, filepath.Join(dir, "shared.db"))}
-	defer func() {
-		for _, db := range dbs {
-			db.Close()
-		}
-	}()
-	dbFor := func(table string) *sql.DB {
-		mu.Lock()
-		defer mu.Unlock()
-		if db, ok := dbs[table]; ok {
-			return db
-		}
-		return dbs[""]
+	dbs := map[string]*sql.DB{} // table → the database Open made for it
+	fallback, err := sqlitestore.Open(t.Context(), sqlitestore.MemoryURL, sqlitestore.Config{})
+	if err != nil {
+		t.Fatal(err)
 	}
+	defer fallback.Close()
 	storetest.Run(t, storetest.Harness{
-		Name:         "sqlite",
+		Name:         name,
 		SingleWriter: true,
+		// New must reach the database of the table it is asked for: the
+		// suite migrates one table from several stores at once.
 		New: func(opts store.Options) (store.Store, error) {
-			return sqlitestore.New(dbFor(opts.Table), sqlitestore.Config{Options: opts})
+			mu.Lock()
+			db := dbs[opts.Table]
+			mu.Unlock()
+			if db == nil {
+				db = fallback.DB()
+			}
+			return sqlitestore.New(db, sqlitestore.Config{Options: opts})
 		},
 		Open: func(t *testing.T, opts store.Options) storetest.Fixture {
-			db := openDB(t, filepath.Join(t.TempDir(), opts.Table+".db"))
-			mu.Lock()
-			dbs[opts.Table] = db
-			mu.Unlock()
-			st, err := sqlitestore.New(db, sqlitestore.Config{Options: opts})
+			st, err := sqlitestore.Open(t.Context(), url(t, opts.Table), sqlitestore.Config{Options: opts})
 			if err != nil {
 				t.Fatal(err)
 			}
-			// Each table has a file of its own under t.TempDir, which
-			// removes it: dropping the tables is closing the handle.
+			mu.Lock()
+			dbs[opts.Table] = st.DB()
+			mu.Unlock()
+			// The tables live and die with their database: closing the
+			// store (which opened it) drops them.
 			t.Cleanup(func() {
-				st.Close()
 				mu.Lock()
 				delete(dbs, opts.Table)
 				mu.Unlock()
-				db.Close()
+				st.Close()
 			})
-			return storetest.Fixture{Store: st, DB: db, Table: st.Table(), Placeholder: storetest.Question}
+			return storetest.Fixture{Store: st, DB: st.DB(), Table: st.Table(), Placeholder: storetest.Question}
 		},
 	})
+}
+
+// TestNotifyAfterCallerCommit: an EnqueueTx in the caller's transaction
+// wakes Notify once the caller commits, through PRAGMA data_version.
+func TestNotifyAfterCallerCommit(t *testing.T) {
+	t.Parallel()
+	st, err := sqlitestore.Open(t.Context(), "sqlite:"+filepath.Join(t.TempDir(), "n.db"), sqlitestore.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	if err := st.Migrate(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	ch := st.Notify(t.Context())
+	drain := func() {
+		for {
+			select {
+			case <-ch:
+			case <-time.After(150 * time.Millisecond):
+				return
+			}
+		}
+	}
+	drain() // the watcher's first look signals
+	tx, err := st.DB().BeginTx(t.Context(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback() //nolint:errcheck // a no-op after Commit
+	if err := st.EnqueueTx(t.Context(), tx, outbox.Message{Topic: "t"}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-ch:
+		t.Fatal("Notify signalled before the caller committed")
+	case <-time.After(150 * time.Millisecond):
+	}
+	if err := tx.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-ch:
+	case <-time.After(2 * time.Second):
+		t.Fatal("Notify did not signal within 2s of the caller's commit")
+	}
 }

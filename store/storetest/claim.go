@@ -90,9 +90,13 @@ func (s *suite) testConcurrentClaims(t *testing.T, total, keys int) {
 					}
 					holder[ev.Key] = tag
 				}
-				// Let go of the keys before Ack: the store still holds them
-				// until Ack returns, so this can only hide a race, never
-				// invent one.
+				mu.Unlock()
+				// "Publish": while this claim holds its keys, any other
+				// claim of one of them is reported above.
+				time.Sleep(time.Duration(rand.N(10000)) * time.Microsecond)
+				// Let go of the keys before Ack: the store holds them until
+				// Ack returns, so this can only hide a race, never invent one.
+				mu.Lock()
 				for _, ev := range c.Events {
 					if holder[ev.Key] == tag {
 						delete(holder, ev.Key)

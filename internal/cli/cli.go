@@ -42,6 +42,7 @@ func commands() []command {
 		{"dead", "dead letters: list, show, retry, purge", runDead},
 		{"demo", "the embedded end-to-end story (SQLite + embedded NATS)", runDemo},
 		{"bench", "measure delivery against the raw SQL limit, in one run", runBench},
+		{"torture", "soak: relays under a seeded fault schedule, checked for loss, phantoms, order", runTorture},
 	}
 }
 

@@ -61,8 +61,12 @@ type Config struct {
 	// Faults are the kinds to inject, in a seeded random order; nil means
 	// ShortKinds for the store. Kinds that do not apply are dropped.
 	Faults []Kind
-	// Repeat cycles through Faults until the window is full (soaks).
+	// Repeat cycles through Faults until the window is full.
 	Repeat bool
+	// Soak, with Faults nil, draws from every fault that applies
+	// (SoakKinds) and repeats them until 4 s before the end. PGRestart adds
+	// pg_ctlcluster restart, which disrupts every other user of the server.
+	Soak, PGRestart bool
 	// Schedule, when set, is used as is instead of a plan from Faults.
 	Schedule []Fault
 	// RelayBinary is the outbox command run as `outbox relay`; default the
@@ -347,8 +351,11 @@ func (r *run) execute(ctx context.Context) (*Result, error) {
 	res := &Result{Seed: cfg.Seed, Store: r.kind}
 	plan := cfg.Schedule
 	if plan == nil {
-		kinds := cfg.Faults
-		if kinds == nil {
+		kinds, repeat := cfg.Faults, cfg.Repeat
+		switch {
+		case kinds == nil && cfg.Soak:
+			kinds, repeat = SoakKinds(r.kind, r.tr.Restartable(), cfg.PGRestart), true
+		case kinds == nil:
 			kinds = ShortKinds(r.kind)
 		}
 		var use []Kind
@@ -360,7 +367,7 @@ func (r *run) execute(ctx context.Context) (*Result, error) {
 			}
 		}
 		plan = Plan(cfg.Seed, use, 2*time.Second, cfg.Duration-4*time.Second,
-			Timing{Lease: cfg.Lease, WriterTimeout: cfg.WriterTimeout, Relays: cfg.Relays}, cfg.Repeat)
+			Timing{Lease: cfg.Lease, WriterTimeout: cfg.WriterTimeout, Relays: cfg.Relays}, repeat)
 	}
 	// The writers outlast the last fault by 2 s, so it hits a live workload.
 	r.cfg.Duration = max(cfg.Duration, End(plan)+2*time.Second)

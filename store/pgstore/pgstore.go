@@ -95,7 +95,11 @@ func Open(ctx context.Context, url string, cfg Config) (*Store, error) {
 	}
 	if err := pool.Ping(ctx); err != nil {
 		pool.Close()
-		return nil, fmt.Errorf("pgstore: cannot reach %s: %w", pc.ConnConfig.Host, err)
+		var pgErr *pgconn.PgError
+		if errors.As(err, &pgErr) && pgErr.Code == "3D000" {
+			return nil, fmt.Errorf("pgstore: database %q does not exist on %s: create it (createdb %s) or fix the URL", pc.ConnConfig.Database, pc.ConnConfig.Host, pc.ConnConfig.Database)
+		}
+		return nil, fmt.Errorf("pgstore: cannot reach %s:%d: %w", pc.ConnConfig.Host, pc.ConnConfig.Port, err)
 	}
 	s, err := New(pool, cfg)
 	if err != nil {

@@ -3,11 +3,15 @@ package cli
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"net"
+	"net/http"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"sync"
 	"sync/atomic"
@@ -35,13 +39,14 @@ func runDemo(ctx context.Context, e env, args []string) error {
 	brokerURL := fs.String("broker", "", "a NATS server instead of the embedded one")
 	n := fs.Int("orders", 500, "orders to pay")
 	keep := fs.Bool("keep", false, "keep the temp directory (SQLite file, NATS store) for a look afterwards")
+	serve := fs.String("serve", "", "after the story, keep running (a new order every second) and serve /status and /healthz on this address, e.g. 127.0.0.1:8080")
 	if err := fs.parse(e, args); err != nil {
 		return err
 	}
 	if *n < 50 || *n > 100_000 {
 		return fmt.Errorf("%w: --orders must be between 50 and 100000", wire.ErrUsage)
 	}
-	d := &demo{out: e.stdout, orders: *n, dbURL: fs.db, natsURL: *brokerURL, table: "outbox", inboxTable: inbox.DefaultTable}
+	d := &demo{out: e.stdout, orders: *n, serve: *serve, dbURL: fs.db, natsURL: *brokerURL, table: "outbox", inboxTable: inbox.DefaultTable}
 	if d.dbURL != "" {
 		// Someone else's database: tables of our own, dropped and made anew.
 		d.table, d.inboxTable = "demo_outbox", "demo_inbox"
@@ -61,6 +66,7 @@ func runDemo(ctx context.Context, e env, args []string) error {
 type demo struct {
 	out    io.Writer
 	orders int
+	serve  string
 
 	dbURL, natsURL    string
 	table, inboxTable string
@@ -249,7 +255,10 @@ func (d *demo) run(ctx context.Context, dir string) error {
 		case <-payDone:
 			if s.Pending() == 0 && counts["points"] >= paid.Load() && counts["shipping"] >= paid.Load() && counts["notifications"] >= paid.Load() && d.consumersIdle(ctx, js) {
 				progress.done()
-				return d.summary(ctx, killed, shippingFailures.Load(), started)
+				if err := d.summary(ctx, killed, shippingFailures.Load(), started); err != nil || d.serve == "" {
+					return err
+				}
+				return d.serveUntilStopped(ctx, svc)
 			}
 		default:
 		}
@@ -308,6 +317,62 @@ func (d *demo) stopRelay() {
 	case <-d.relayDone:
 	case <-time.After(11 * time.Second):
 		d.killRelay()
+	}
+}
+
+// serveUntilStopped keeps the story going (one paid order a second) and
+// serves the live figures until SIGINT/SIGTERM.
+func (d *demo) serveUntilStopped(ctx context.Context, svc *orders.Service) error {
+	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /status", func(w http.ResponseWriter, r *http.Request) {
+		s, err := d.st.Stats(r.Context())
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		counts, _ := d.processed(r.Context())
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(map[string]any{
+			"new": s.New, "sending": s.Sending, "dead": s.Dead, "retrying": s.Retrying, "blocked_keys": s.BlockedKeys,
+			"oldest_pending_seconds": s.OldestPending.Seconds(), "processed": counts,
+		})
+	})
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
+		s, err := d.st.Stats(r.Context())
+		switch {
+		case err != nil:
+			http.Error(w, err.Error(), http.StatusServiceUnavailable)
+		case s.OldestPending > 30*time.Second:
+			http.Error(w, fmt.Sprintf("delivery stalled: oldest pending event is %s old", s.OldestPending.Round(time.Second)), http.StatusServiceUnavailable)
+		default:
+			fmt.Fprintln(w, "ok")
+		}
+	})
+	srv := &http.Server{Addr: d.serve, Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	ln, err := net.Listen("tcp", d.serve)
+	if err != nil {
+		return fmt.Errorf("%w: --serve %s: %v", wire.ErrUsage, d.serve, err)
+	}
+	go func() { _ = srv.Serve(ln) }()
+	defer srv.Close()
+	d.say("serving http://%s/status and /healthz; a new order is paid every second; Ctrl-C to stop", ln.Addr())
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	for i := 0; ; i++ {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-tick.C:
+		}
+		id, err := svc.Create(ctx, fmt.Sprintf("customer-%d", i%37), 1500)
+		if err == nil {
+			err = svc.Pay(ctx, id, false)
+		}
+		if err != nil && ctx.Err() == nil {
+			d.say("order service: %v", err)
+		}
 	}
 }
 

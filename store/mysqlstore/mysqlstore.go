@@ -321,6 +321,9 @@ func (s *Store) prepare(msgs []outbox.Message) ([]outbox.Message, error) {
 	for i, m := range msgs {
 		out[i] = m.Normalized()
 	}
+	if err := s.opts.CheckAll(out); err != nil {
+		return nil, err
+	}
 	return out, nil
 }
 
@@ -489,9 +492,8 @@ func epoch(v sql.NullString) (time.Time, error) {
 // the previous holder's UPDATE committed, and an UPDATE by primary key that
 // re-checks claimability, so an event acked or changed in between is
 // skipped. Four round trips: GET_LOCK, SELECT, UPDATE, and RELEASE_LOCK
-// together with reading the stored lease expiry. No row
-// lock is held between statements, so nothing a claim does can stall another
-// relay's ack or retry.
+// together with reading the stored lease expiry. No row lock is held between
+// statements, so nothing a claim does can stall another relay's ack or retry.
 func (s *Store) Claim(ctx context.Context, req store.ClaimRequest) (store.Claim, error) {
 	req = req.Normalize()
 	c := store.Claim{Lease: req.Lease}

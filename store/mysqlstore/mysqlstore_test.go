@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/go-sql-driver/mysql"
+	"go.uber.org/goleak"
 
 	outbox "github.com/outbox-go/outbox"
 	"github.com/outbox-go/outbox/internal/testenv"
@@ -19,6 +20,8 @@ import (
 	"github.com/outbox-go/outbox/store/mysqlstore"
 	"github.com/outbox-go/outbox/store/storetest"
 )
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 // openStore connects to the test server, or fails (CI) / skips (locally).
 func openStore(t testing.TB) *mysqlstore.Store {
@@ -96,6 +99,9 @@ func TestConformance(t *testing.T) {
 
 func TestConformancePlainDSN(t *testing.T) {
 	t.Parallel()
+	if testing.Short() {
+		t.Skip("-short: the suite runs once, over Open's pool")
+	}
 	storetest.Run(t, harness("mysql-prepared", plainDB(t)))
 }
 

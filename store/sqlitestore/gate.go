@@ -9,7 +9,7 @@ import (
 
 var errClosed = errors.New("the store is closed")
 
-// A writeGate lets one of this process's writers at a time at a database.
+// A write gate lets one of this process's writers at a time at a database.
 //
 // SQLite has one write lock per file, and a connection that finds it taken
 // sleeps and polls (the busy timeout). Polling is not a queue: under steady
@@ -21,49 +21,56 @@ var errClosed = errors.New("the store is closed")
 // and the caller's transactions.
 //
 // Stores over the same *sql.DB share one gate.
-type writeGate struct {
-	ch   chan struct{}
-	refs int
-}
+type gate chan struct{}
 
-var gates = struct {
-	sync.Mutex
-	m map[*sql.DB]*writeGate
-}{m: map[*sql.DB]*writeGate{}}
+func newGate() gate { return make(gate, 1) }
 
-func acquireGate(db *sql.DB) *writeGate {
-	gates.Lock()
-	defer gates.Unlock()
-	g := gates.m[db]
-	if g == nil {
-		g = &writeGate{ch: make(chan struct{}, 1)}
-		gates.m[db] = g
-	}
-	g.refs++
-	return g
-}
-
-func releaseGate(db *sql.DB) {
-	gates.Lock()
-	defer gates.Unlock()
-	if g := gates.m[db]; g != nil {
-		if g.refs--; g.refs <= 0 {
-			delete(gates.m, db)
-		}
-	}
-}
-
-// lock waits for the gate; the caller must call unlock when it returns nil.
-func (g *writeGate) lock(ctx context.Context) error {
+// lock waits for the gate, in arrival order; the caller must call unlock
+// when it returns nil.
+func (g gate) lock(ctx context.Context) error {
 	select {
-	case g.ch <- struct{}{}:
+	case g <- struct{}{}:
 		return nil
 	case <-ctx.Done():
 		return ctx.Err()
 	}
 }
 
-func (g *writeGate) unlock() { <-g.ch }
+func (g gate) unlock() { <-g }
+
+var writeGates = struct {
+	sync.Mutex
+	m map[*sql.DB]*sharedGate
+}{m: map[*sql.DB]*sharedGate{}}
+
+type sharedGate struct {
+	g    gate
+	refs int
+}
+
+// acquireWriteGate returns the write gate of db; releaseWriteGate gives it
+// back when the Store closes.
+func acquireWriteGate(db *sql.DB) gate {
+	writeGates.Lock()
+	defer writeGates.Unlock()
+	sg := writeGates.m[db]
+	if sg == nil {
+		sg = &sharedGate{g: newGate()}
+		writeGates.m[db] = sg
+	}
+	sg.refs++
+	return sg.g
+}
+
+func releaseWriteGate(db *sql.DB) {
+	writeGates.Lock()
+	defer writeGates.Unlock()
+	if sg := writeGates.m[db]; sg != nil {
+		if sg.refs--; sg.refs <= 0 {
+			delete(writeGates.m, db)
+		}
+	}
+}
 
 // stmt returns query prepared on the store's *sql.DB, from a cache: SQLite
 // spends more time parsing a claim than running it, and database/sql keeps a

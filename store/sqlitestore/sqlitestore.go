@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -35,13 +36,13 @@ type Store struct {
 	db     *sql.DB
 	ownDB  bool
 	keeper *sql.Conn // holds an in-memory database open until Close
-	gate   *writeGate
+	gate   gate      // this process's writers, one at a time
 	opts   store.Options
 
 	table, archive, migrations string // quoted
 
 	claimSQL, candidatesSQL string
-	claimGate               *writeGate   // one claim of this store at a time
+	claimGate               gate         // one claim of this store at a time
 	claimGen                atomic.Int64 // claims this store made
 
 	stmtMu sync.Mutex
@@ -80,8 +81,8 @@ func New(db *sql.DB, cfg Config) (*Store, error) {
 		table:      q(opts.Table),
 		archive:    q(opts.Table + "_archive"),
 		migrations: q(opts.Table + "_migrations"),
-		gate:       acquireGate(db),
-		claimGate:  &writeGate{ch: make(chan struct{}, 1)},
+		gate:       acquireWriteGate(db),
+		claimGate:  newGate(),
 		stmts:      map[string]*sql.Stmt{},
 		listeners:  map[chan struct{}]struct{}{},
 	}
@@ -161,7 +162,7 @@ func (s *Store) Close() error {
 	}
 	s.stmts = nil
 	s.stmtMu.Unlock()
-	releaseGate(s.db)
+	releaseWriteGate(s.db)
 	if s.keeper != nil {
 		s.keeper.Close()
 	}
@@ -287,36 +288,86 @@ func (s *Store) Migrate(ctx context.Context) error {
 }
 
 // maxRowsPerInsert keeps one INSERT under SQLite's 32766 bound variables
-// (10 per row).
+// (at most 10 per row).
 const maxRowsPerInsert = 3000
 
-const insertCols = "event_id, topic, event_key, event_type, aggregate_type, schema_version, payload, content_type, headers, next_attempt_at"
+const insertCols = "event_id, topic, event_key, event_type, aggregate_type, schema_version, payload, content_type, headers"
 
 // buildInsert returns the statements and arguments that write msgs (already
-// validated and normalized).
-func (s *Store) buildInsert(msgs []outbox.Message) (stmts []string, args [][]any) {
-	const row = "(?,?,?,?,?,?,?,?,?,COALESCE(?," + nowUS + "))"
+// validated and normalized): multi-row INSERTs, so ids follow the input
+// order. A chunk without AvailableAt leaves next_attempt_at to its default
+// (the insert's clock reading, equal to created_at).
+func (s *Store) buildInsert(msgs []outbox.Message) []insert {
+	var out []insert
 	for start := 0; start < len(msgs); start += maxRowsPerInsert {
-		end := min(start+maxRowsPerInsert, len(msgs))
+		chunk := msgs[start:min(start+maxRowsPerInsert, len(msgs))]
+		delayed := slices.ContainsFunc(chunk, func(m outbox.Message) bool { return !m.AvailableAt.IsZero() })
+		cols, row, per := insertCols, "(?,?,?,?,?,?,?,?,?)", 9
+		if delayed {
+			cols, row, per = insertCols+", next_attempt_at", "(?,?,?,?,?,?,?,?,?,COALESCE(?,"+nowUS+"))", 10
+		}
 		var b strings.Builder
-		b.Grow(40 + len(s.table) + len(insertCols) + (end-start)*(len(row)+1))
-		b.WriteString("INSERT INTO " + s.table + " (" + insertCols + ") VALUES ")
-		a := make([]any, 0, (end-start)*10)
-		for i, m := range msgs[start:end] {
+		b.Grow(30 + len(s.table) + len(cols) + len(chunk)*(len(row)+1))
+		b.WriteString("INSERT INTO " + s.table + " (" + cols + ") VALUES ")
+		a := make([]any, 0, len(chunk)*per)
+		for i, m := range chunk {
 			if i > 0 {
 				b.WriteByte(',')
 			}
 			b.WriteString(row)
-			var avail any
-			if !m.AvailableAt.IsZero() {
-				avail = m.AvailableAt.UnixMicro()
+			a = append(a, m.EventID, m.Topic, m.Key, m.Type, m.AggregateType, int64(m.SchemaVersion), m.Payload, m.ContentType, store.EncodeHeaders(m.Headers))
+			if delayed {
+				var avail any
+				if !m.AvailableAt.IsZero() {
+					avail = m.AvailableAt.UnixMicro()
+				}
+				a = append(a, avail)
 			}
-			a = append(a, m.EventID, m.Topic, m.Key, m.Type, m.AggregateType, int64(m.SchemaVersion), m.Payload, m.ContentType, store.EncodeHeaders(m.Headers), avail)
 		}
-		stmts = append(stmts, b.String())
-		args = append(args, a)
+		out = append(out, insert{query: b.String(), rows: len(chunk), args: a})
 	}
-	return stmts, args
+	return out
+}
+
+// insert is one multi-row INSERT.
+type insert struct {
+	query string
+	rows  int
+	args  []any
+}
+
+// maxCachedRows: INSERTs of up to this many rows (the usual one to three
+// events of a business transaction) are prepared once and reused; SQLite
+// takes longer to compile an INSERT into this table than to run it.
+const maxCachedRows = 4
+
+const errOtherDB = "sql: Tx.Stmt: statement from different database used"
+
+// execInsert runs ins with ex, through a cached prepared statement when ex
+// is the store's *sql.DB or a transaction of it.
+func (s *Store) execInsert(ctx context.Context, ex store.Execer, ins insert) error {
+	if ins.rows <= maxCachedRows {
+		switch x := ex.(type) {
+		case *sql.Tx:
+			if st, err := s.stmt(ctx, ins.query); err == nil {
+				_, err = x.StmtContext(ctx, st).ExecContext(ctx, ins.args...)
+				if err == nil || err.Error() != errOtherDB {
+					return err
+				}
+			}
+		case *sql.DB:
+			if x == s.db {
+				st, err := s.stmt(ctx, ins.query)
+				if err != nil {
+					return err
+				}
+				_, err = st.ExecContext(ctx, ins.args...)
+				return err
+			}
+		}
+	}
+	_, err := ex.ExecContext(ctx, ins.query, ins.args...)
+	return err
 }
 
 func (s *Store) prepare(msgs []outbox.Message) ([]outbox.Message, error) {
@@ -327,12 +378,15 @@ func (s *Store) prepare(msgs []outbox.Message) ([]outbox.Message, error) {
 	for i, m := range msgs {
 		out[i] = m.Normalized()
 	}
+	if err := s.opts.CheckAll(out); err != nil {
+		return nil, err
+	}
 	return out, nil
 }
 
-func execAll(ctx context.Context, ex store.Execer, stmts []string, args [][]any) error {
-	for i := range stmts {
-		if _, err := ex.ExecContext(ctx, stmts[i], args[i]...); err != nil {
+func (s *Store) execAll(ctx context.Context, ex store.Execer, inserts []insert) error {
+	for _, ins := range inserts {
+		if err := s.execInsert(ctx, ex, ins); err != nil {
 			return err
 		}
 	}
@@ -349,16 +403,16 @@ func (s *Store) Enqueue(ctx context.Context, msgs ...outbox.Message) error {
 	if err != nil {
 		return err
 	}
-	stmts, args := s.buildInsert(norm)
-	if len(stmts) == 1 { // one statement is a transaction by itself
+	inserts := s.buildInsert(norm)
+	if len(inserts) == 1 { // one statement is a transaction by itself
 		err = s.gate.lock(ctx)
 		if err == nil {
-			_, err = s.db.ExecContext(ctx, stmts[0], args[0]...)
+			err = s.execInsert(ctx, s.db, inserts[0])
 			s.gate.unlock()
 		}
 		err = wrap("enqueue", err)
 	} else {
-		err = s.immediate(ctx, "enqueue", func(c *sql.Conn) error { return execAll(ctx, c, stmts, args) })
+		err = s.immediate(ctx, "enqueue", func(c *sql.Conn) error { return s.execAll(ctx, c, inserts) })
 	}
 	if err != nil {
 		return err
@@ -383,8 +437,7 @@ func (s *Store) EnqueueTx(ctx context.Context, tx store.Execer, msgs ...outbox.M
 	if err != nil {
 		return err
 	}
-	stmts, args := s.buildInsert(norm)
-	return wrap("enqueue", execAll(ctx, tx, stmts, args))
+	return wrap("enqueue", s.execAll(ctx, tx, s.buildInsert(norm)))
 }
 
 // eventCols are read back as an outbox.Event; CAST keeps a payload that a
@@ -586,7 +639,7 @@ func (s *Store) Extend(ctx context.Context, lease store.Lease, ids []int64, d ti
 const archiveCols = "id, event_id, topic, event_key, event_type, aggregate_type, schema_version, payload, content_type, headers, attempts, next_attempt_at, last_error, lease_owner, lease_epoch, lease_until, created_at"
 
 // Ack deletes ids, or with KeepSent moves them to the archive as SENT (an
-// INSERT … SELECT and a DELETE in one immediate transaction). Like on
+// INSERT … SELECT and a DELETE in one transaction). Like on
 // PostgreSQL an expired lease may still ack: the broker confirmed.
 func (s *Store) Ack(ctx context.Context, lease store.Lease, ids []int64) error {
 	if len(ids) == 0 {
@@ -605,8 +658,8 @@ func (s *Store) Ack(ctx context.Context, lease store.Lease, ids []int64) error {
 // ackToArchive copies the held rows to the archive and deletes them, in one
 // transaction under the write gate. Its first statement writes, so even a
 // deferred transaction takes the write lock before reading anything.
-func (s *Store) ackToArchive(ctx context.Context, insert, del string, want int, args []any) error {
-	ins, err := s.stmt(ctx, insert)
+func (s *Store) ackToArchive(ctx context.Context, copySQL, del string, want int, args []any) error {
+	ins, err := s.stmt(ctx, copySQL)
 	if err != nil {
 		return wrap("ack", err)
 	}

@@ -3,6 +3,7 @@ package sqlitestore_test
 import (
 	"database/sql"
 	"path/filepath"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -117,5 +118,60 @@ func TestNotifyAfterCallerCommit(t *testing.T) {
 	case <-ch:
 	case <-time.After(2 * time.Second):
 		t.Fatal("Notify did not signal within 2s of the caller's commit")
+	}
+}
+
+// TestEnqueueChunksAndOrder: a batch larger than one INSERT, mixing delayed
+// and plain messages, is written atomically with ids in input order.
+func TestEnqueueChunksAndOrder(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	st, err := sqlitestore.Open(ctx, sqlitestore.MemoryURL, sqlitestore.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	if err := st.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	const n = 7000
+	msgs := make([]outbox.Message, n)
+	past := time.Now().Add(-time.Hour)
+	for i := range msgs {
+		msgs[i] = outbox.Message{Topic: "t", Type: strconv.Itoa(i)}
+		if i > 4000 && i < 4100 {
+			msgs[i].AvailableAt = past
+		}
+	}
+	start := time.Now()
+	if err := st.Enqueue(ctx, msgs...); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("Enqueue of %d messages: %v", n, time.Since(start))
+	c, err := st.Claim(ctx, store.ClaimRequest{Lease: store.Lease{Owner: "r", Epoch: 1}, Limit: n})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(c.Events) != n {
+		t.Fatalf("claimed %d of %d", len(c.Events), n)
+	}
+	for i, ev := range c.Events {
+		if ev.Type != strconv.Itoa(i) {
+			t.Fatalf("event %d in id order is message %s", i, ev.Type)
+		}
+	}
+	// One bad message in a later chunk: nothing of the batch is written.
+	dup := msgs[:1]
+	dup[0].EventID = c.Events[0].EventID
+	big := append(make([]outbox.Message, 0, n+1), msgs[1:]...)
+	for i := range big {
+		big[i].EventID = ""
+	}
+	big = append(big, dup[0])
+	if err := st.Enqueue(ctx, big...); err == nil {
+		t.Fatal("Enqueue with a duplicate EventID in its last chunk succeeded")
+	}
+	if s, err := st.Stats(ctx); err != nil || s.Sending != n || s.New != 0 {
+		t.Fatalf("Stats after a failed multi-chunk Enqueue: %+v, %v; want only the %d claimed", s, err, n)
 	}
 }

@@ -16,6 +16,10 @@ var (
 	ErrReservedHeader  = errors.New("outbox: reserved header name")
 	ErrInvalidEventID  = errors.New("outbox: event id is not a UUID")
 	ErrInvalidText     = errors.New("outbox: text is not valid UTF-8")
+	// ErrSchemaViolation: the payload is not valid JSON or does not match
+	// the JSON Schema registered for its (Type, SchemaVersion); see package
+	// eventschema.
+	ErrSchemaViolation = errors.New("outbox: payload does not match its schema")
 )
 
 // ValidationError says which field of which message is wrong and how to fix

@@ -25,6 +25,17 @@ type Options struct {
 	// (one statement, no in-place update of the hot table) instead of
 	// deleting them; purge them with Purge. Default false: delete.
 	KeepSent bool
+	// Check is optional extra validation run on every message at enqueue
+	// after the built-in checks, before anything is written; e.g.
+	// (*eventschema.Registry).Check. It sees each message as it will be
+	// stored (EventID set, SchemaVersion at least 1, ContentType set) and
+	// must be safe for concurrent use. An error rejects the whole call:
+	// nothing is written and the caller's transaction stays usable. It comes
+	// back as a *outbox.ValidationError carrying the message's index (a
+	// *outbox.ValidationError from Check keeps its Field, Err and Fix; any
+	// other error becomes its Err), so errors.Is(err,
+	// outbox.ErrInvalidMessage) holds.
+	Check func(outbox.Message) error
 }
 
 // Normalize fills defaults and validates names.
@@ -47,6 +58,29 @@ func (o Options) Normalize() (Options, error) {
 		o.MaxPayload = outbox.DefaultMaxPayload
 	}
 	return o, nil
+}
+
+// CheckAll runs o.Check, if set, on msgs (validated and normalized) in
+// order and returns the first error as a *outbox.ValidationError whose Index
+// is the failing message's position.
+func (o Options) CheckAll(msgs []outbox.Message) error {
+	if o.Check == nil {
+		return nil
+	}
+	for i, m := range msgs {
+		err := o.Check(m)
+		if err == nil {
+			continue
+		}
+		if ve, ok := err.(*outbox.ValidationError); ok {
+			c := *ve // Check's error may be shared; don't write to it
+			c.Index = i
+			return &c
+		}
+		return &outbox.ValidationError{Index: i, Field: "Message", Err: err,
+			Fix: "the store's Options.Check refused it: fix the message, or the check"}
+	}
+	return nil
 }
 
 // Limits returns the validation limits these options imply.

@@ -223,6 +223,9 @@ func (s *Store) prepare(msgs []outbox.Message) ([]outbox.Message, error) {
 	for i, m := range msgs {
 		out[i] = m.Normalized()
 	}
+	if err := s.opts.CheckAll(out); err != nil {
+		return nil, err
+	}
 	return out, nil
 }
 

@@ -351,7 +351,7 @@ func latency(ctx context.Context, st store.Store, br broker.Broker, c Config, to
 
 	// Several producers, each committing one event per transaction, paced
 	// on a shared schedule.
-	const producers = 4
+	const producers = 8
 	total := int(float64(c.Rate) * c.Duration.Seconds())
 	committed := make([]time.Time, total)
 	ids := make([]string, total)

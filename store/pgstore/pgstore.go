@@ -303,6 +303,10 @@ func prefixed(cols, p string) string {
 // advisory lock and the claim run in one implicit transaction.
 func (s *Store) Claim(ctx context.Context, req store.ClaimRequest) (store.Claim, error) {
 	req = req.Normalize()
+	// The UPDATE finds the picked rows through ANY(ARRAY(…)): a join
+	// against the CTE was planned as a hash join over a sequential scan of
+	// the whole table, which grew with the backlog.
+	//
 	// A keyed row is held back when its key has an event in flight under a
 	// live lease, an earlier event waiting for a retry or a delayed
 	// AvailableAt, or (HoldDeadKeys) an earlier DEAD event. Each check is a
@@ -321,12 +325,17 @@ func (s *Store) Claim(ctx context.Context, req store.ClaimRequest) (store.Claim,
 	FOR UPDATE OF o SKIP LOCKED
 )
 UPDATE ` + s.table + ` t SET status = 'SENDING', lease_owner = $1, lease_epoch = $2, lease_until = now() + $5 * interval '1 microsecond'
-FROM picked WHERE t.id = picked.id
+WHERE t.id = ANY(ARRAY(SELECT id FROM picked))
 RETURNING ` + prefixed(eventCols, "t.") + `, t.lease_until`
 	b := &pgx.Batch{}
-	// The subplans' cost estimates cross jit_above_cost on large tables, and
-	// compiling took longer (≈100 ms) than running the claim.
-	b.Queue("SET LOCAL jit = off")
+	// Planner settings for this claim only (set_config(…, true) is
+	// transaction-local): a queue table's statistics are nearly always stale,
+	// and with none or old ones PostgreSQL chose a sequential scan and sort
+	// of the whole table (claims grew with the backlog), a generic plan for
+	// the prepared statement that cannot see LIMIT, or a JIT compilation
+	// slower than the claim. Walking the primary key in id order is always
+	// the right plan here.
+	b.Queue("SELECT set_config('enable_seqscan', 'off', true), set_config('enable_sort', 'off', true), set_config('plan_cache_mode', 'force_custom_plan', true), set_config('jit', 'off', true)")
 	b.Queue("SELECT pg_advisory_xact_lock($1)", s.claimLock)
 	b.Queue(claimSQL, req.Lease.Owner, req.Lease.Epoch, req.HoldDeadKeys, req.Limit, req.LeaseFor.Microseconds())
 	br := s.pool.SendBatch(ctx, b)

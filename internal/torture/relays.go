@@ -3,6 +3,7 @@ package torture
 import (
 	"fmt"
 	"os/exec"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -18,7 +19,8 @@ type relaySet struct {
 	mu      sync.Mutex
 	procs   []*relayProc
 	gen     int
-	exits   int // unexpected exits
+	exits   int      // unexpected exits (restarted, as a process manager would)
+	crashes []string // … of which panics, fatal errors or data races
 	closing bool
 	wg      sync.WaitGroup
 }
@@ -79,6 +81,11 @@ func (s *relaySet) start(i int) error {
 		unexpected := !p.expect && !s.closing
 		if unexpected {
 			s.exits++
+			// A relay that cannot reach the database at start-up exits
+			// with its error (fail fast), which is no bug; a crash is.
+			if out := p.stderr.String(); strings.Contains(out, "panic:") || strings.Contains(out, "fatal error:") || strings.Contains(out, "DATA RACE") {
+				s.crashes = append(s.crashes, fmt.Sprintf("relay %s crashed (%v): %s", owner, err, lastLines(out, 20)))
+			}
 		}
 		s.mu.Unlock()
 		if unexpected {
@@ -132,11 +139,20 @@ func (s *relaySet) resume(i int) {
 	_ = p.cmd.Process.Signal(syscall.SIGCONT)
 }
 
-// unexpectedExits counts relays that exited without being told to.
-func (s *relaySet) unexpectedExits() int {
+// unexpectedExits counts relays that exited without being told to, and
+// describes the crashes among them.
+func (s *relaySet) unexpectedExits() (int, []string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.exits
+	return s.exits, append([]string(nil), s.crashes...)
+}
+
+func lastLines(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, " | ")
 }
 
 // logs returns each current process's last output.

@@ -157,6 +157,7 @@ type Result struct {
 	RecoveredIn time.Duration
 	Final       store.Stats
 	Faults      []FaultRecord
+	RelayExits  int      // relays that exited by themselves and were restarted
 	Failures    []string // empty when the run passed
 	HistoryFile string   // the JSON history, when written
 }
@@ -180,6 +181,7 @@ type run struct {
 	writers *writers
 	in      *inbox.Inbox
 	consDB  *sql.DB
+	tmpDir  string // the embedded broker's storage
 
 	delivered atomic.Int64
 	n         atomic.Int64
@@ -187,7 +189,6 @@ type run struct {
 
 	mu     sync.Mutex
 	faults []FaultRecord
-	notes  []string
 }
 
 func (r *run) logf(format string, a ...any) {
@@ -253,7 +254,7 @@ func (r *run) setup(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	r.notes = append(r.notes, "broker dir "+dir)
+	r.tmpDir = dir
 	if r.tr, err = transports[cfg.BrokerKind](octx, cfg.Broker, dir); err != nil {
 		return err
 	}
@@ -339,10 +340,8 @@ func (r *run) cleanup() {
 		}
 		r.admin.Close()
 	}
-	for _, n := range r.notes {
-		if dir, ok := strings.CutPrefix(n, "broker dir "); ok {
-			os.RemoveAll(dir)
-		}
+	if r.tmpDir != "" {
+		os.RemoveAll(r.tmpDir)
 	}
 }
 
@@ -374,13 +373,19 @@ func (r *run) execute(ctx context.Context) (*Result, error) {
 	cfg = r.cfg
 	r.logf("seed %d, %d relays, %d writers over %d keys for %s; %d faults planned", cfg.Seed, cfg.Relays, cfg.Writers, cfg.Keys, cfg.Duration, len(plan))
 
-	consCtx, stopConsumer := context.WithCancel(context.WithoutCancel(ctx))
-	consDone := make(chan error, 1)
-	go func() { consDone <- r.tr.Consume(consCtx, r.handle(consCtx)) }()
-	defer func() {
-		stopConsumer()
-		<-consDone
+	consCtx, cancelConsumer := context.WithCancel(context.WithoutCancel(ctx))
+	consDone := make(chan struct{})
+	go func() {
+		defer close(consDone)
+		if err := r.tr.Consume(consCtx, r.handle(consCtx)); err != nil {
+			r.logf("consumer: %v", err)
+		}
 	}()
+	stopConsumer := func() {
+		cancelConsumer()
+		<-consDone
+	}
+	defer stopConsumer()
 
 	wctx, stopWriters := context.WithTimeout(ctx, cfg.Duration)
 	defer stopWriters()
@@ -399,9 +404,12 @@ func (r *run) execute(ctx context.Context) (*Result, error) {
 	if ctx.Err() != nil {
 		return nil, ctx.Err()
 	}
-	var healed int64 // the last fault's heal; the start when there was none
-	for _, f := range r.faultRecords() {
-		healed = max(healed, f.HealMs)
+	healed := r.since() // the last fault's heal; the writers' end when there was none
+	if fs := r.faultRecords(); len(fs) > 0 {
+		healed = 0
+		for _, f := range fs {
+			healed = max(healed, f.HealMs)
+		}
 	}
 	r.logf("writers done; waiting for self-recovery")
 
@@ -450,12 +458,8 @@ func (r *run) execute(ctx context.Context) (*Result, error) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	for _, bad := range r.relays.close() {
-		res.Failures = append(res.Failures, bad)
-	}
+	res.Failures = append(res.Failures, r.relays.close()...)
 	stopConsumer()
-	<-consDone
-	consDone <- nil // for the deferred wait
 
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 60*time.Second)
 	defer cancel()
@@ -486,9 +490,9 @@ func (r *run) execute(ctx context.Context) (*Result, error) {
 	if rep.Committed == 0 {
 		res.Failures = append(res.Failures, "no transaction committed: the run tested nothing")
 	}
-	if n := r.relays.unexpectedExits(); n > 0 {
-		res.Failures = append(res.Failures, fmt.Sprintf("%d relay process(es) exited by themselves", n))
-	}
+	exits, crashes := r.relays.unexpectedExits()
+	res.RelayExits = exits
+	res.Failures = append(res.Failures, crashes...)
 	if res.Final.Dead > 0 {
 		res.Failures = append(res.Failures, fmt.Sprintf("%d events went DEAD", res.Final.Dead))
 	}
@@ -518,11 +522,11 @@ func (r *run) summary(res *Result) string {
 	if res.Recovered {
 		rec = res.RecoveredIn.Round(100 * time.Millisecond).String()
 	}
-	return fmt.Sprintf("torture: store=%s broker=%s source=%s seed=%d duration=%s committed=%d rolled_back=%d unknown=%d (committed %d) deliveries=%d delivered=%d lost=%d phantom=%d order_violations=%d duplicates=%d (near faults %d) redelivered=%d double_applied=%d stale_writes=%s faults=%d (%s) recovered_in=%s",
+	return fmt.Sprintf("torture: store=%s broker=%s source=%s seed=%d duration=%s committed=%d rolled_back=%d unknown=%d (committed %d) deliveries=%d delivered=%d lost=%d phantom=%d order_violations=%d duplicates=%d (near faults %d) redelivered=%d double_applied=%d stale_writes=%s relay_exits=%d faults=%d (%s) recovered_in=%s",
 		r.kind, r.tr.Name(), source, res.Seed, r.cfg.Duration.Round(100*time.Millisecond), rep.Committed, rep.ClientOutcomes[string(RolledBack)],
 		rep.ClientOutcomes[string(Unknown)], rep.UnknownCommits, rep.Deliveries, rep.Delivered, rep.Lost, rep.Phantom,
 		rep.OrderViolations, rep.Duplicates, rep.DupsNearFaults, rep.Redelivered, rep.DoubleApplied, stale,
-		len(res.Faults), faultCounts(res.Faults), rec)
+		res.RelayExits, len(res.Faults), faultCounts(res.Faults), rec)
 }
 
 // handle records one delivery in the history table and applies it through

@@ -86,11 +86,11 @@ func kindList(ks []Kind) string {
 
 // Fault is one scheduled fault.
 type Fault struct {
-	At      time.Duration `json:"at"`                // from the start of the run; not before
-	Kind    Kind          `json:"kind"`              //
-	Relay   int           `json:"relay"`             // target relay for Kill and Stop
-	For     time.Duration `json:"for"`               // how long it lasts before it heals
-	Latency time.Duration `json:"latency,omitempty"` // for the latency faults
+	At      time.Duration `json:"at_ns"`                // from the start of the run; not before
+	Kind    Kind          `json:"kind"`                 //
+	Relay   int           `json:"relay"`                // target relay for Kill and Stop
+	For     time.Duration `json:"for_ns"`               // how long it lasts before it heals
+	Latency time.Duration `json:"latency_ns,omitempty"` // for the latency faults
 }
 
 func (f Fault) String() string {

@@ -2,6 +2,7 @@ package torture_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"log"
@@ -14,6 +15,7 @@ import (
 	"time"
 
 	"github.com/go-sql-driver/mysql"
+	"go.uber.org/goleak"
 
 	"github.com/outbox-go/outbox/internal/testnats"
 	"github.com/outbox-go/outbox/internal/teststores"
@@ -45,6 +47,12 @@ func TestMain(m *testing.M) {
 	}
 	code := m.Run()
 	os.RemoveAll(dir)
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintln(os.Stderr, "goleak:", err)
+			code = 1
+		}
+	}
 	os.Exit(code)
 }
 
@@ -126,6 +134,7 @@ func TestBrokenVariantsAreCaught(t *testing.T) {
 			cfg := torture.Config{
 				DB: teststores.URL(t, v.store), Broker: broker, Seed: seed(t), Duration: 10 * time.Second,
 				RelayCommand: variantCommand(v.name), RecoverWithin: 5 * time.Second, Progress: logWriter{t},
+				HistoryDir: t.TempDir(),
 			}
 			v.setup(&cfg)
 			if last := cfg.Schedule; len(last) > 0 {
@@ -141,6 +150,16 @@ func TestBrokenVariantsAreCaught(t *testing.T) {
 			caught, figure := v.caught(res.Report)
 			if !caught || res.Passed() {
 				t.Fatalf("the checker did not report %q (%s) as broken: %s\n%s", v.name, v.bug, figure, res.Summary)
+			}
+			var hf struct {
+				Failures []string        `json:"failures"`
+				Report   torture.Report  `json:"report"`
+				History  torture.History `json:"history"`
+			}
+			if b, err := os.ReadFile(res.HistoryFile); err != nil {
+				t.Fatalf("a failed run must leave its JSON history: %v", err)
+			} else if err := json.Unmarshal(b, &hf); err != nil || len(hf.Failures) == 0 || len(hf.Report.Anomalies) == 0 || len(hf.History.Ledger) == 0 {
+				t.Fatalf("JSON history %s lacks the failures, anomalies or ledger (%v)", res.HistoryFile, err)
 			}
 			t.Logf("caught %s (%s): %s", v.name, v.bug, figure)
 		})

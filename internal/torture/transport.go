@@ -108,8 +108,10 @@ func openNATS(ctx context.Context, brokerURL, dir string) (transport, error) {
 		return nil, fmt.Errorf("torture: create stream: %w", err)
 	}
 	if t.cons, err = t.js.CreateOrUpdateConsumer(ctx, t.stream, jetstream.ConsumerConfig{
-		Durable: "torture", AckPolicy: jetstream.AckExplicitPolicy, AckWait: 10 * time.Second,
-		MaxAckPending: 256, MaxDeliver: -1,
+		// AckWait well above the consumer's worst stall, so redeliveries
+		// come from faults, not from a slow database under load.
+		Durable: "torture", AckPolicy: jetstream.AckExplicitPolicy, AckWait: 30 * time.Second,
+		MaxAckPending: 128, MaxDeliver: -1,
 	}); err != nil {
 		t.Close()
 		return nil, fmt.Errorf("torture: create consumer: %w", err)
@@ -145,7 +147,7 @@ func (t *natsTransport) Consume(ctx context.Context, handle func(received) bool)
 		} else {
 			_ = m.NakWithDelay(50 * time.Millisecond)
 		}
-	}, jetstream.PullMaxMessages(64))
+	}, jetstream.PullMaxMessages(32))
 	if err != nil {
 		return err
 	}

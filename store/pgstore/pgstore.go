@@ -334,8 +334,8 @@ RETURNING ` + prefixed(eventCols, "t.") + `, t.lease_until`
 	// of the whole table (claims grew with the backlog), a generic plan for
 	// the prepared statement that cannot see LIMIT, or a JIT compilation
 	// slower than the claim. Walking the primary key in id order is always
-	// the right plan here.
-	b.Queue("SELECT set_config('enable_seqscan', 'off', true), set_config('enable_sort', 'off', true), set_config('plan_cache_mode', 'force_custom_plan', true), set_config('jit', 'off', true)")
+	// the right plan here. synchronous_commit: see relaySettings.
+	b.Queue("SELECT set_config('enable_seqscan', 'off', true), set_config('enable_sort', 'off', true), set_config('plan_cache_mode', 'force_custom_plan', true), set_config('jit', 'off', true), set_config('synchronous_commit', 'off', true)")
 	b.Queue("SELECT pg_advisory_xact_lock($1)", s.claimLock)
 	b.Queue(claimSQL, req.Lease.Owner, req.Lease.Epoch, req.HoldDeadKeys, req.Limit, req.LeaseFor.Microseconds())
 	br := s.pool.SendBatch(ctx, b)
@@ -378,8 +378,27 @@ RETURNING ` + prefixed(eventCols, "t.") + `, t.lease_until`
 // leaseCheck is the compare-and-swap every state change does.
 const leaseCheck = " AND status = 'SENDING' AND lease_owner = $2 AND lease_epoch = $3"
 
+// relaySettings are transaction-local settings for the relay's own writes
+// (claim, ack, retry, bury, release). synchronous_commit = off: these
+// writes need no flush before the reply, because losing one in a database
+// crash only re-delivers (a lost claim or ack brings the event back under
+// its lease) and never loses or invents an event; the user's enqueue keeps
+// full durability. It takes a WAL flush off every relay round trip.
+const relaySettings = "SELECT set_config('synchronous_commit', 'off', true)"
+
 func (s *Store) leased(ctx context.Context, op, sql string, want int, args ...any) error {
-	tag, err := s.pool.Exec(ctx, sql, args...)
+	b := &pgx.Batch{}
+	b.Queue(relaySettings)
+	b.Queue(sql, args...)
+	br := s.pool.SendBatch(ctx, b)
+	_, err := br.Exec()
+	var tag pgconn.CommandTag
+	if err == nil {
+		tag, err = br.Exec()
+	}
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
 	if err != nil {
 		return wrap(op, err)
 	}

@@ -121,11 +121,17 @@ func (b *batch) deliver(ctx context.Context) (BatchReport, error) {
 				ok++
 				continue
 			}
-			if firstErr == nil {
-				firstErr = err
-			}
 			if e.Key != "" {
 				failedKeys[e.Key] = true
+			}
+			if pubCtx.Err() != nil && errors.Is(err, context.Canceled) {
+				// cut short by a stop or a lost lease, not the event's
+				// fault: give it back without counting an attempt
+				b.released = append(b.released, e.ID)
+				continue
+			}
+			if firstErr == nil {
+				firstErr = err
 			}
 			b.fail(e, err)
 		}

@@ -1,0 +1,54 @@
+package bench_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/outbox-go/outbox/internal/bench"
+	"github.com/outbox-go/outbox/internal/testnats"
+	"github.com/outbox-go/outbox/internal/teststores"
+	"github.com/outbox-go/outbox/internal/wire"
+)
+
+// A small run end to end, so that `outbox bench` cannot rot: every figure
+// is measured and positive. (The figures themselves are for BENCHMARKS.md.)
+func TestRunSmall(t *testing.T) {
+	var out strings.Builder
+	c := bench.Config{
+		DBURL: teststores.URL(t, "postgres"), BrokerURL: testnats.Shared(t),
+		Events: 3000, Rate: 200, Duration: time.Second, Out: &out,
+		OpenStore: wire.OpenStore, SQLDB: wire.SQLDB,
+	}
+	res, err := bench.Run(context.Background(), c)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out.String())
+	}
+	if res.RawSQLRate <= 0 || res.RawBrokerRate <= 0 || res.DrainRate <= 0 || res.LatencyCount != 200 || res.LatencyP50 <= 0 || res.LatencyP99 < res.LatencyP50 {
+		t.Errorf("implausible result %+v", res)
+	}
+	t.Log(res.Summary(c))
+}
+
+// BenchmarkRelayDrain is `outbox bench` as a Go benchmark:
+// go test -run XXX -bench RelayDrain -benchtime 1x ./internal/bench/
+func BenchmarkRelayDrain(b *testing.B) {
+	c := bench.Config{
+		DBURL: teststores.URL(b, "postgres"), BrokerURL: testnats.Shared(b),
+		Events: 100_000, Duration: 10 * time.Second,
+		OpenStore: wire.OpenStore, SQLDB: wire.SQLDB,
+	}
+	for i := 0; i < b.N; i++ {
+		res, err := bench.Run(context.Background(), c)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.ReportMetric(res.DrainRate, "ev/s")
+		b.ReportMetric(100*res.DrainRate/res.RawSQLRate, "%of-raw-sql")
+		b.ReportMetric(res.RawSQLRate, "raw-sql-rows/s")
+		b.ReportMetric(res.RawBrokerRate, "raw-broker-msgs/s")
+		b.ReportMetric(float64(res.LatencyP50.Microseconds())/1000, "p50-ms")
+		b.ReportMetric(float64(res.LatencyP99.Microseconds())/1000, "p99-ms")
+	}
+}

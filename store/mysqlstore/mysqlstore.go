@@ -34,9 +34,9 @@ type Store struct {
 
 	claimSQL, claimHoldDeadSQL string
 
-	mu        sync.Mutex
-	listeners []chan struct{}
-	closed    bool
+	mu      sync.Mutex
+	wakeups store.Wakeups
+	closed  bool
 }
 
 var _ store.Store = (*Store)(nil)

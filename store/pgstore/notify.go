@@ -13,41 +13,20 @@ import (
 // hint only. The listener reconnects by itself; while it cannot listen (a
 // PgBouncer in transaction mode, say) the relay simply keeps polling.
 func (s *Store) Notify(ctx context.Context) <-chan struct{} {
-	ch := make(chan struct{}, 1)
+	ch := s.wakeups.Subscribe(ctx)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.listeners = append(s.listeners, ch)
 	if !s.listening && !s.closed {
 		s.listening = true
 		lctx, cancel := context.WithCancel(context.Background())
 		s.stopListen, s.listenDone = cancel, make(chan struct{})
 		go s.listen(lctx)
 	}
-	go func() {
-		<-ctx.Done()
-		s.mu.Lock()
-		defer s.mu.Unlock()
-		for i, l := range s.listeners {
-			if l == ch {
-				s.listeners = append(s.listeners[:i], s.listeners[i+1:]...)
-				break
-			}
-		}
-	}()
 	return ch
 }
 
 // signal wakes every in-process listener without blocking.
-func (s *Store) signal() {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for _, l := range s.listeners {
-		select {
-		case l <- struct{}{}:
-		default:
-		}
-	}
-}
+func (s *Store) signal() { s.wakeups.Broadcast() }
 
 // wake notifies other processes too (after a requeue, say).
 func (s *Store) wake(ctx context.Context) {

@@ -41,7 +41,7 @@ type Store struct {
 	insertPrefix, insertNotifyPrefix string
 
 	mu         sync.Mutex
-	listeners  []chan struct{}
+	wakeups    store.Wakeups
 	listening  bool
 	stopListen context.CancelFunc
 	listenDone chan struct{}

@@ -21,10 +21,9 @@ const watchInterval = 25 * time.Millisecond
 // keeps polling. The channel holds at most one pending signal and stops
 // receiving once ctx is done.
 func (s *Store) Notify(ctx context.Context) <-chan struct{} {
-	ch := make(chan struct{}, 1)
+	ch := s.wakeups.Subscribe(ctx)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.listeners[ch] = struct{}{}
 	if !s.watching && !s.closed {
 		s.watching = true
 		wctx, cancel := context.WithCancel(context.Background())
@@ -32,25 +31,11 @@ func (s *Store) Notify(ctx context.Context) <-chan struct{} {
 		s.stopWatch, s.watchDone = cancel, done
 		go s.watch(wctx, done)
 	}
-	context.AfterFunc(ctx, func() {
-		s.mu.Lock()
-		defer s.mu.Unlock()
-		delete(s.listeners, ch)
-	})
 	return ch
 }
 
 // signal wakes every listener without blocking.
-func (s *Store) signal() {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for l := range s.listeners {
-		select {
-		case l <- struct{}{}:
-		default:
-		}
-	}
-}
+func (s *Store) signal() { s.wakeups.Broadcast() }
 
 // watch polls PRAGMA data_version (per connection, so on a connection of
 // its own) until no listener is left or the Store closes.
@@ -72,7 +57,7 @@ func (s *Store) watch(ctx context.Context, done chan struct{}) {
 		case <-tick.C:
 		}
 		s.mu.Lock()
-		if len(s.listeners) == 0 {
+		if s.wakeups.Len() == 0 {
 			s.watching = false
 			s.mu.Unlock()
 			return

@@ -49,7 +49,7 @@ type Store struct {
 	stmts  map[string]*sql.Stmt // nil after Close
 
 	mu        sync.Mutex
-	listeners map[chan struct{}]struct{}
+	wakeups   store.Wakeups
 	watching  bool
 	stopWatch context.CancelFunc
 	watchDone chan struct{}
@@ -84,7 +84,6 @@ func New(db *sql.DB, cfg Config) (*Store, error) {
 		gate:       acquireWriteGate(db),
 		claimGate:  newGate(),
 		stmts:      map[string]*sql.Stmt{},
-		listeners:  map[chan struct{}]struct{}{},
 	}
 	s.claimSQL, s.candidatesSQL = s.buildClaimSQL(), s.buildCandidatesSQL()
 	return s, nil

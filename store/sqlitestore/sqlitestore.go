@@ -466,30 +466,36 @@ func nullMicros(us sql.NullInt64) time.Time {
 	return time.UnixMicro(us.Int64)
 }
 
-// claimable is the WHERE clause of a claim over rows "o", with ?3 for
-// HoldDeadKeys: ready (NEW and due, or SENDING under an expired lease) and
+// claimable is the WHERE clause of a claim over rows "o", with the
+// placeholders hold (HoldDeadKeys) and now (the claim's clock): ready (NEW and due, or SENDING under an expired lease) and
 // its key not held. Each "held" check is a seek in its own partial index.
-func (s *Store) claimable() string {
-	return `((o.status = 'NEW' AND o.next_attempt_at <= ` + nowUS + `) OR (o.status = 'SENDING' AND o.lease_until <= ` + nowUS + `))
+func (s *Store) claimable(hold, now string) string {
+	return `((o.status = 'NEW' AND o.next_attempt_at <= ` + now + `) OR (o.status = 'SENDING' AND o.lease_until <= ` + now + `))
 	  AND (o.event_key = '' OR (
-		NOT EXISTS (SELECT 1 FROM ` + s.table + ` AS h WHERE h.status = 'SENDING' AND h.event_key = o.event_key AND h.lease_until > ` + nowUS + `)
-		AND NOT EXISTS (SELECT 1 FROM ` + s.table + ` AS h WHERE h.status = 'DEAD' AND h.event_key = o.event_key AND h.id < o.id AND ?3)
-		AND NOT EXISTS (SELECT 1 FROM ` + s.table + ` AS h WHERE h.status = 'NEW' AND h.next_attempt_at > h.created_at AND h.event_key = o.event_key AND h.id < o.id AND h.next_attempt_at > ` + nowUS + `)))`
+		NOT EXISTS (SELECT 1 FROM ` + s.table + ` AS h WHERE h.status = 'SENDING' AND h.event_key = o.event_key AND h.lease_until > ` + now + `)
+		AND NOT EXISTS (SELECT 1 FROM ` + s.table + ` AS h WHERE h.status = 'DEAD' AND h.event_key = o.event_key AND h.id < o.id AND ` + hold + `)
+		AND NOT EXISTS (SELECT 1 FROM ` + s.table + ` AS h WHERE h.status = 'NEW' AND h.next_attempt_at > h.created_at AND h.event_key = o.event_key AND h.id < o.id AND h.next_attempt_at > ` + now + `)))`
 }
 
-// candidatesSQL takes ?1 HoldDeadKeys, ?2 limit: what a claim would take
-// now, read without the write lock.
+// candidatesSQL takes ?1 HoldDeadKeys, ?2 limit, ?3 the claim's "now" (µs):
+// what a claim would take, read without the write lock.
 func (s *Store) buildCandidatesSQL() string {
-	return `SELECT o.id FROM ` + s.table + ` AS o WHERE ` + strings.ReplaceAll(s.claimable(), "?3", "?1") + ` ORDER BY o.id LIMIT ?2`
+	return `SELECT o.id FROM ` + s.table + ` AS o WHERE ` + s.claimable("?1", "?3") + ` ORDER BY o.id LIMIT ?2`
 }
 
 // claimSQL takes ?1 owner, ?2 epoch, ?3 HoldDeadKeys, ?4 candidate ids (a
-// JSON array), ?5 lease length in µs. It re-checks every candidate under
-// the write lock; the IN subquery is evaluated in full before any row
-// changes, so candidates do not hold each other's keys.
+// JSON array), ?5 lease length in µs, ?6 the claim's "now" (µs). It
+// re-checks every candidate under the write lock; the IN subquery is
+// evaluated in full before any row changes, so candidates do not hold each
+// other's keys.
+//
+// "now" is read once and bound: SQLite evaluates 'now' per step, so within
+// one scan a retrying event could look not-yet-ready when its own row was
+// checked and no longer delaying when a later event of its key was, and
+// that later event went out first (caught by the relay's outage test).
 func (s *Store) buildClaimSQL() string {
-	return `UPDATE ` + s.table + ` SET status = 'SENDING', lease_owner = ?1, lease_epoch = ?2, lease_until = ` + nowUS + ` + ?5
-WHERE id IN (SELECT o.id FROM ` + s.table + ` AS o WHERE o.id IN (SELECT value FROM json_each(?4)) AND ` + s.claimable() + `)
+	return `UPDATE ` + s.table + ` SET status = 'SENDING', lease_owner = ?1, lease_epoch = ?2, lease_until = ?6 + ?5
+WHERE id IN (SELECT o.id FROM ` + s.table + ` AS o WHERE o.id IN (SELECT value FROM json_each(?4)) AND ` + s.claimable("?3", "?6") + `)
 RETURNING ` + eventCols + `, lease_until`
 }
 
@@ -527,7 +533,11 @@ func (s *Store) Claim(ctx context.Context, req store.ClaimRequest) (store.Claim,
 func (s *Store) claimOnce(ctx context.Context, look *sql.Stmt, req store.ClaimRequest) (c store.Claim, again bool, err error) {
 	c = store.Claim{Lease: req.Lease}
 	gen := s.claimGen.Load()
-	cands, err := readIDs(ctx, look, req.HoldDeadKeys, req.Limit)
+	now, err := s.now(ctx)
+	if err != nil {
+		return c, false, wrap("claim", err)
+	}
+	cands, err := readIDs(ctx, look, req.HoldDeadKeys, req.Limit, now)
 	if err != nil || len(cands) == 0 {
 		return c, false, wrap("claim", err)
 	}
@@ -541,7 +551,10 @@ func (s *Store) claimOnce(ctx context.Context, look *sql.Stmt, req store.ClaimRe
 		// Another claim of this store committed after the read and has
 		// probably taken these candidates: look again, now that no claim
 		// of this store can come in between.
-		if cands, err = readIDs(ctx, look, req.HoldDeadKeys, req.Limit); err != nil || len(cands) == 0 {
+		if now, err = s.now(ctx); err != nil {
+			return c, false, wrap("claim", err)
+		}
+		if cands, err = readIDs(ctx, look, req.HoldDeadKeys, req.Limit, now); err != nil || len(cands) == 0 {
 			return c, false, wrap("claim", err)
 		}
 	}
@@ -560,7 +573,7 @@ func (s *Store) claimOnce(ctx context.Context, look *sql.Stmt, req store.ClaimRe
 		c.Until = micros(until)
 		c.Events = append(c.Events, e)
 		return nil
-	}, req.Lease.Owner, req.Lease.Epoch, req.HoldDeadKeys, idsJSON(cands), req.LeaseFor.Microseconds())
+	}, req.Lease.Owner, req.Lease.Epoch, req.HoldDeadKeys, idsJSON(cands), req.LeaseFor.Microseconds(), now)
 	if err != nil {
 		return store.Claim{Lease: req.Lease}, false, wrap("claim", err)
 	}
@@ -570,6 +583,13 @@ func (s *Store) claimOnce(ctx context.Context, look *sql.Stmt, req store.ClaimRe
 	s.claimGen.Add(1)
 	sort.Slice(c.Events, func(i, j int) bool { return c.Events[i].ID < c.Events[j].ID })
 	return c, false, nil
+}
+
+// now reads the database clock once, in µs.
+func (s *Store) now(ctx context.Context) (int64, error) {
+	var now int64
+	err := s.db.QueryRowContext(ctx, "SELECT "+nowUS).Scan(&now)
+	return now, err
 }
 
 func readIDs(ctx context.Context, st *sql.Stmt, args ...any) ([]int64, error) {

@@ -315,9 +315,9 @@ func (s *Store) Claim(ctx context.Context, req store.ClaimRequest) (store.Claim,
 	// with a batch in flight.
 	claimSQL := `WITH picked AS (
 	SELECT o.id FROM ` + s.table + ` o
-	WHERE ((o.status = 'NEW' AND o.next_attempt_at <= now()) OR (o.status = 'SENDING' AND o.lease_until <= now()))
+	WHERE ((o.status = 'NEW' AND o.next_attempt_at <= now()) OR (o.status = 'SENDING' AND o.lease_until <= now() - ` + takeoverGrace + `))
 	  AND (o.event_key = '' OR (
-		NOT EXISTS (SELECT 1 FROM ` + s.table + ` b WHERE b.status = 'SENDING' AND b.event_key = o.event_key AND b.lease_until > now())
+		NOT EXISTS (SELECT 1 FROM ` + s.table + ` b WHERE b.status = 'SENDING' AND b.event_key = o.event_key AND b.lease_until > now() - ` + takeoverGrace + `)
 		AND NOT EXISTS (SELECT 1 FROM ` + s.table + ` b WHERE b.status = 'NEW' AND b.next_attempt_at > b.created_at AND b.event_key = o.event_key AND b.id < o.id AND b.next_attempt_at > now())
 		AND NOT ($3::bool AND EXISTS (SELECT 1 FROM ` + s.table + ` b WHERE b.status = 'DEAD' AND b.event_key = o.event_key AND b.id < o.id))))
 	ORDER BY o.id
@@ -378,6 +378,20 @@ RETURNING ` + prefixed(eventCols, "t.") + `, t.lease_until`
 // leaseCheck is the compare-and-swap every state change does.
 const leaseCheck = " AND status = 'SENDING' AND lease_owner = $2 AND lease_epoch = $3"
 
+// takeoverGrace and fencedSettings close the last race of lease expiry. A
+// relay's fenced write (retry, bury, release, extend) checks that its lease
+// is live when the statement starts and then holds the row's lock until it
+// commits. A claim that skipped that locked row (SKIP LOCKED) and saw the
+// lease already expired would treat the key as free and could take the
+// key's next event while the first one is being put back for a retry. So a
+// claim takes over only leases expired longer ago than takeoverGrace, and
+// a fenced write may run at most fencedTimeout, which is shorter: no
+// fenced write can still hold a row when a claim may take it over.
+const (
+	takeoverGrace  = "interval '250 milliseconds'"
+	fencedSettings = "SELECT set_config('synchronous_commit', 'off', true), set_config('statement_timeout', '200', true)"
+)
+
 // relaySettings are transaction-local settings for the relay's own writes
 // (claim, ack, retry, bury, release). synchronous_commit = off: these
 // writes need no flush before the reply, because losing one in a database
@@ -386,9 +400,9 @@ const leaseCheck = " AND status = 'SENDING' AND lease_owner = $2 AND lease_epoch
 // full durability. It takes a WAL flush off every relay round trip.
 const relaySettings = "SELECT set_config('synchronous_commit', 'off', true)"
 
-func (s *Store) leased(ctx context.Context, op, sql string, want int, args ...any) error {
+func (s *Store) leased(ctx context.Context, op, settings, sql string, want int, args ...any) error {
 	b := &pgx.Batch{}
-	b.Queue(relaySettings)
+	b.Queue(settings)
 	b.Queue(sql, args...)
 	br := s.pool.SendBatch(ctx, b)
 	_, err := br.Exec()
@@ -413,8 +427,16 @@ func (s *Store) Extend(ctx context.Context, lease store.Lease, ids []int64, d ti
 	if len(ids) == 0 {
 		return time.Time{}, nil
 	}
-	rows, err := s.pool.Query(ctx, "UPDATE "+s.table+" SET lease_until = now() + $4 * interval '1 microsecond' WHERE id = ANY($1)"+leaseCheck+" AND lease_until > now() RETURNING lease_until",
+	b := &pgx.Batch{}
+	b.Queue(fencedSettings)
+	b.Queue("UPDATE "+s.table+" SET lease_until = now() + $4 * interval '1 microsecond' WHERE id = ANY($1)"+leaseCheck+" AND lease_until > now() RETURNING lease_until",
 		ids, lease.Owner, lease.Epoch, d.Microseconds())
+	br := s.pool.SendBatch(ctx, b)
+	defer br.Close()
+	if _, err := br.Exec(); err != nil {
+		return time.Time{}, wrap("extend", err)
+	}
+	rows, err := br.Query()
 	if err != nil {
 		return time.Time{}, wrap("extend", err)
 	}
@@ -435,11 +457,11 @@ func (s *Store) Ack(ctx context.Context, lease store.Lease, ids []int64) error {
 	}
 	where := " WHERE id = ANY($1)" + leaseCheck
 	if !s.opts.KeepSent {
-		return s.leased(ctx, "ack", "DELETE FROM "+s.table+where, len(ids), ids, lease.Owner, lease.Epoch)
+		return s.leased(ctx, "ack", relaySettings, "DELETE FROM "+s.table+where, len(ids), ids, lease.Owner, lease.Epoch)
 	}
 	cols := "id, event_id, topic, event_key, event_type, aggregate_type, schema_version, payload, content_type, headers, attempts, next_attempt_at, last_error, lease_owner, lease_epoch, lease_until, created_at"
 	sql := "WITH d AS (DELETE FROM " + s.table + where + " RETURNING " + cols + ") INSERT INTO " + s.archive + " (" + cols + ", status, sent_at) SELECT " + cols + ", 'SENT', now() FROM d"
-	return s.leased(ctx, "ack", sql, len(ids), ids, lease.Owner, lease.Epoch)
+	return s.leased(ctx, "ack", relaySettings, sql, len(ids), ids, lease.Owner, lease.Epoch)
 }
 
 // Retry gives events back for a later attempt. The lease must still be live.
@@ -455,7 +477,7 @@ func (s *Store) Retry(ctx context.Context, lease store.Lease, retries []store.Re
 	}
 	sql := "UPDATE " + s.table + " t SET status = 'NEW', attempts = t.attempts + 1, next_attempt_at = now() + u.delay_us * interval '1 microsecond', last_error = u.err, lease_owner = '', lease_until = NULL " +
 		"FROM unnest($1::bigint[], $4::bigint[], $5::text[]) AS u(id, delay_us, err) WHERE t.id = u.id AND t.status = 'SENDING' AND t.lease_owner = $2 AND t.lease_epoch = $3 AND t.lease_until > now()"
-	return s.leased(ctx, "retry", sql, len(ids), ids, lease.Owner, lease.Epoch, delays, errs)
+	return s.leased(ctx, "retry", fencedSettings, sql, len(ids), ids, lease.Owner, lease.Epoch, delays, errs)
 }
 
 // Bury marks events DEAD with their reason. The lease must still be live.
@@ -470,7 +492,7 @@ func (s *Store) Bury(ctx context.Context, lease store.Lease, burials []store.Bur
 	}
 	sql := "UPDATE " + s.table + " t SET status = 'DEAD', attempts = t.attempts + 1, last_error = u.err, lease_owner = '', lease_until = NULL " +
 		"FROM unnest($1::bigint[], $4::text[]) AS u(id, err) WHERE t.id = u.id AND t.status = 'SENDING' AND t.lease_owner = $2 AND t.lease_epoch = $3 AND t.lease_until > now()"
-	return s.leased(ctx, "bury", sql, len(ids), ids, lease.Owner, lease.Epoch, errs)
+	return s.leased(ctx, "bury", fencedSettings, sql, len(ids), ids, lease.Owner, lease.Epoch, errs)
 }
 
 // Release gives events back untouched. The lease must still be live.
@@ -479,7 +501,7 @@ func (s *Store) Release(ctx context.Context, lease store.Lease, ids []int64) err
 		return nil
 	}
 	sql := "UPDATE " + s.table + " SET status = 'NEW', lease_owner = '', lease_until = NULL WHERE id = ANY($1)" + leaseCheck + " AND lease_until > now()"
-	return s.leased(ctx, "release", sql, len(ids), ids, lease.Owner, lease.Epoch)
+	return s.leased(ctx, "release", fencedSettings, sql, len(ids), ids, lease.Owner, lease.Epoch)
 }
 
 func scanRecord(row pgx.Row) (store.Record, error) {

@@ -406,7 +406,18 @@ func cols(list []string, prefix string) string {
 const dbNow = "UNIX_TIMESTAMP() * 1000000 + MICROSECOND(NOW(6))"
 
 // claimable: a NEW event that is due, or a SENDING one whose lease ran out.
-const claimable = "((%[1]sstatus = 'NEW' AND %[1]snext_attempt_at <= NOW(6)) OR (%[1]sstatus = 'SENDING' AND %[1]slease_until <= NOW(6)))"
+const claimable = "((%[1]sstatus = 'NEW' AND %[1]snext_attempt_at <= NOW(6)) OR (%[1]sstatus = 'SENDING' AND %[1]slease_until <= NOW(6) - " + takeoverGrace + "))"
+
+// takeoverGrace: a claim takes over only leases that expired longer ago
+// than this, and a key stays held by an in-flight event that long after its
+// lease ran out. A fenced write (retry, release, extend) checks its lease at
+// its statement's start and then holds the row's lock; the grace keeps a
+// claim from reading that row's lease as expired and taking the key's next
+// event while the first is being put back. (pgstore also bounds those
+// statements' run time; MySQL has no portable per-statement timeout for
+// UPDATE, so here the grace alone makes the window a stall of more than
+// 250 ms inside one short statement.)
+const takeoverGrace = "INTERVAL 250000 MICROSECOND"
 
 // buildClaimSQL selects the events a claim takes: claimable, in id order,
 // whose key is not held — exactly pgstore's rules. A key is held by a SENDING
@@ -434,7 +445,7 @@ func (s *Store) buildClaimSQL(holdDead bool) string {
 FROM ` + s.table + ` o FORCE INDEX (PRIMARY)
 WHERE ` + fmt.Sprintf(claimable, "o.") + `
   AND (o.event_key = '' OR NOT (
-		EXISTS (SELECT 1 ` + hold + `h.status = 'SENDING' AND h.lease_until > NOW(6))` + dead + `
+		EXISTS (SELECT 1 ` + hold + `h.status = 'SENDING' AND h.lease_until > NOW(6) - ` + takeoverGrace + `)` + dead + `
 		OR IFNULL((SELECT MIN(h.id) ` + hold + `h.status = 'NEW' AND h.next_attempt_at > NOW(6)), o.id) < o.id))
 ORDER BY o.id
 LIMIT ?`

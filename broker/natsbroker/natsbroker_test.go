@@ -8,11 +8,9 @@ import (
 	"fmt"
 	"net"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/goleak"
@@ -22,64 +20,10 @@ import (
 	"github.com/outbox-go/outbox/broker/brokertest"
 	"github.com/outbox-go/outbox/broker/natsbroker"
 	"github.com/outbox-go/outbox/internal/testenv"
+	"github.com/outbox-go/outbox/internal/testnats"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
-
-// --- an embedded nats-server with JetStream, restartable on the same port and store
-
-type embedded struct {
-	mu       sync.Mutex
-	srv      *server.Server
-	port     int
-	storeDir string
-	js       bool
-}
-
-func startEmbedded(t *testing.T, jetStream bool) *embedded {
-	t.Helper()
-	e := &embedded{port: server.RANDOM_PORT, storeDir: t.TempDir(), js: jetStream}
-	e.start(t)
-	e.port = e.srv.Addr().(*net.TCPAddr).Port
-	t.Cleanup(e.stop)
-	return e
-}
-
-func (e *embedded) start(t *testing.T) {
-	t.Helper()
-	srv, err := server.NewServer(&server.Options{
-		Host: "127.0.0.1", Port: e.port, JetStream: e.js, StoreDir: e.storeDir,
-		NoLog: true, NoSigs: true,
-	})
-	if err != nil {
-		t.Fatalf("embedded nats-server: %v", err)
-	}
-	go srv.Start()
-	if !srv.ReadyForConnections(10 * time.Second) {
-		t.Fatal("embedded nats-server not ready within 10s")
-	}
-	e.mu.Lock()
-	e.srv = srv
-	e.mu.Unlock()
-}
-
-func (e *embedded) stop() {
-	e.mu.Lock()
-	srv := e.srv
-	e.mu.Unlock()
-	if srv != nil {
-		srv.Shutdown()
-		srv.WaitForShutdown()
-	}
-}
-
-func (e *embedded) restart(t *testing.T) {
-	t.Helper()
-	e.stop()
-	e.start(t)
-}
-
-func (e *embedded) url() string { return fmt.Sprintf("nats://127.0.0.1:%d", e.port) }
 
 // --- helpers
 
@@ -215,10 +159,10 @@ func TestConformanceServer(t *testing.T) {
 }
 
 func TestConformanceEmbedded(t *testing.T) {
-	srv := startEmbedded(t, true)
-	admin := connect(t, srv.url())
-	h := harness("natsbroker (embedded)", srv.url(), admin, jetstream.FileStorage)
-	h.Restart = srv.restart
+	srv := testnats.Start(t)
+	admin := connect(t, srv.URL())
+	h := harness("natsbroker (embedded)", srv.URL(), admin, jetstream.FileStorage)
+	h.Restart = func(t *testing.T) { srv.Restart(t) }
 	brokertest.Run(t, h)
 }
 
@@ -226,12 +170,12 @@ func TestConformanceEmbedded(t *testing.T) {
 
 func TestNoStreamIsPermanentWithClearMessage(t *testing.T) {
 	t.Parallel()
-	srv := startEmbedded(t, true)
-	admin := connect(t, srv.url())
+	srv := testnats.Start(t)
+	admin := connect(t, srv.URL())
 	js, _ := jetstream.New(admin)
 	covered := uniqueName("covered")
 	stream := createStream(t, js, covered, jetstream.MemoryStorage)
-	b := dial(t, srv.url(), natsbroker.Config{})
+	b := dial(t, srv.URL(), natsbroker.Config{})
 
 	missing := uniqueName("nostream")
 	events := []outbox.Event{event(covered, 0), event(missing, 1), event(covered, 2)}
@@ -254,12 +198,12 @@ func TestNoStreamIsPermanentWithClearMessage(t *testing.T) {
 
 func TestDuplicateEventIDIsDeduplicatedAndReportedAsSuccess(t *testing.T) {
 	t.Parallel()
-	srv := startEmbedded(t, true)
-	admin := connect(t, srv.url())
+	srv := testnats.Start(t)
+	admin := connect(t, srv.URL())
 	js, _ := jetstream.New(admin)
 	subject := uniqueName("dedup")
 	stream := createStream(t, js, subject, jetstream.MemoryStorage)
-	b := dial(t, srv.url(), natsbroker.Config{})
+	b := dial(t, srv.URL(), natsbroker.Config{})
 
 	e := event(subject, 0)
 	for i, batch := range [][]outbox.Event{{e}, {e}, {e, e}} { // again later, and twice in one batch
@@ -283,12 +227,12 @@ func TestDuplicateEventIDIsDeduplicatedAndReportedAsSuccess(t *testing.T) {
 
 func TestHeaderMapping(t *testing.T) {
 	t.Parallel()
-	srv := startEmbedded(t, true)
-	admin := connect(t, srv.url())
+	srv := testnats.Start(t)
+	admin := connect(t, srv.URL())
 	js, _ := jetstream.New(admin)
 	subject := uniqueName("headers")
 	stream := createStream(t, js, subject, jetstream.MemoryStorage)
-	b := dial(t, srv.url(), natsbroker.Config{Source: "/billing service"})
+	b := dial(t, srv.URL(), natsbroker.Config{Source: "/billing service"})
 
 	e := event(subject, 0)
 	e.CreatedAt = time.Date(2026, 1, 2, 3, 4, 5, 600000000, time.FixedZone("CET", 3600))
@@ -347,12 +291,12 @@ func TestHeaderMapping(t *testing.T) {
 
 func TestBadEventsArePermanentAndAlone(t *testing.T) {
 	t.Parallel()
-	srv := startEmbedded(t, true)
-	admin := connect(t, srv.url())
+	srv := testnats.Start(t)
+	admin := connect(t, srv.URL())
 	js, _ := jetstream.New(admin)
 	subject := uniqueName("bad")
 	stream := createStream(t, js, subject, jetstream.MemoryStorage)
-	b := dial(t, srv.url(), natsbroker.Config{})
+	b := dial(t, srv.URL(), natsbroker.Config{})
 
 	noID := event(subject, 1)
 	noID.EventID = ""
@@ -378,15 +322,15 @@ func TestBadEventsArePermanentAndAlone(t *testing.T) {
 
 func TestStreamMaxMsgSizeIsPermanent(t *testing.T) {
 	t.Parallel()
-	srv := startEmbedded(t, true)
-	admin := connect(t, srv.url())
+	srv := testnats.Start(t)
+	admin := connect(t, srv.URL())
 	js, _ := jetstream.New(admin)
 	subject := uniqueName("small")
 	_, err := js.CreateStream(ctxFor(t, 5*time.Second), jetstream.StreamConfig{Name: subject, Subjects: []string{subject}, Storage: jetstream.MemoryStorage, MaxMsgSize: 1024})
 	if err != nil {
 		t.Fatal(err)
 	}
-	b := dial(t, srv.url(), natsbroker.Config{})
+	b := dial(t, srv.URL(), natsbroker.Config{})
 	big := event(subject, 0)
 	big.Payload = make([]byte, 2048)
 	res := b.Publish(ctxFor(t, 10*time.Second), []outbox.Event{big, event(subject, 1)})
@@ -397,14 +341,14 @@ func TestStreamMaxMsgSizeIsPermanent(t *testing.T) {
 
 func TestDisconnectedFailsFastAndRecovers(t *testing.T) {
 	t.Parallel()
-	srv := startEmbedded(t, true)
-	admin := connect(t, srv.url())
+	srv := testnats.Start(t)
+	admin := connect(t, srv.URL())
 	js, _ := jetstream.New(admin)
 	subject := uniqueName("outage")
 	createStream(t, js, subject, jetstream.FileStorage)
-	b := dial(t, srv.url(), natsbroker.Config{})
+	b := dial(t, srv.URL(), natsbroker.Config{})
 
-	srv.stop()
+	srv.Stop()
 	deadline := time.Now().Add(5 * time.Second)
 	for b.Conn().Status() == nats.CONNECTED && time.Now().Before(deadline) {
 		time.Sleep(10 * time.Millisecond)
@@ -420,7 +364,7 @@ func TestDisconnectedFailsFastAndRecovers(t *testing.T) {
 		}
 	}
 
-	srv.start(t)
+	srv.Restart(t) // stopped above: this starts it again
 	e := event(subject, 2)
 	for {
 		res := b.Publish(ctxFor(t, 2*time.Second), []outbox.Event{e})
@@ -441,8 +385,8 @@ func TestPublishWithoutAckHonoursDeadline(t *testing.T) {
 	t.Parallel()
 	// A plain NATS subscriber on the subject answers nothing, so no PubAck
 	// ever comes: Publish must give up at the deadline with transient errors.
-	srv := startEmbedded(t, true)
-	admin := connect(t, srv.url())
+	srv := testnats.Start(t)
+	admin := connect(t, srv.URL())
 	subject := uniqueName("silent")
 	sub, err := admin.SubscribeSync(subject)
 	if err != nil {
@@ -452,7 +396,7 @@ func TestPublishWithoutAckHonoursDeadline(t *testing.T) {
 	if err := admin.Flush(); err != nil {
 		t.Fatal(err)
 	}
-	b := dial(t, srv.url(), natsbroker.Config{Timeout: 300 * time.Millisecond})
+	b := dial(t, srv.URL(), natsbroker.Config{Timeout: 300 * time.Millisecond})
 	start := time.Now()
 	res := b.Publish(context.Background(), []outbox.Event{event(subject, 0), event(subject, 1)})
 	if d := time.Since(start); d > 2*time.Second {
@@ -467,8 +411,8 @@ func TestPublishWithoutAckHonoursDeadline(t *testing.T) {
 
 func TestNewWithBorrowedConnLeavesItOpen(t *testing.T) {
 	t.Parallel()
-	srv := startEmbedded(t, true)
-	nc := connect(t, srv.url())
+	srv := testnats.Start(t)
+	nc := connect(t, srv.URL())
 	if _, err := natsbroker.New(nil, natsbroker.Config{}); err == nil {
 		t.Error("New(nil) succeeded")
 	}
@@ -504,8 +448,8 @@ func TestDialErrors(t *testing.T) {
 		t.Errorf("Dial to a closed port: %v; want an error that hides the password and says what to check", err)
 	}
 
-	plain := startEmbedded(t, false)
-	_, err = natsbroker.Dial(plain.url(), natsbroker.Config{})
+	plain := testnats.StartPlain(t)
+	_, err = natsbroker.Dial(plain.URL(), natsbroker.Config{})
 	if err == nil || !strings.Contains(err.Error(), "-js") {
 		t.Errorf("Dial to a server without JetStream: %v; want an error saying to enable it", err)
 	}

@@ -24,17 +24,23 @@ import (
 
 // Server is an embedded nats-server with JetStream.
 type Server struct {
-	mu       sync.Mutex
-	srv      *server.Server
-	port     int
-	storeDir string
+	mu        sync.Mutex
+	srv       *server.Server
+	port      int
+	storeDir  string
+	jetStream bool
 }
 
 // Start runs an embedded server on a free loopback port with its store in
 // t.TempDir(); it is shut down when t ends.
-func Start(t testing.TB) *Server {
+func Start(t testing.TB) *Server { t.Helper(); return start(t, true) }
+
+// StartPlain is Start without JetStream: a core NATS server.
+func StartPlain(t testing.TB) *Server { t.Helper(); return start(t, false) }
+
+func start(t testing.TB, jetStream bool) *Server {
 	t.Helper()
-	s := &Server{port: server.RANDOM_PORT, storeDir: t.TempDir()}
+	s := &Server{port: server.RANDOM_PORT, storeDir: t.TempDir(), jetStream: jetStream}
 	s.start(t)
 	s.port = s.srv.Addr().(*net.TCPAddr).Port
 	t.Cleanup(s.Stop)
@@ -43,7 +49,7 @@ func Start(t testing.TB) *Server {
 
 func (s *Server) start(t testing.TB) {
 	t.Helper()
-	srv, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: s.port, JetStream: true, StoreDir: s.storeDir, NoLog: true, NoSigs: true})
+	srv, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: s.port, JetStream: s.jetStream, StoreDir: s.storeDir, NoLog: true, NoSigs: true})
 	if err != nil {
 		t.Fatalf("embedded nats-server: %v", err)
 	}

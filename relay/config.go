@@ -45,9 +45,10 @@ type Config struct {
 	// (LISTEN/NOTIFY on PostgreSQL, in-process signals).
 	PollInterval time.Duration
 	// MaxAttempts is how many failed attempts make an event DEAD; default
-	// 25. With the default backoff (1s doubling to a 10 min cap) that is
-	// roughly 2.5 hours of retrying: longer than most broker outages, short
-	// enough that a truly poisoned event surfaces the same day.
+	// 25. With the default backoff (1s doubling to a 10 min cap) the 24
+	// delays add up to at most ≈ 2.5 hours, about 1.25 hours on average with
+	// full jitter: longer than most broker outages, short enough that a
+	// truly poisoned event surfaces the same day.
 	MaxAttempts int
 	// BackoffBase and BackoffMax shape the retry delay: a random duration in
 	// [0, min(BackoffMax, BackoffBase·2^(attempt-1))] (full jitter).

@@ -60,6 +60,24 @@ func (o Options) Normalize() (Options, error) {
 	return o, nil
 }
 
+// Prepare is what every store does before writing: validate msgs (the
+// caller's transaction is untouched on an error), fill in defaults (event
+// ids, schema version, content type) and run o.Check. It returns new
+// messages; msgs is not changed.
+func (o Options) Prepare(msgs []outbox.Message) ([]outbox.Message, error) {
+	if err := outbox.Validate(o.Limits(), msgs...); err != nil {
+		return nil, err
+	}
+	out := make([]outbox.Message, len(msgs))
+	for i, m := range msgs {
+		out[i] = m.Normalized()
+	}
+	if err := o.CheckAll(out); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // CheckAll runs o.Check, if set, on msgs (validated and normalized) in
 // order and returns the first error as a *outbox.ValidationError whose Index
 // is the failing message's position.

@@ -313,27 +313,13 @@ func (s *Store) buildInsert(msgs []outbox.Message) (stmts []string, args [][]any
 	return stmts, args
 }
 
-func (s *Store) prepare(msgs []outbox.Message) ([]outbox.Message, error) {
-	if err := outbox.Validate(s.opts.Limits(), msgs...); err != nil {
-		return nil, err
-	}
-	out := make([]outbox.Message, len(msgs))
-	for i, m := range msgs {
-		out[i] = m.Normalized()
-	}
-	if err := s.opts.CheckAll(out); err != nil {
-		return nil, err
-	}
-	return out, nil
-}
-
 // Enqueue writes msgs atomically: one autocommitted INSERT, or a transaction
 // of its own when msgs need several.
 func (s *Store) Enqueue(ctx context.Context, msgs ...outbox.Message) error {
 	if len(msgs) == 0 {
 		return nil
 	}
-	norm, err := s.prepare(msgs)
+	norm, err := s.opts.Prepare(msgs)
 	if err != nil {
 		return err
 	}
@@ -368,7 +354,7 @@ func (s *Store) EnqueueTx(ctx context.Context, tx store.Execer, msgs ...outbox.M
 	if len(msgs) == 0 {
 		return nil
 	}
-	norm, err := s.prepare(msgs)
+	norm, err := s.opts.Prepare(msgs)
 	if err != nil {
 		return err
 	}

@@ -215,26 +215,12 @@ func (s *Store) buildInsert(msgs []outbox.Message) (stmts []string, args [][]any
 	return stmts, args
 }
 
-func (s *Store) prepare(msgs []outbox.Message) ([]outbox.Message, error) {
-	if err := outbox.Validate(s.opts.Limits(), msgs...); err != nil {
-		return nil, err
-	}
-	out := make([]outbox.Message, len(msgs))
-	for i, m := range msgs {
-		out[i] = m.Normalized()
-	}
-	if err := s.opts.CheckAll(out); err != nil {
-		return nil, err
-	}
-	return out, nil
-}
-
 // Enqueue writes msgs in a transaction of its own.
 func (s *Store) Enqueue(ctx context.Context, msgs ...outbox.Message) error {
 	if len(msgs) == 0 {
 		return nil
 	}
-	norm, err := s.prepare(msgs)
+	norm, err := s.opts.Prepare(msgs)
 	if err != nil {
 		return err
 	}
@@ -252,7 +238,7 @@ func (s *Store) EnqueuePgxTx(ctx context.Context, tx pgx.Tx, msgs ...outbox.Mess
 	if len(msgs) == 0 {
 		return nil
 	}
-	norm, err := s.prepare(msgs)
+	norm, err := s.opts.Prepare(msgs)
 	if err != nil {
 		return err
 	}
@@ -275,7 +261,7 @@ func (s *Store) EnqueueTx(ctx context.Context, tx store.Execer, msgs ...outbox.M
 	if len(msgs) == 0 {
 		return nil
 	}
-	norm, err := s.prepare(msgs)
+	norm, err := s.opts.Prepare(msgs)
 	if err != nil {
 		return err
 	}

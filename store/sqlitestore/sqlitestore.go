@@ -369,20 +369,6 @@ func (s *Store) execInsert(ctx context.Context, ex store.Execer, ins insert) err
 	return err
 }
 
-func (s *Store) prepare(msgs []outbox.Message) ([]outbox.Message, error) {
-	if err := outbox.Validate(s.opts.Limits(), msgs...); err != nil {
-		return nil, err
-	}
-	out := make([]outbox.Message, len(msgs))
-	for i, m := range msgs {
-		out[i] = m.Normalized()
-	}
-	if err := s.opts.CheckAll(out); err != nil {
-		return nil, err
-	}
-	return out, nil
-}
-
 func (s *Store) execAll(ctx context.Context, ex store.Execer, inserts []insert) error {
 	for _, ins := range inserts {
 		if err := s.execInsert(ctx, ex, ins); err != nil {
@@ -398,7 +384,7 @@ func (s *Store) Enqueue(ctx context.Context, msgs ...outbox.Message) error {
 	if len(msgs) == 0 {
 		return nil
 	}
-	norm, err := s.prepare(msgs)
+	norm, err := s.opts.Prepare(msgs)
 	if err != nil {
 		return err
 	}
@@ -432,7 +418,7 @@ func (s *Store) EnqueueTx(ctx context.Context, tx store.Execer, msgs ...outbox.M
 	if len(msgs) == 0 {
 		return nil
 	}
-	norm, err := s.prepare(msgs)
+	norm, err := s.opts.Prepare(msgs)
 	if err != nil {
 		return err
 	}

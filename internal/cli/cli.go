@@ -1,5 +1,5 @@
 // Package cli implements the outbox command: migrate, relay, status, dead,
-// demo and bench. cmd/outbox/main.go only calls Main.
+// demo, bench and torture. cmd/outbox/main.go only calls Main.
 package cli
 
 import (

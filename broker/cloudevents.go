@@ -47,6 +47,14 @@ type Attribute struct {
 // The values are not encoded for any transport: adapters whose binding
 // requires it (NATS, HTTP) pass them through PercentEncode.
 func CloudEventAttributes(e outbox.Event, source string) []Attribute {
+	return AppendCloudEventAttributes(make([]Attribute, 0, 9), &e, source)
+}
+
+// AppendCloudEventAttributes appends e's CloudEvents context attributes to
+// dst, exactly as CloudEventAttributes returns them, and returns the
+// extended slice: adapters reuse dst across a batch instead of allocating a
+// slice per event.
+func AppendCloudEventAttributes(dst []Attribute, e *outbox.Event, source string) []Attribute {
 	if source == "" {
 		source = SourceDefault
 	}
@@ -54,29 +62,28 @@ func CloudEventAttributes(e outbox.Event, source string) []Attribute {
 	if contentType == "" {
 		contentType = outbox.DefaultContentType
 	}
-	attrs := make([]Attribute, 0, 9)
-	attrs = append(attrs,
+	dst = append(dst,
 		Attribute{AttrID, e.EventID},
 		Attribute{AttrSource, source},
 		Attribute{AttrSpecVersion, SpecVersion},
 	)
 	if e.Type != "" {
-		attrs = append(attrs, Attribute{AttrType, e.Type})
+		dst = append(dst, Attribute{AttrType, e.Type})
 	}
 	if !e.CreatedAt.IsZero() {
-		attrs = append(attrs, Attribute{AttrTime, e.CreatedAt.UTC().Format(time.RFC3339Nano)})
+		dst = append(dst, Attribute{AttrTime, e.CreatedAt.UTC().Format(time.RFC3339Nano)})
 	}
-	attrs = append(attrs, Attribute{AttrDataContentType, contentType})
+	dst = append(dst, Attribute{AttrDataContentType, contentType})
 	if e.Key != "" {
-		attrs = append(attrs, Attribute{AttrPartitionKey, e.Key})
+		dst = append(dst, Attribute{AttrPartitionKey, e.Key})
 	}
 	if e.SchemaVersion > 0 {
-		attrs = append(attrs, Attribute{AttrSchemaVersion, strconv.Itoa(e.SchemaVersion)})
+		dst = append(dst, Attribute{AttrSchemaVersion, strconv.Itoa(e.SchemaVersion)})
 	}
 	if e.AggregateType != "" {
-		attrs = append(attrs, Attribute{AttrAggregateType, e.AggregateType})
+		dst = append(dst, Attribute{AttrAggregateType, e.AggregateType})
 	}
-	return attrs
+	return dst
 }
 
 // PercentEncode encodes a CloudEvents attribute value for a header, as the

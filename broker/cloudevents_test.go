@@ -104,3 +104,22 @@ func TestCloudEventAttributes(t *testing.T) {
 		t.Errorf("bare event attributes = %q, want %q", got, want)
 	}
 }
+
+func TestAppendCloudEventAttributesMatchesCloudEventAttributes(t *testing.T) {
+	t.Parallel()
+	events := []outbox.Event{
+		{CreatedAt: time.Unix(1, 5), Message: outbox.Message{EventID: "a", Topic: "t", Key: "k", Type: "T", AggregateType: "A", SchemaVersion: 7}},
+		{Message: outbox.Message{EventID: "b", Topic: "t"}},
+	}
+	scratch := []broker.Attribute{{Name: "kept", Value: "x"}}
+	for _, e := range events {
+		got := broker.AppendCloudEventAttributes(scratch[:1], &e, "src")
+		if got[0] != (broker.Attribute{Name: "kept", Value: "x"}) {
+			t.Errorf("AppendCloudEventAttributes overwrote dst: %v", got)
+		}
+		if want := broker.CloudEventAttributes(e, "src"); !reflect.DeepEqual(got[1:], want) {
+			t.Errorf("AppendCloudEventAttributes(%s):\n got %v\nwant %v", e.EventID, got[1:], want)
+		}
+		scratch = got
+	}
+}

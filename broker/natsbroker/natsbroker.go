@@ -83,6 +83,8 @@ type Broker struct {
 	js    jetstream.JetStream
 	cfg   Config
 	owned bool // Dial opened nc, so Close closes it
+	// source is Config.Source percent-encoded: the ce-source header.
+	source string
 
 	mu       sync.Mutex
 	closed   bool
@@ -118,7 +120,7 @@ func newBroker(nc *nats.Conn, cfg Config, owned bool) (*Broker, error) {
 	if err != nil {
 		return nil, fmt.Errorf("natsbroker: %w", err)
 	}
-	return &Broker{nc: nc, js: js, cfg: cfg, owned: owned, done: make(chan struct{})}, nil
+	return &Broker{nc: nc, js: js, cfg: cfg, owned: owned, source: broker.PercentEncode(cfg.Source), done: make(chan struct{})}, nil
 }
 
 // Dial connects to the NATS server(s) at url (comma-separated; empty means
@@ -210,10 +212,11 @@ func (b *Broker) Publish(ctx context.Context, events []outbox.Event) []error {
 	defer cancel()
 	deadline, _ := ctx.Deadline()
 
+	bt := b.newBatch(len(events))
 	futures := make([]jetstream.PubAckFuture, len(events))
 	for i := range events {
 		e := &events[i]
-		msg, err := b.message(e)
+		msg, err := bt.message(events, i)
 		if err != nil {
 			results[i] = err
 			continue
@@ -266,29 +269,95 @@ func fillFrom(results []error, from int, err error) {
 	}
 }
 
-// message builds the NATS message for e.
-func (b *Broker) message(e *outbox.Event) (*nats.Msg, error) {
+// batch builds the NATS messages of one Publish call. It shares what the
+// events have in common and allocates per batch what it can: one array of
+// messages, one backing array for the header values, one attribute scratch
+// slice. The header maps it fills are only read afterwards.
+type batch struct {
+	source string // ce-source, percent-encoded once
+	msgs   []nats.Msg
+	values []string
+	attrs  []broker.Attribute
+}
+
+func (b *Broker) newBatch(n int) *batch {
+	return &batch{
+		source: b.source,
+		msgs:   make([]nats.Msg, n),
+		values: make([]string, 0, 10*n),
+		attrs:  make([]broker.Attribute, 0, 9),
+	}
+}
+
+// value returns v as a one-element header value, carved from the batch's
+// backing array.
+func (bt *batch) value(v string) []string {
+	bt.values = append(bt.values, v)
+	n := len(bt.values)
+	return bt.values[n-1 : n : n]
+}
+
+// message builds the NATS message for events[i].
+func (bt *batch) message(events []outbox.Event, i int) (*nats.Msg, error) {
+	e := &events[i]
 	if e.EventID == "" {
 		return nil, broker.Permanentf("natsbroker: event %d has no EventID, which JetStream deduplicates on (Nats-Msg-Id); the outbox table gives every row one by default", e.ID)
 	}
 	if !validSubject(e.Topic) {
 		return nil, broker.Permanentf("natsbroker: event %s: topic %q is not a NATS subject one can publish to (dot-separated non-empty tokens, no spaces, no * or > wildcards); fix the topic", e.EventID, e.Topic)
 	}
-	h := make(nats.Header, 10+len(e.Headers))
+	bt.attrs = broker.AppendCloudEventAttributes(bt.attrs[:0], e, bt.source)
+	h := make(nats.Header, 1+len(bt.attrs)+len(e.Headers))
 	for k, v := range e.Headers {
 		if k == "" || strings.ContainsAny(k, "\r\n\x00: \t") || strings.ContainsAny(v, "\r\n\x00") {
 			return nil, broker.Permanentf("natsbroker: event %s: header %q cannot be sent as a NATS header (empty name, or CR, LF, NUL, colon or space in it)", e.EventID, k)
 		}
-		if lk := strings.ToLower(k); strings.HasPrefix(lk, "nats-") || strings.HasPrefix(lk, HeaderPrefix) {
+		if hasPrefixFold(k, "nats-") || hasPrefixFold(k, HeaderPrefix) {
 			continue // would steer JetStream or overwrite the event's identity
 		}
-		h[k] = []string{v}
+		h[k] = bt.value(v)
 	}
-	h[jetstream.MsgIDHeader] = []string{e.EventID}
-	for _, a := range broker.CloudEventAttributes(*e, b.cfg.Source) {
-		h[HeaderPrefix+a.Name] = []string{broker.PercentEncode(a.Value)}
+	h[jetstream.MsgIDHeader] = bt.value(e.EventID)
+	for _, a := range bt.attrs {
+		v := a.Value
+		if a.Name != broker.AttrSource { // bt.source is encoded already
+			v = broker.PercentEncode(v)
+		}
+		h[headerName(a.Name)] = bt.value(v)
 	}
-	return &nats.Msg{Subject: e.Topic, Data: e.Payload, Header: h}, nil
+	m := &bt.msgs[i]
+	*m = nats.Msg{Subject: e.Topic, Data: e.Payload, Header: h}
+	return m, nil
+}
+
+// headerName is HeaderPrefix+name without building the string each time.
+func headerName(name string) string {
+	switch name {
+	case broker.AttrID:
+		return HeaderPrefix + broker.AttrID
+	case broker.AttrSource:
+		return HeaderPrefix + broker.AttrSource
+	case broker.AttrSpecVersion:
+		return HeaderPrefix + broker.AttrSpecVersion
+	case broker.AttrType:
+		return HeaderPrefix + broker.AttrType
+	case broker.AttrTime:
+		return HeaderPrefix + broker.AttrTime
+	case broker.AttrDataContentType:
+		return HeaderPrefix + broker.AttrDataContentType
+	case broker.AttrPartitionKey:
+		return HeaderPrefix + broker.AttrPartitionKey
+	case broker.AttrSchemaVersion:
+		return HeaderPrefix + broker.AttrSchemaVersion
+	case broker.AttrAggregateType:
+		return HeaderPrefix + broker.AttrAggregateType
+	}
+	return HeaderPrefix + name
+}
+
+// hasPrefixFold is strings.HasPrefix ignoring ASCII case.
+func hasPrefixFold(s, prefix string) bool {
+	return len(s) >= len(prefix) && strings.EqualFold(s[:len(prefix)], prefix)
 }
 
 func validSubject(s string) bool {

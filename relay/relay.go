@@ -105,6 +105,7 @@ func (r *Relay) Run(ctx context.Context) error {
 // work is one claim → publish → settle loop.
 func (r *Relay) work(ctx context.Context) {
 	failures := 0 // consecutive rounds that failed as a whole
+	quiet := 0    // consecutive empty rounds since the last events
 	for ctx.Err() == nil {
 		wake := r.wakeChan()
 		n, err := r.round(ctx)
@@ -117,11 +118,22 @@ func (r *Relay) work(ctx context.Context) {
 			failures++
 			wait = jitter(backoff(r.cfg.BackoffBase/4, 30*time.Second, failures))
 		case n >= r.cfg.BatchSize:
-			failures = 0
+			failures, quiet = 0, 0
 			continue // more work is likely waiting
 		default:
 			failures = 0
+			if n > 0 {
+				quiet = 0
+			}
 			wait = r.cfg.PollInterval
+			if quiet < len(recheck) {
+				// Look again soon after events arrived: wake-ups are
+				// coalesced (one notification may stand for several
+				// commits), and a commit that landed just after this
+				// claim read the table has no notification of its own.
+				wait = min(wait, recheck[quiet])
+			}
+			quiet++
 		}
 		t := time.NewTimer(wait)
 		select {
@@ -139,6 +151,11 @@ func (r *Relay) work(ctx context.Context) {
 		t.Stop()
 	}
 }
+
+// recheck are the waits before the empty rounds that follow a round with
+// events, before the relay settles into PollInterval. They cover commits
+// up to about 60 ms behind the wake-up that brought the relay.
+var recheck = [...]time.Duration{2 * time.Millisecond, 10 * time.Millisecond, 50 * time.Millisecond}
 
 // round claims one batch and delivers it. It returns how many events were
 // claimed, and an error when the store or the broker failed as a whole.

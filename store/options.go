@@ -13,7 +13,8 @@ import (
 type Options struct {
 	// Table is the outbox table's name; default "outbox". The archive of
 	// sent events is Table+"_archive", the migration bookkeeping
-	// Table+"_migrations". Validated against ^[a-z_][a-z0-9_]{0,62}$.
+	// Table+"_migrations", and PostgreSQL's claims Table+"_claims".
+	// Validated against ^[a-z_][a-z0-9_]{0,62}$.
 	Table string
 	// Schema is the PostgreSQL schema or MySQL database holding the table;
 	// default: the connection's current one. Ignored by SQLite.

@@ -141,7 +141,7 @@ func Drop(t testing.TB, kind, url, table string) {
 		return
 	}
 	defer db.Close()
-	for _, suffix := range []string{"", "_archive", "_migrations", "_lock"} {
+	for _, suffix := range []string{"", "_archive", "_migrations", "_claims", "_lock"} {
 		_, _ = db.Exec("DROP TABLE IF EXISTS " + table + suffix)
 	}
 }

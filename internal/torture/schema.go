@@ -110,7 +110,7 @@ END $$`,
 
 // drop removes everything the run created.
 func (t tables) drop(ctx context.Context, db *sql.DB) {
-	for _, n := range []string{t.outbox, t.outbox + "_archive", t.outbox + "_migrations", t.outbox + "_lock",
+	for _, n := range []string{t.outbox, t.outbox + "_archive", t.outbox + "_migrations", t.outbox + "_claims", t.outbox + "_lock",
 		t.agg(), t.ledger(), t.history(), t.applied(), t.inbox(), t.inbox() + "_versions", t.stale()} {
 		_, _ = db.ExecContext(ctx, "DROP TABLE IF EXISTS "+n)
 	}

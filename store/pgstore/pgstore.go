@@ -158,7 +158,7 @@ func (s *Store) Migrate(ctx context.Context) error {
 	if err := tx.QueryRow(ctx, "SELECT COALESCE(max(version), 0) FROM "+s.migrations).Scan(&current); err != nil {
 		return fmt.Errorf("pgstore: migrate: %w", err)
 	}
-	for i, m := range migrations(s.table, s.archive, s.opts.Table) {
+	for i, m := range migrations(s.table, s.archive, s.claimsTable(), s.opts.Table) {
 		v := i + 1
 		if v <= current {
 			continue
@@ -307,7 +307,9 @@ func scanRecord(row pgx.Row) (store.Record, error) {
 
 // Get returns one event from the outbox or the archive.
 func (s *Store) Get(ctx context.Context, id int64) (store.Record, error) {
-	r, err := scanRecord(s.pool.QueryRow(ctx, "SELECT "+recordCols+" FROM "+s.table+" WHERE id = $1", id))
+	// A claimed row's status column says NEW; its claim says SENDING.
+	r, err := scanRecord(s.pool.QueryRow(ctx, "SELECT "+prefixed(eventCols, "o.")+", CASE WHEN c.owner IS NOT NULL AND o.status = 'NEW' THEN 'SENDING' ELSE o.status END, o.last_error, o.next_attempt_at, COALESCE(c.owner, o.lease_owner), COALESCE(c.lease_until, o.lease_until), o.sent_at FROM "+s.table+
+		" o LEFT JOIN LATERAL (SELECT k.owner, k.lease_until FROM "+s.claimsTable()+" k WHERE o.id = ANY(k.ids) ORDER BY k.lease_until DESC LIMIT 1) c ON true WHERE o.id = $1", id))
 	if errors.Is(err, pgx.ErrNoRows) {
 		r, err = scanRecord(s.pool.QueryRow(ctx, "SELECT "+recordCols+" FROM "+s.archive+" WHERE id = $1", id))
 	}
@@ -386,15 +388,16 @@ func (s *Store) Purge(ctx context.Context, req store.PurgeRequest) (int64, error
 func (s *Store) Stats(ctx context.Context) (store.Stats, error) {
 	var st store.Stats
 	var oldest float64
+	// A claimed row's status column says NEW; its claim says SENDING.
 	err := s.pool.QueryRow(ctx, `SELECT
-	count(*) FILTER (WHERE status = 'NEW'),
-	count(*) FILTER (WHERE status = 'SENDING'),
-	count(*) FILTER (WHERE status = 'DEAD'),
-	count(*) FILTER (WHERE status = 'NEW' AND attempts > 0),
-	count(*) FILTER (WHERE status = 'SENDING' AND lease_until <= now()),
-	count(DISTINCT event_key) FILTER (WHERE status = 'DEAD' AND event_key <> ''),
-	COALESCE(EXTRACT(EPOCH FROM now() - min(created_at) FILTER (WHERE status <> 'DEAD')), 0)::float8
-FROM `+s.table).Scan(&st.New, &st.Sending, &st.Dead, &st.Retrying, &st.ExpiredLeases, &st.BlockedKeys, &oldest)
+	count(*) FILTER (WHERE o.status = 'NEW' AND f.id IS NULL),
+	count(*) FILTER (WHERE o.status = 'NEW' AND f.id IS NOT NULL),
+	count(*) FILTER (WHERE o.status = 'DEAD'),
+	count(*) FILTER (WHERE o.status = 'NEW' AND f.id IS NULL AND o.attempts > 0),
+	count(*) FILTER (WHERE o.status = 'NEW' AND f.until <= now()),
+	count(DISTINCT o.event_key) FILTER (WHERE o.status = 'DEAD' AND o.event_key <> ''),
+	COALESCE(EXTRACT(EPOCH FROM now() - min(o.created_at) FILTER (WHERE o.status <> 'DEAD')), 0)::float8
+FROM `+s.table+` o LEFT JOIN (SELECT unnest(ids) AS id, max(lease_until) AS until FROM `+s.claimsTable()+` GROUP BY 1) f ON f.id = o.id`).Scan(&st.New, &st.Sending, &st.Dead, &st.Retrying, &st.ExpiredLeases, &st.BlockedKeys, &oldest)
 	if err != nil {
 		return st, wrap("stats", err)
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	_ "github.com/jackc/pgx/v5/stdlib"
 
+	outbox "github.com/outbox-go/outbox"
 	"github.com/outbox-go/outbox/internal/testenv"
 	"github.com/outbox-go/outbox/store"
 	"github.com/outbox-go/outbox/store/pgstore"
@@ -46,7 +47,7 @@ func uniqueTable(prefix string) string {
 func dropTables(t testing.TB, pool *pgxpool.Pool, opts store.Options) {
 	t.Helper()
 	t.Cleanup(func() {
-		for _, suffix := range []string{"", "_archive", "_migrations"} {
+		for _, suffix := range []string{"", "_archive", "_migrations", "_claims"} {
 			_, _ = pool.Exec(context.Background(), "DROP TABLE IF EXISTS "+pgx.Identifier{opts.Table + suffix}.Sanitize())
 		}
 	})
@@ -55,7 +56,8 @@ func dropTables(t testing.TB, pool *pgxpool.Pool, opts store.Options) {
 func TestConformance(t *testing.T) {
 	pool, db := openPool(t)
 	storetest.Run(t, storetest.Harness{
-		Name: "postgres",
+		Name:          "postgres",
+		ClaimedStatus: outbox.StatusNew, // claims live in <table>_claims
 		New: func(opts store.Options) (store.Store, error) {
 			return pgstore.New(pool, pgstore.Config{Options: opts})
 		},

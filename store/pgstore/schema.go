@@ -4,7 +4,7 @@ import "fmt"
 
 // migrations are applied in order; each runs once, in its own transaction,
 // under an advisory lock, and is recorded in <table>_migrations.
-func migrations(t, archive, short string) []string {
+func migrations(t, archive, claims, short string) []string {
 	return []string{
 		// 1: the table contract of DESIGN §4.
 		fmt.Sprintf(`
@@ -58,5 +58,20 @@ CREATE TABLE IF NOT EXISTS %[2]s (
 );
 CREATE INDEX IF NOT EXISTS %[3]s_archive_sent_idx ON %[2]s (sent_at);
 `, t, archive, short),
+		// 2: claims move out of the rows into one row per claimed batch
+		// (see claim.go). Rows a relay of the first design had claimed go
+		// back to NEW: stop the old relays before migrating; a claim of
+		// theirs still in flight is then re-delivered, never lost.
+		fmt.Sprintf(`
+CREATE TABLE IF NOT EXISTS %[2]s (
+	owner       VARCHAR(64) NOT NULL,
+	epoch       BIGINT      NOT NULL,
+	lease_until TIMESTAMPTZ NOT NULL,
+	ids         BIGINT[]    NOT NULL,
+	keys        TEXT[]      NOT NULL,
+	PRIMARY KEY (owner, epoch)
+);
+UPDATE %[1]s SET status = 'NEW', lease_owner = '', lease_until = NULL WHERE status = 'SENDING';
+`, t, claims),
 	}
 }

@@ -30,7 +30,7 @@
 //				}
 //				t.Cleanup(func() {
 //					st.Close()
-//					for _, suffix := range []string{"", "_archive", "_migrations"} {
+//					for _, suffix := range []string{"", "_archive", "_migrations", "_claims"} {
 //						db.Exec(`DROP TABLE IF EXISTS "` + opts.Table + suffix + `"`)
 //					}
 //				})

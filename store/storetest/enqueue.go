@@ -81,8 +81,15 @@ func (s *suite) testTableContract(t *testing.T) {
 	if err := fx.DB.QueryRowContext(ctx, fmt.Sprintf(`SELECT status FROM %s WHERE id = %s`, fx.Table, fx.Placeholder(1)), id).Scan(&status); err != nil {
 		t.Fatalf("reading status: %v", err)
 	}
-	if status.String != string(outbox.StatusSending) {
-		t.Errorf("status column of a claimed row is %q; want SENDING", status.String)
+	want := outbox.StatusSending
+	if s.h.ClaimedStatus != "" {
+		want = s.h.ClaimedStatus
+	}
+	if status.String != string(want) {
+		t.Errorf("status column of a claimed row is %q; want %s", status.String, want)
+	}
+	if rec := get(t, fx, id); rec.Status != outbox.StatusSending {
+		t.Errorf("Get of a claimed row: status %q; want SENDING", rec.Status)
 	}
 }
 

@@ -37,7 +37,8 @@ type Harness struct {
 	Name string
 	// Open returns a store for opts (opts.Table is a unique name chosen by
 	// the suite). It must register t.Cleanup to drop the table, its
-	// archive (Table+"_archive") and bookkeeping (Table+"_migrations"), and
+	// archive (Table+"_archive"), bookkeeping (Table+"_migrations", and
+	// Table+"_claims" where the store keeps one), and
 	// to close the store. It must NOT migrate. Required.
 	Open func(t *testing.T, opts store.Options) Fixture
 	// New constructs a store over the same database without creating
@@ -52,6 +53,11 @@ type Harness struct {
 	// time (SQLite). The suite then skips the checks that hold two writing
 	// transactions open at once or claim beside an open one.
 	SingleWriter bool
+	// ClaimedStatus is what the status column of a claimed row holds:
+	// "" means SENDING, the row's own state. A store that records claims
+	// per batch in a table of its own (PostgreSQL) leaves the row NEW and
+	// reports SENDING through Get and Stats; the suite checks both.
+	ClaimedStatus outbox.Status
 }
 
 // Dollar is the PostgreSQL placeholder: $1, $2, …

@@ -3,11 +3,15 @@
 // PostgreSQL driver), and gives the relay engine its claim/ack/retry seam.
 //
 // Claims are one round trip: an advisory transaction lock that serializes
-// claims of one table (so two relays never hold events of one key at once)
-// and a single UPDATE … FROM (SELECT … FOR UPDATE SKIP LOCKED) RETURNING.
-// Acks are one DELETE (or one DELETE … RETURNING feeding an INSERT into the
-// archive table when sent events are kept). Two small partial indexes cover
-// only in-flight, dead and delayed rows, so ordinary inserts maintain just the
+// claims of one table (so two relays never hold events of one key at once),
+// the takeover of expired claims, and one statement that reads the next free
+// rows in id order and records them as one row of <table>_claims (owner,
+// fencing epoch, lease expiry, ids, keys). The outbox rows are not written by
+// a claim: their status column stays NEW while in flight, and Get and Stats
+// report SENDING from the claim. Acks are one DELETE (or one DELETE …
+// RETURNING feeding an INSERT into the archive table when sent events are
+// kept) that also takes the ids out of the claim. Two small partial indexes
+// cover only dead and delayed rows, so ordinary inserts maintain just the
 // primary key and the event_id unique index.
 //
 // With Config.Notify, every enqueue sends pg_notify on a channel the relay

@@ -5,8 +5,10 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -20,12 +22,35 @@ import (
 // Config configures a Store. The zero value is usable.
 type Config struct {
 	store.Options
-	// DisableNotify turns off pg_notify on enqueue. Default false: every
-	// enqueue notifies the table's channel so relays wake at once (a hint;
-	// they poll anyway). Turn it off if your commit rate is so high that
-	// PostgreSQL's serialization of notifying commits shows.
+	// DisableNotify turns off pg_notify on enqueue altogether (NotifyInterval
+	// is then ignored). Default false: enqueues notify the table's channel,
+	// coalesced as NotifyInterval says, so that relays wake at once (a hint;
+	// they poll anyway). Turn it off when the relay runs in the same process
+	// (the in-process signal wakes it) or when poll latency is enough.
 	DisableNotify bool
+	// NotifyInterval coalesces the notifications of this Store's enqueues:
+	// at most one enqueue per interval carries a pg_notify; the enqueues
+	// inside the window skip it. 0 means DefaultNotifyInterval; a negative
+	// value makes every enqueue notify, as before coalescing. It matters
+	// because PostgreSQL serializes the commits of notifying transactions
+	// (a global lock held through the commit's WAL flush), which halves the
+	// commit rate of concurrent writers that all notify.
+	//
+	// A notification is only a wake-up hint. Relays poll anyway, and a relay
+	// looks again shortly after each wake-up, so a commit whose notification
+	// was coalesced away is found within a few milliseconds when its
+	// transaction commits about when the notifying one does. It waits for
+	// the relay's next poll when it commits much later than that, or when
+	// the transaction that carried the notification rolls back. The window
+	// is per Store: each process notifies at most once per interval.
+	NotifyInterval time.Duration
 }
+
+// DefaultNotifyInterval is NotifyInterval's default: at most 500
+// notifications a second per Store, which keeps the serialized notifying
+// commits a small share of a busy writer's commits while a lone enqueue
+// still notifies at once (see BENCHMARKS.md, section 1).
+const DefaultNotifyInterval = 2 * time.Millisecond
 
 // Store is the PostgreSQL store. It is safe for concurrent use.
 type Store struct {
@@ -34,9 +59,19 @@ type Store struct {
 	opts    store.Options
 	notify  bool
 
+	// notifyEvery is the coalescing window (0: every enqueue notifies);
+	// notifyDue is when, in nanoseconds after notifyBase (monotonic), the
+	// next enqueue may notify.
+	notifyEvery time.Duration
+	notifyBase  time.Time
+	notifyDue   atomic.Int64
+
 	table, archive, migrations, channel string // quoted
 	claimLock, migrateLock              int64
 
+	// insertOne writes one message without headers or AvailableAt: the
+	// common case, precomputed. The *Notify variants also call pg_notify.
+	insertOne, insertOneNotify       string
 	insertPrefix, insertNotifyPrefix string
 
 	mu         sync.Mutex
@@ -69,6 +104,8 @@ func New(pool *pgxpool.Pool, cfg Config) (*Store, error) {
 		pool:        pool,
 		opts:        opts,
 		notify:      !cfg.DisableNotify,
+		notifyEvery: cfg.NotifyInterval,
+		notifyBase:  time.Now(),
 		table:       q(opts.Table),
 		archive:     q(opts.Table + "_archive"),
 		migrations:  q(opts.Table + "_migrations"),
@@ -76,9 +113,17 @@ func New(pool *pgxpool.Pool, cfg Config) (*Store, error) {
 		claimLock:   opts.LockKey("claim"),
 		migrateLock: opts.LockKey("migrate"),
 	}
+	switch {
+	case s.notifyEvery == 0:
+		s.notifyEvery = DefaultNotifyInterval
+	case s.notifyEvery < 0:
+		s.notifyEvery = 0
+	}
 	cols := "INSERT INTO " + s.table + " (event_id, topic, event_key, event_type, aggregate_type, schema_version, payload, content_type, headers, next_attempt_at) VALUES "
 	s.insertPrefix = cols
 	s.insertNotifyPrefix = "WITH ins AS (" + cols
+	s.insertOne = cols + "($1, $2, $3, $4, $5, $6, $7, $8, '{}', now())"
+	s.insertOneNotify = "WITH ins AS (" + s.insertOne + " RETURNING 1) SELECT pg_notify($9, '')"
 	return s, nil
 }
 
@@ -179,39 +224,96 @@ func (s *Store) Migrate(ctx context.Context) error {
 // maxRowsPerInsert keeps one INSERT under PostgreSQL's 65535 parameters.
 const maxRowsPerInsert = 6000
 
-// buildInsert returns the statements and arguments that write msgs (already
-// validated and normalized).
-func (s *Store) buildInsert(msgs []outbox.Message) (stmts []string, args [][]any) {
+// takeNotify reports whether the enqueue about to be written should carry a
+// pg_notify, and if so starts a new coalescing window. Concurrent callers
+// race with one compare-and-swap: one wins, the others skip.
+func (s *Store) takeNotify() bool {
+	if !s.notify {
+		return false
+	}
+	if s.notifyEvery <= 0 {
+		return true
+	}
+	now := int64(time.Since(s.notifyBase))
+	due := s.notifyDue.Load()
+	return now >= due && s.notifyDue.CompareAndSwap(due, now+int64(s.notifyEvery))
+}
+
+// lean reports whether m needs neither the headers nor the next_attempt_at
+// parameter: the column gets '{}' and now(), as it would from them.
+func lean(m *outbox.Message) bool { return len(m.Headers) == 0 && m.AvailableAt.IsZero() }
+
+// insert hands run the statements, with their arguments, that write msgs
+// (already validated and normalized), in order. At most one of them calls
+// pg_notify, and only if takeNotify says so.
+func (s *Store) insert(msgs []outbox.Message, run func(sql string, args []any) error) error {
+	notify := s.takeNotify()
+	if len(msgs) == 1 && lean(&msgs[0]) {
+		m := &msgs[0]
+		if notify {
+			return run(s.insertOneNotify, []any{m.EventID, m.Topic, m.Key, m.Type, m.AggregateType, m.SchemaVersion, m.Payload, m.ContentType, s.channel})
+		}
+		return run(s.insertOne, []any{m.EventID, m.Topic, m.Key, m.Type, m.AggregateType, m.SchemaVersion, m.Payload, m.ContentType})
+	}
 	for start := 0; start < len(msgs); start += maxRowsPerInsert {
 		end := min(start+maxRowsPerInsert, len(msgs))
-		var b strings.Builder
-		if s.notify {
-			b.WriteString(s.insertNotifyPrefix)
-		} else {
-			b.WriteString(s.insertPrefix)
+		sql, args := s.buildInsert(msgs[start:end], notify && start == 0)
+		if err := run(sql, args); err != nil {
+			return err
 		}
-		a := make([]any, 0, (end-start)*10+1)
-		for i, m := range msgs[start:end] {
-			if i > 0 {
-				b.WriteByte(',')
-			}
-			n := len(a)
-			fmt.Fprintf(&b, "($%d::text::uuid,$%d,$%d,$%d,$%d,$%d::int,$%d::bytea,$%d,$%d::text::jsonb,COALESCE($%d::timestamptz,now()))",
-				n+1, n+2, n+3, n+4, n+5, n+6, n+7, n+8, n+9, n+10)
-			var avail any
-			if !m.AvailableAt.IsZero() {
-				avail = m.AvailableAt
-			}
-			a = append(a, m.EventID, m.Topic, m.Key, m.Type, m.AggregateType, m.SchemaVersion, m.Payload, m.ContentType, store.EncodeHeaders(m.Headers), avail)
-		}
-		if s.notify {
-			fmt.Fprintf(&b, " RETURNING 1) SELECT pg_notify($%d, '')", len(a)+1)
-			a = append(a, s.channel)
-		}
-		stmts = append(stmts, b.String())
-		args = append(args, a)
 	}
-	return stmts, args
+	return nil
+}
+
+// buildInsert returns one multi-row INSERT of msgs (at most
+// maxRowsPerInsert) and its arguments. Column types come from the table, so
+// parameters need no casts; a lean row takes 8 parameters, others 10.
+func (s *Store) buildInsert(msgs []outbox.Message, notify bool) (string, []any) {
+	b := make([]byte, 0, len(s.insertNotifyPrefix)+len(msgs)*64+32)
+	if notify {
+		b = append(b, s.insertNotifyPrefix...)
+	} else {
+		b = append(b, s.insertPrefix...)
+	}
+	a := make([]any, 0, len(msgs)*10+1)
+	for i := range msgs {
+		m := &msgs[i]
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, '(')
+		n := len(a)
+		a = append(a, m.EventID, m.Topic, m.Key, m.Type, m.AggregateType, m.SchemaVersion, m.Payload, m.ContentType)
+		for p := n + 1; p <= n+8; p++ {
+			b = appendParam(b, p)
+			b = append(b, ',')
+		}
+		if lean(m) {
+			b = append(b, "'{}',now())"...)
+			continue
+		}
+		var avail any
+		if !m.AvailableAt.IsZero() {
+			avail = m.AvailableAt
+		}
+		a = append(a, store.EncodeHeaders(m.Headers), avail)
+		b = appendParam(b, n+9)
+		b = append(b, ",COALESCE("...)
+		b = appendParam(b, n+10)
+		b = append(b, ",now()))"...)
+	}
+	if notify {
+		a = append(a, s.channel)
+		b = append(b, " RETURNING 1) SELECT pg_notify("...)
+		b = appendParam(b, len(a))
+		b = append(b, ", '')"...)
+	}
+	return string(b), a
+}
+
+// appendParam appends the placeholder $n.
+func appendParam(b []byte, n int) []byte {
+	return strconv.AppendInt(append(b, '$'), int64(n), 10)
 }
 
 // Enqueue writes msgs in a transaction of its own.
@@ -245,13 +347,10 @@ func (s *Store) EnqueuePgxTx(ctx context.Context, tx pgx.Tx, msgs ...outbox.Mess
 }
 
 func (s *Store) exec(ctx context.Context, tx pgx.Tx, msgs []outbox.Message) error {
-	stmts, args := s.buildInsert(msgs)
-	for i := range stmts {
-		if _, err := tx.Exec(ctx, stmts[i], args[i]...); err != nil {
-			return err
-		}
-	}
-	return nil
+	return s.insert(msgs, func(sql string, args []any) error {
+		_, err := tx.Exec(ctx, sql, args...)
+		return err
+	})
 }
 
 // EnqueueTx writes msgs with the caller's database/sql transaction (pgx's
@@ -264,13 +363,10 @@ func (s *Store) EnqueueTx(ctx context.Context, tx store.Execer, msgs ...outbox.M
 	if err != nil {
 		return err
 	}
-	stmts, args := s.buildInsert(norm)
-	for i := range stmts {
-		if _, err := tx.ExecContext(ctx, stmts[i], args[i]...); err != nil {
-			return wrap("enqueue", err)
-		}
-	}
-	return nil
+	return wrap("enqueue", s.insert(norm, func(sql string, args []any) error {
+		_, err := tx.ExecContext(ctx, sql, args...)
+		return err
+	}))
 }
 
 const eventCols = "id, event_id::text, topic, event_key, event_type, aggregate_type, schema_version, payload, content_type, headers::text, attempts, created_at"

@@ -22,6 +22,9 @@ func (t tables) inbox() string   { return t.outbox + "_inbox" }
 func (t tables) stale() string   { return t.outbox + "_stale" }
 func (t tables) fence() string   { return t.outbox + "_fence" }
 
+// claimlog is the fencing probe's log of claim rows (PostgreSQL).
+func (t tables) claimlog() string { return t.outbox + "_claimlog" }
+
 // rebind turns ? placeholders into $n for PostgreSQL.
 func (t tables) rebind(q string) string {
 	if t.dialect != "postgres" {
@@ -79,22 +82,40 @@ func aggID(i int) string { return fmt.Sprintf("agg-%03d", i) }
 
 // installFence adds, on PostgreSQL, a trigger that records every change to
 // an outbox row made by a relay session (application_name = its lease
-// owner, prefix-relay-…) that did not hold the row's lease: a stale relay
-// acknowledging, retrying, releasing or extending what it no longer owns.
-// Claiming (which sets lease_owner to the session's own name) is not stale.
+// owner, prefix-relay-…) that did not hold the row's claim: a stale relay
+// acknowledging, retrying or releasing what it no longer owns.
+//
+// pgstore records claims per batch in <table>_claims and changes a row only
+// in a statement that also locks and updates its own claim row, which
+// must list the row. A second trigger logs every claim row's old value per
+// transaction (<table>_claimlog) before it changes, so the probe accepts a
+// write when, in the same transaction, the writer changed a claim of its
+// own that held the row, or the row is still in a claim of the writer (a
+// store that changes rows without touching its claim). Anything else is a
+// stale write.
 func (t tables) installFence(ctx context.Context, db *sql.DB, prefix string) error {
 	if t.dialect != "postgres" {
 		return nil
 	}
+	claims, claimlog := t.outbox+"_claims", t.claimlog()
 	stmts := []string{
 		"CREATE TABLE " + t.stale() + " (id BIGINT NOT NULL, op TEXT NOT NULL, holder TEXT NOT NULL, writer TEXT NOT NULL, at TIMESTAMPTZ NOT NULL DEFAULT clock_timestamp())",
+		"CREATE TABLE " + claimlog + " (tx BIGINT NOT NULL, owner TEXT NOT NULL, ids BIGINT[] NOT NULL)",
+		`CREATE FUNCTION ` + claimlog + `() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+	INSERT INTO ` + claimlog + ` (tx, owner, ids) VALUES (txid_current(), OLD.owner, OLD.ids);
+	IF TG_OP = 'DELETE' THEN RETURN OLD; END IF;
+	RETURN NEW;
+END $$`,
+		"CREATE TRIGGER " + claimlog + " BEFORE UPDATE OR DELETE ON " + claims + " FOR EACH ROW EXECUTE FUNCTION " + claimlog + "()",
 		`CREATE FUNCTION ` + t.fence() + `() RETURNS trigger LANGUAGE plpgsql AS $$
 DECLARE app text := coalesce(current_setting('application_name', true), '');
 BEGIN
 	IF left(app, ` + fmt.Sprint(len(prefix)+7) + `) = '` + prefix + `-relay-'
-	   AND OLD.lease_owner IS DISTINCT FROM app
-	   AND (TG_OP = 'DELETE' OR NEW.lease_owner IS DISTINCT FROM app) THEN
-		INSERT INTO ` + t.stale() + ` (id, op, holder, writer) VALUES (OLD.id, TG_OP, coalesce(OLD.lease_owner, ''), app);
+	   AND NOT EXISTS (SELECT 1 FROM ` + claimlog + ` WHERE tx = txid_current() AND owner = app AND OLD.id = ANY(ids))
+	   AND NOT EXISTS (SELECT 1 FROM ` + claims + ` WHERE owner = app AND OLD.id = ANY(ids)) THEN
+		INSERT INTO ` + t.stale() + ` (id, op, holder, writer)
+		VALUES (OLD.id, TG_OP, coalesce((SELECT owner FROM ` + claims + ` WHERE OLD.id = ANY(ids) LIMIT 1), ''), app);
 	END IF;
 	RETURN NULL;
 END $$`,
@@ -111,11 +132,12 @@ END $$`,
 // drop removes everything the run created.
 func (t tables) drop(ctx context.Context, db *sql.DB) {
 	for _, n := range []string{t.outbox, t.outbox + "_archive", t.outbox + "_migrations", t.outbox + "_claims", t.outbox + "_lock",
-		t.agg(), t.ledger(), t.history(), t.applied(), t.inbox(), t.inbox() + "_versions", t.stale()} {
+		t.agg(), t.ledger(), t.history(), t.applied(), t.inbox(), t.inbox() + "_versions", t.stale(), t.claimlog()} {
 		_, _ = db.ExecContext(ctx, "DROP TABLE IF EXISTS "+n)
 	}
 	if t.dialect == "postgres" {
 		_, _ = db.ExecContext(ctx, "DROP FUNCTION IF EXISTS "+t.fence()+"()")
+		_, _ = db.ExecContext(ctx, "DROP FUNCTION IF EXISTS "+t.claimlog()+"()")
 	}
 }
 

@@ -73,21 +73,26 @@ func (s *Store) Claim(ctx context.Context, req store.ClaimRequest) (store.Claim,
 	// A keyed row is held back when its key is in a claim (in flight), has
 	// an earlier event waiting for a retry or a delayed AvailableAt, or
 	// (HoldDeadKeys) an earlier DEAD event. The last two are probes of
-	// small partial indexes, evaluated only for keyed candidates; the
-	// claims' ids and keys are hashed once (NOT IN over a subquery).
+	// small partial indexes, evaluated only for keyed candidates and only
+	// when the table holds any delayed or DEAD row at all (each guard is an
+	// uncorrelated EXISTS, computed once per claim); the claims' ids and
+	// keys are hashed once (NOT IN over a subquery). The keys array keeps
+	// duplicates: removing them cost a sort, about a third of the claim.
 	claimSQL := `WITH picked AS (
 	SELECT ` + prefixed(eventCols, "o.") + ` FROM ` + s.table + ` o
 	WHERE o.status = 'NEW' AND o.next_attempt_at <= now()
 	  AND o.id NOT IN (SELECT unnest(c.ids) FROM ` + claims + ` c)
 	  AND (o.event_key = '' OR (
 		o.event_key NOT IN (SELECT unnest(c.keys) FROM ` + claims + ` c)
-		AND NOT EXISTS (SELECT 1 FROM ` + s.table + ` b WHERE b.status = 'NEW' AND b.next_attempt_at > b.created_at AND b.event_key = o.event_key AND b.id < o.id AND b.next_attempt_at > now())
-		AND NOT ($3::bool AND EXISTS (SELECT 1 FROM ` + s.table + ` b WHERE b.status = 'DEAD' AND b.event_key = o.event_key AND b.id < o.id))))
+		AND (NOT EXISTS (SELECT 1 FROM ` + s.table + ` d WHERE d.status = 'NEW' AND d.next_attempt_at > d.created_at AND d.next_attempt_at > now())
+			OR NOT EXISTS (SELECT 1 FROM ` + s.table + ` b WHERE b.status = 'NEW' AND b.next_attempt_at > b.created_at AND b.event_key = o.event_key AND b.id < o.id AND b.next_attempt_at > now()))
+		AND NOT ($3::bool AND EXISTS (SELECT 1 FROM ` + s.table + ` d WHERE d.status = 'DEAD')
+			AND EXISTS (SELECT 1 FROM ` + s.table + ` b WHERE b.status = 'DEAD' AND b.event_key = o.event_key AND b.id < o.id))))
 	ORDER BY o.id
 	LIMIT $4
 ), lease AS (
 	INSERT INTO ` + claims + ` (owner, epoch, lease_until, ids, keys)
-	SELECT $1, $2, now() + $5 * interval '1 microsecond', array_agg(id), COALESCE(array_agg(DISTINCT event_key) FILTER (WHERE event_key <> ''), '{}')
+	SELECT $1, $2, now() + $5 * interval '1 microsecond', array_agg(id), COALESCE(array_agg(event_key) FILTER (WHERE event_key <> ''), '{}')
 	FROM picked HAVING count(*) > 0
 	RETURNING lease_until
 )

@@ -40,6 +40,27 @@
 // Everything else is transient and retried by the relay: a missing PubAck
 // at the deadline, a lost connection, a closed Broker.
 //
+// # How a batch is published
+//
+// Publish uses the core nats.go client and does by hand the small part of
+// an asynchronous JetStream publisher it needs. jetstream.PublishMsgAsync
+// keeps a future per message (an entry in a table shared by the whole
+// connection under one mutex, a timeout timer, channels to wait on); for
+// batches of a thousand that bookkeeping cost more than building the
+// messages (BENCHMARKS.md, "NATS adapter publish rate"). Instead each
+// Publish call subscribes to a reply inbox of its own, publishes every
+// message with the reply subject <inbox>.<index in the batch>, and the
+// subscription records each reply as it comes: a PubAck, an error
+// (decoded with encoding/json into jetstream.APIError), or a "no
+// responders" status. Only a PubAck in the exact form nats-server writes
+// for a stored message ({"stream":"NAME", "seq":N}, no "error" in it) is
+// taken without decoding; anything else is decoded in full. Config.MaxPending
+// is kept by a counter shared by concurrent calls, and a call waiting for
+// PubAcks looks at the connection every 50ms, so that events whose acks
+// were lost with the connection fail at once (ErrNotConnected, transient)
+// instead of at the deadline. Stream lookups and the account check stay
+// with the jetstream package.
+//
 // # Connection
 //
 // Dial opens and owns a connection that reconnects forever with capped,

@@ -85,6 +85,7 @@ type Broker struct {
 	owned bool // Dial opened nc, so Close closes it
 	// source is Config.Source percent-encoded: the ce-source header.
 	source string
+	window *window // Config.MaxPending
 
 	mu       sync.Mutex
 	closed   bool
@@ -96,8 +97,9 @@ var _ broker.Broker = (*Broker)(nil)
 
 // New returns a Broker that publishes on nc, a connection the caller owns
 // and keeps closing. For a broker restart to heal by itself, nc should
-// reconnect forever (nats.MaxReconnects(-1)); Dial sets that up. The
-// JetStream publisher's reply subscription on nc lives until nc is closed.
+// reconnect forever (nats.MaxReconnects(-1)); Dial sets that up. Each
+// Publish subscribes to a reply inbox of its own on nc and unsubscribes
+// when it returns, so Close leaves nothing behind on nc.
 func New(nc *nats.Conn, cfg Config) (*Broker, error) {
 	if nc == nil {
 		return nil, errors.New("natsbroker: New needs a connection; pass one from nats.Connect or use Dial")
@@ -110,17 +112,16 @@ func New(nc *nats.Conn, cfg Config) (*Broker, error) {
 }
 
 func newBroker(nc *nats.Conn, cfg Config, owned bool) (*Broker, error) {
-	js, err := jetstream.New(nc,
-		jetstream.WithPublishAsyncMaxPending(cfg.MaxPending),
-		// Frees the bookkeeping of acks that never come. Publish itself
-		// stops waiting at its own deadline, which is earlier, so its
-		// error is the one reported.
-		jetstream.WithPublishAsyncTimeout(cfg.Timeout+time.Second),
-	)
+	js, err := jetstream.New(nc)
 	if err != nil {
 		return nil, fmt.Errorf("natsbroker: %w", err)
 	}
-	return &Broker{nc: nc, js: js, cfg: cfg, owned: owned, source: broker.PercentEncode(cfg.Source), done: make(chan struct{})}, nil
+	return &Broker{
+		nc: nc, js: js, cfg: cfg, owned: owned,
+		source: broker.PercentEncode(cfg.Source),
+		window: &window{free: cfg.MaxPending},
+		done:   make(chan struct{}),
+	}, nil
 }
 
 // Dial connects to the NATS server(s) at url (comma-separated; empty means
@@ -184,193 +185,6 @@ func maskURL(raw string) string {
 
 // Conn returns the connection the Broker publishes on.
 func (b *Broker) Conn() *nats.Conn { return b.nc }
-
-// Publish sends events asynchronously, in order, then waits for each
-// PubAck until ctx ends or Config.Timeout passes. A PubAck that reports a
-// duplicate (the Nats-Msg-Id was stored before) counts as success.
-func (b *Broker) Publish(ctx context.Context, events []outbox.Event) []error {
-	results := make([]error, len(events))
-	if len(events) == 0 {
-		return results
-	}
-	b.mu.Lock()
-	if b.closed {
-		b.mu.Unlock()
-		return broker.Fill(len(events), ErrClosed)
-	}
-	b.inflight.Add(1)
-	b.mu.Unlock()
-	defer b.inflight.Done()
-
-	if err := ctx.Err(); err != nil {
-		return broker.Fill(len(events), fmt.Errorf("natsbroker: not published: %w", err))
-	}
-	if st := b.nc.Status(); st != nats.CONNECTED {
-		return broker.Fill(len(events), fmt.Errorf("%w (connection %s); it reconnects by itself, retry later", ErrNotConnected, strings.ToLower(st.String())))
-	}
-	ctx, cancel := context.WithTimeout(ctx, b.cfg.Timeout)
-	defer cancel()
-	deadline, _ := ctx.Deadline()
-
-	bt := b.newBatch(len(events))
-	futures := make([]jetstream.PubAckFuture, len(events))
-	for i := range events {
-		e := &events[i]
-		msg, err := bt.message(events, i)
-		if err != nil {
-			results[i] = err
-			continue
-		}
-		stall := time.Until(deadline)
-		if stall <= 0 {
-			fillFrom(results, i, fmt.Errorf("natsbroker: not sent before the deadline: %w", context.DeadlineExceeded))
-			break
-		}
-		f, err := b.js.PublishMsgAsync(msg,
-			jetstream.WithRetryAttempts(0), // a missing stream is checked below, not retried blindly
-			jetstream.WithStallWait(stall),
-		)
-		if err != nil {
-			if perr := b.sendError(e, err); perr != nil {
-				results[i] = perr
-				continue
-			}
-			// The connection or the ack window is the problem, not this
-			// event: the rest of the batch would fail the same way.
-			fillFrom(results, i, fmt.Errorf("natsbroker: event %s not sent: %w", e.EventID, err))
-			break
-		}
-		futures[i] = f
-	}
-
-	lookups := make(map[string]error) // subject → verdict on a missing stream
-	for i, f := range futures {
-		if f == nil {
-			continue
-		}
-		e := &events[i]
-		select {
-		case <-f.Ok():
-			results[i] = nil
-		case err := <-f.Err():
-			results[i] = b.ackError(ctx, e, err, lookups)
-		case <-ctx.Done():
-			results[i] = fmt.Errorf("natsbroker: no PubAck for event %s on %q before the deadline: %w", e.EventID, e.Topic, ctx.Err())
-		}
-	}
-	return results
-}
-
-func fillFrom(results []error, from int, err error) {
-	for j := from; j < len(results); j++ {
-		if results[j] == nil {
-			results[j] = err
-		}
-	}
-}
-
-// batch builds the NATS messages of one Publish call. It shares what the
-// events have in common and allocates per batch what it can: one array of
-// messages, one backing array for the header values, one attribute scratch
-// slice. The header maps it fills are only read afterwards.
-type batch struct {
-	source string // ce-source, percent-encoded once
-	msgs   []nats.Msg
-	values []string
-	attrs  []broker.Attribute
-}
-
-func (b *Broker) newBatch(n int) *batch {
-	return &batch{
-		source: b.source,
-		msgs:   make([]nats.Msg, n),
-		values: make([]string, 0, 10*n),
-		attrs:  make([]broker.Attribute, 0, 9),
-	}
-}
-
-// value returns v as a one-element header value, carved from the batch's
-// backing array.
-func (bt *batch) value(v string) []string {
-	bt.values = append(bt.values, v)
-	n := len(bt.values)
-	return bt.values[n-1 : n : n]
-}
-
-// message builds the NATS message for events[i].
-func (bt *batch) message(events []outbox.Event, i int) (*nats.Msg, error) {
-	e := &events[i]
-	if e.EventID == "" {
-		return nil, broker.Permanentf("natsbroker: event %d has no EventID, which JetStream deduplicates on (Nats-Msg-Id); the outbox table gives every row one by default", e.ID)
-	}
-	if !validSubject(e.Topic) {
-		return nil, broker.Permanentf("natsbroker: event %s: topic %q is not a NATS subject one can publish to (dot-separated non-empty tokens, no spaces, no * or > wildcards); fix the topic", e.EventID, e.Topic)
-	}
-	bt.attrs = broker.AppendCloudEventAttributes(bt.attrs[:0], e, bt.source)
-	h := make(nats.Header, 1+len(bt.attrs)+len(e.Headers))
-	for k, v := range e.Headers {
-		if k == "" || strings.ContainsAny(k, "\r\n\x00: \t") || strings.ContainsAny(v, "\r\n\x00") {
-			return nil, broker.Permanentf("natsbroker: event %s: header %q cannot be sent as a NATS header (empty name, or CR, LF, NUL, colon or space in it)", e.EventID, k)
-		}
-		if hasPrefixFold(k, "nats-") || hasPrefixFold(k, HeaderPrefix) {
-			continue // would steer JetStream or overwrite the event's identity
-		}
-		h[k] = bt.value(v)
-	}
-	h[jetstream.MsgIDHeader] = bt.value(e.EventID)
-	for _, a := range bt.attrs {
-		v := a.Value
-		if a.Name != broker.AttrSource { // bt.source is encoded already
-			v = broker.PercentEncode(v)
-		}
-		h[headerName(a.Name)] = bt.value(v)
-	}
-	m := &bt.msgs[i]
-	*m = nats.Msg{Subject: e.Topic, Data: e.Payload, Header: h}
-	return m, nil
-}
-
-// headerName is HeaderPrefix+name without building the string each time.
-func headerName(name string) string {
-	switch name {
-	case broker.AttrID:
-		return HeaderPrefix + broker.AttrID
-	case broker.AttrSource:
-		return HeaderPrefix + broker.AttrSource
-	case broker.AttrSpecVersion:
-		return HeaderPrefix + broker.AttrSpecVersion
-	case broker.AttrType:
-		return HeaderPrefix + broker.AttrType
-	case broker.AttrTime:
-		return HeaderPrefix + broker.AttrTime
-	case broker.AttrDataContentType:
-		return HeaderPrefix + broker.AttrDataContentType
-	case broker.AttrPartitionKey:
-		return HeaderPrefix + broker.AttrPartitionKey
-	case broker.AttrSchemaVersion:
-		return HeaderPrefix + broker.AttrSchemaVersion
-	case broker.AttrAggregateType:
-		return HeaderPrefix + broker.AttrAggregateType
-	}
-	return HeaderPrefix + name
-}
-
-// hasPrefixFold is strings.HasPrefix ignoring ASCII case.
-func hasPrefixFold(s, prefix string) bool {
-	return len(s) >= len(prefix) && strings.EqualFold(s[:len(prefix)], prefix)
-}
-
-func validSubject(s string) bool {
-	if s == "" || strings.ContainsAny(s, " \t\r\n\x00") {
-		return false
-	}
-	for tok := range strings.SplitSeq(s, ".") {
-		if tok == "" || tok == "*" || tok == ">" {
-			return false
-		}
-	}
-	return true
-}
 
 // sendError returns the permanent error for a send failure that concerns
 // this event alone, or nil when the failure concerns the connection.
@@ -463,11 +277,6 @@ func (b *Broker) Close(ctx context.Context) error {
 	case <-ctx.Done():
 		err = fmt.Errorf("natsbroker: closing with publishes still waiting for PubAcks (they fail and will be retried): %w", ctx.Err())
 	}
-	// Closing an owned connection also ends the JetStream publisher's
-	// reply subscription and status goroutine. On a borrowed connection
-	// they stay until the caller closes it: jetstream's CleanupPublisher
-	// would release them, but in nats.go v1.55.0 it races with the start
-	// of that goroutine and can strand it forever.
 	if b.owned {
 		b.nc.Close()
 	}

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -396,16 +397,76 @@ func TestPublishWithoutAckHonoursDeadline(t *testing.T) {
 	if err := admin.Flush(); err != nil {
 		t.Fatal(err)
 	}
-	b := dial(t, srv.URL(), natsbroker.Config{Timeout: 300 * time.Millisecond})
-	start := time.Now()
-	res := b.Publish(context.Background(), []outbox.Event{event(subject, 0), event(subject, 1)})
-	if d := time.Since(start); d > 2*time.Second {
-		t.Errorf("Publish took %v with a 300ms Timeout", d)
-	}
-	for i, err := range res {
-		if err == nil || broker.IsPermanent(err) || !errors.Is(err, context.DeadlineExceeded) {
-			t.Errorf("result %d = %v; want a transient deadline error", i, err)
+	// MaxPending 1: the second event waits for room that never frees.
+	for _, maxPending := range []int{0, 1} {
+		b := dial(t, srv.URL(), natsbroker.Config{Timeout: 300 * time.Millisecond, MaxPending: maxPending})
+		start := time.Now()
+		res := b.Publish(context.Background(), []outbox.Event{event(subject, 0), event(subject, 1)})
+		if d := time.Since(start); d > 2*time.Second {
+			t.Errorf("MaxPending %d: Publish took %v with a 300ms Timeout", maxPending, d)
 		}
+		for i, err := range res {
+			if err == nil || broker.IsPermanent(err) || !errors.Is(err, context.DeadlineExceeded) {
+				t.Errorf("MaxPending %d: result %d = %v; want a transient deadline error", maxPending, i, err)
+			}
+		}
+	}
+}
+
+func TestConnectionLostWhileAwaitingFailsFast(t *testing.T) {
+	t.Parallel()
+	// No PubAck comes (a plain subscriber), then the server goes away:
+	// Publish must not sit out its 10s Timeout.
+	srv := testnats.Start(t)
+	admin := connect(t, srv.URL())
+	subject := uniqueName("lost")
+	sub, err := admin.SubscribeSync(subject)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Unsubscribe()
+	if err := admin.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	b := dial(t, srv.URL(), natsbroker.Config{})
+	time.AfterFunc(200*time.Millisecond, srv.Stop)
+	start := time.Now()
+	res := b.Publish(context.Background(), []outbox.Event{event(subject, 0)})
+	if d := time.Since(start); d > 3*time.Second {
+		t.Errorf("Publish took %v after the connection was lost", d)
+	}
+	if err := res[0]; err == nil || broker.IsPermanent(err) || !errors.Is(err, natsbroker.ErrNotConnected) {
+		t.Errorf("result = %v; want a transient ErrNotConnected", err)
+	}
+}
+
+func TestMaxPendingSmallerThanTheBatches(t *testing.T) {
+	t.Parallel()
+	srv := testnats.Start(t)
+	admin := connect(t, srv.URL())
+	js, _ := jetstream.New(admin)
+	subject := uniqueName("window")
+	stream := createStream(t, js, subject, jetstream.MemoryStorage)
+	b := dial(t, srv.URL(), natsbroker.Config{MaxPending: 7})
+
+	const calls, perCall = 3, 100
+	var wg sync.WaitGroup
+	for c := range calls {
+		wg.Go(func() {
+			events := make([]outbox.Event, perCall)
+			for i := range events {
+				events[i] = event(subject, c*perCall+i)
+			}
+			for i, err := range b.Publish(ctxFor(t, 10*time.Second), events) {
+				if err != nil {
+					t.Errorf("call %d, event %d: %v", c, i, err)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if info, _ := stream.Info(ctxFor(t, 5*time.Second)); info == nil || info.State.Msgs != calls*perCall {
+		t.Errorf("stream state = %+v, want %d messages", info, calls*perCall)
 	}
 }
 

@@ -1,0 +1,114 @@
+package natsbroker
+
+import (
+	"strings"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	outbox "github.com/outbox-go/outbox"
+	"github.com/outbox-go/outbox/broker"
+)
+
+// batch builds the NATS messages of one Publish call. It shares what the
+// events have in common and allocates per batch what it can: one array of
+// messages, one backing array for the header values, one attribute scratch
+// slice. The header maps it fills are only read afterwards.
+type batch struct {
+	source string // ce-source, percent-encoded once
+	msgs   []nats.Msg
+	values []string
+	attrs  []broker.Attribute
+}
+
+func (b *Broker) newBatch(n int) *batch {
+	return &batch{
+		source: b.source,
+		msgs:   make([]nats.Msg, n),
+		values: make([]string, 0, 10*n),
+		attrs:  make([]broker.Attribute, 0, 9),
+	}
+}
+
+// value returns v as a one-element header value, carved from the batch's
+// backing array.
+func (bt *batch) value(v string) []string {
+	bt.values = append(bt.values, v)
+	n := len(bt.values)
+	return bt.values[n-1 : n : n]
+}
+
+// message builds the NATS message for events[i].
+func (bt *batch) message(events []outbox.Event, i int) (*nats.Msg, error) {
+	e := &events[i]
+	if e.EventID == "" {
+		return nil, broker.Permanentf("natsbroker: event %d has no EventID, which JetStream deduplicates on (Nats-Msg-Id); the outbox table gives every row one by default", e.ID)
+	}
+	if !validSubject(e.Topic) {
+		return nil, broker.Permanentf("natsbroker: event %s: topic %q is not a NATS subject one can publish to (dot-separated non-empty tokens, no spaces, no * or > wildcards); fix the topic", e.EventID, e.Topic)
+	}
+	bt.attrs = broker.AppendCloudEventAttributes(bt.attrs[:0], e, bt.source)
+	h := make(nats.Header, 1+len(bt.attrs)+len(e.Headers))
+	for k, v := range e.Headers {
+		if k == "" || strings.ContainsAny(k, "\r\n\x00: \t") || strings.ContainsAny(v, "\r\n\x00") {
+			return nil, broker.Permanentf("natsbroker: event %s: header %q cannot be sent as a NATS header (empty name, or CR, LF, NUL, colon or space in it)", e.EventID, k)
+		}
+		if hasPrefixFold(k, "nats-") || hasPrefixFold(k, HeaderPrefix) {
+			continue // would steer JetStream or overwrite the event's identity
+		}
+		h[k] = bt.value(v)
+	}
+	h[jetstream.MsgIDHeader] = bt.value(e.EventID)
+	for _, a := range bt.attrs {
+		v := a.Value
+		if a.Name != broker.AttrSource { // bt.source is encoded already
+			v = broker.PercentEncode(v)
+		}
+		h[headerName(a.Name)] = bt.value(v)
+	}
+	m := &bt.msgs[i]
+	*m = nats.Msg{Subject: e.Topic, Data: e.Payload, Header: h}
+	return m, nil
+}
+
+// headerName is HeaderPrefix+name without building the string each time.
+func headerName(name string) string {
+	switch name {
+	case broker.AttrID:
+		return HeaderPrefix + broker.AttrID
+	case broker.AttrSource:
+		return HeaderPrefix + broker.AttrSource
+	case broker.AttrSpecVersion:
+		return HeaderPrefix + broker.AttrSpecVersion
+	case broker.AttrType:
+		return HeaderPrefix + broker.AttrType
+	case broker.AttrTime:
+		return HeaderPrefix + broker.AttrTime
+	case broker.AttrDataContentType:
+		return HeaderPrefix + broker.AttrDataContentType
+	case broker.AttrPartitionKey:
+		return HeaderPrefix + broker.AttrPartitionKey
+	case broker.AttrSchemaVersion:
+		return HeaderPrefix + broker.AttrSchemaVersion
+	case broker.AttrAggregateType:
+		return HeaderPrefix + broker.AttrAggregateType
+	}
+	return HeaderPrefix + name
+}
+
+// hasPrefixFold is strings.HasPrefix ignoring ASCII case.
+func hasPrefixFold(s, prefix string) bool {
+	return len(s) >= len(prefix) && strings.EqualFold(s[:len(prefix)], prefix)
+}
+
+func validSubject(s string) bool {
+	if s == "" || strings.ContainsAny(s, " \t\r\n\x00") {
+		return false
+	}
+	for tok := range strings.SplitSeq(s, ".") {
+		if tok == "" || tok == "*" || tok == ">" {
+			return false
+		}
+	}
+	return true
+}

@@ -23,12 +23,21 @@ const writers = 8
 // and without one outbox row, 8 concurrent writers, in the same run, and
 // reports the cost of the outbox row as a percentage (target ≤ 25 %).
 func BenchmarkOutboxRowOverhead(b *testing.B) {
-	for _, notify := range []bool{true, false} {
-		b.Run(fmt.Sprintf("notify=%v", notify), func(b *testing.B) {
+	for _, v := range []struct {
+		name string
+		cfg  pgstore.Config
+	}{
+		{"notify=coalesced", pgstore.Config{}}, // the default
+		{"notify=every", pgstore.Config{NotifyInterval: -1}},
+		{"notify=off", pgstore.Config{DisableNotify: true}},
+	} {
+		b.Run(v.name, func(b *testing.B) {
 			pool, _ := openPool(b)
 			ctx := context.Background()
 			opts := store.Options{Table: uniqueTable("bench_")}
-			st, err := pgstore.New(pool, pgstore.Config{Options: opts, DisableNotify: !notify})
+			cfg := v.cfg
+			cfg.Options = opts
+			st, err := pgstore.New(pool, cfg)
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -135,4 +144,78 @@ func BenchmarkEnqueueBatch1000(b *testing.B) {
 	}
 	b.StopTimer()
 	b.ReportMetric(float64(b.N*len(msgs))/b.Elapsed().Seconds(), "msgs/s")
+}
+
+// BenchmarkNotifyInterval compares NotifyInterval settings in one run: the
+// same one-row business transaction alone, with a second business row, and
+// with one outbox row through stores notifying on every enqueue, coalesced
+// at 1, 2 and 5 ms, and never, all alternating round by round. It reports
+// each variant's cost over the business row alone.
+func BenchmarkNotifyInterval(b *testing.B) {
+	pool, _ := openPool(b)
+	ctx := context.Background()
+	variants := []struct {
+		name string
+		cfg  pgstore.Config
+	}{
+		{"every", pgstore.Config{NotifyInterval: -1}},
+		{"1ms", pgstore.Config{NotifyInterval: time.Millisecond}},
+		{"2ms", pgstore.Config{NotifyInterval: 2 * time.Millisecond}},
+		{"5ms", pgstore.Config{NotifyInterval: 5 * time.Millisecond}},
+		{"off", pgstore.Config{DisableNotify: true}},
+	}
+	stores := make([]*pgstore.Store, len(variants))
+	for i, v := range variants {
+		cfg := v.cfg
+		cfg.Options = store.Options{Table: uniqueTable("bench_")}
+		st, err := pgstore.New(pool, cfg)
+		if err != nil {
+			b.Fatal(err)
+		}
+		dropTables(b, pool, cfg.Options)
+		if err := st.Migrate(ctx); err != nil {
+			b.Fatal(err)
+		}
+		stores[i] = st
+	}
+	orders := uniqueTable("bench_") + "_orders"
+	if _, err := pool.Exec(ctx, "CREATE TABLE "+orders+" (id BIGSERIAL PRIMARY KEY, customer TEXT NOT NULL, amount_cents BIGINT NOT NULL, status TEXT NOT NULL)"); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { pool.Exec(context.Background(), "DROP TABLE IF EXISTS "+orders) })
+	payload := []byte(`{"order_id":42,"customer":"c-7","amount_cents":1999,"status":"PAID"}`)
+	insert := "INSERT INTO " + orders + " (customer, amount_cents, status) VALUES ($1, $2, 'PAID')"
+	// kind 0: the business row alone; 1: plus a second one; 2+: plus an
+	// outbox row through stores[kind-2].
+	tx := func(kind int, i int64) error {
+		return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+			if _, err := tx.Exec(ctx, insert, "c-7", 1999); err != nil {
+				return err
+			}
+			switch kind {
+			case 0:
+				return nil
+			case 1:
+				_, err := tx.Exec(ctx, insert, "c-8", 2999)
+				return err
+			}
+			return stores[kind-2].EnqueuePgxTx(ctx, tx, outbox.Message{Topic: "orders", Key: fmt.Sprintf("order-%d", i), Type: "OrderPaid", Payload: payload})
+		})
+	}
+	took := make([]time.Duration, len(variants)+2)
+	const per = 500 // transactions per variant and round: short rounds, so drift hits all alike
+	rounds := max(b.N/per, 1)
+	b.ResetTimer()
+	for round := 0; round < rounds; round++ {
+		for kind := range took {
+			took[kind] += runWriters(b, pool, per, func(i int64) error { return tx(kind, i) })
+		}
+	}
+	b.StopTimer()
+	cost := func(d time.Duration) float64 { return 100 * (d.Seconds()/took[0].Seconds() - 1) }
+	b.ReportMetric(float64(per*rounds)/took[0].Seconds(), "tx/s-plain")
+	b.ReportMetric(cost(took[1]), "%second-business-row")
+	for i, v := range variants {
+		b.ReportMetric(cost(took[i+2]), "%outbox-"+v.name)
+	}
 }

@@ -9,9 +9,12 @@ import (
 
 // Notify returns a channel that receives a value soon after events are
 // committed: by LISTEN on the table's channel (any process that enqueues with
-// notifications on), and at once for enqueues through this Store. It is a
-// hint only. The listener reconnects by itself; while it cannot listen (a
-// PgBouncer in transaction mode, say) the relay simply keeps polling.
+// notifications on), and at once after Enqueue through this Store. It is a
+// hint only: each Store notifies at most once per Config.NotifyInterval, so
+// one wake-up may stand for several commits, the later of which may land
+// shortly after it; the relay looks again soon after a wake-up, and polls.
+// The listener reconnects by itself; while it cannot listen (a PgBouncer in
+// transaction mode, say) the relay simply keeps polling.
 func (s *Store) Notify(ctx context.Context) <-chan struct{} {
 	ch := s.wakeups.Subscribe(ctx)
 	s.mu.Lock()

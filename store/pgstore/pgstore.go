@@ -46,11 +46,15 @@ type Config struct {
 	NotifyInterval time.Duration
 }
 
-// DefaultNotifyInterval is NotifyInterval's default: at most 500
-// notifications a second per Store, which keeps the serialized notifying
-// commits a small share of a busy writer's commits while a lone enqueue
-// still notifies at once (see BENCHMARKS.md, section 1).
-const DefaultNotifyInterval = 2 * time.Millisecond
+// DefaultNotifyInterval is NotifyInterval's default: at most 200
+// notifications a second per Store. Measured with 8 writers (BENCHMARKS.md,
+// section 1), it costs about what DisableNotify does, where 2 ms cost about
+// 8 points more and notifying every enqueue about 50. The price is latency:
+// under load a committed event may wait up to this long for a wake-up, so
+// a relay should look again no sooner than this after a wake-up, or the
+// last commits of a burst wait for its poll.
+// Set 1–2 ms if latency matters more than write throughput.
+const DefaultNotifyInterval = 5 * time.Millisecond
 
 // Store is the PostgreSQL store. It is safe for concurrent use.
 type Store struct {

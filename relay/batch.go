@@ -57,9 +57,10 @@ func (b *batch) isLost() bool {
 	return b.lost
 }
 
-// deliver publishes the batch wave by wave and settles the outcomes. The
-// error is non-nil when the broker failed as a whole (no event of a wave
-// confirmed), so the worker backs off.
+// deliver publishes the batch wave by wave and sorts the outcomes into
+// acks, retries, burials and releases for settle. The error is non-nil when
+// the broker failed as a whole (no event of a wave confirmed), so the worker
+// backs off.
 func (b *batch) deliver(ctx context.Context) (BatchReport, error) {
 	cfg := b.r.cfg
 	rep := BatchReport{Claimed: len(b.events)}
@@ -146,7 +147,6 @@ func (b *batch) deliver(ctx context.Context) (BatchReport, error) {
 	}
 	stopRenew()
 	<-renewDone
-	b.settle(&rep)
 	return rep, brokerErr
 }
 

@@ -29,7 +29,8 @@ type Config struct {
 	// unique among running relays.
 	Owner string
 	// BatchSize is the most events claimed at once; default 500. Memory is
-	// bounded by Workers × BatchSize × the largest payload.
+	// bounded by 2 × Workers × BatchSize × the largest payload: each worker
+	// publishes one batch while the previous one is being settled.
 	BatchSize int
 	// Workers is how many batches one relay has in flight at once; default
 	// 2, so claiming the next batch overlaps publishing the current one.

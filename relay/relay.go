@@ -45,6 +45,9 @@ func New(st store.Store, br broker.Broker, cfg Config) (*Relay, error) {
 		return nil, err
 	}
 	r := &Relay{st: st, br: br, cfg: cfg, wakeCh: make(chan struct{})}
+	// Epochs start from the clock, so a relay restarted under the same
+	// Owner never reuses an epoch of its earlier life.
+	r.epoch.Store(time.Now().UnixMicro())
 	r.health.log = cfg.Logger
 	return r, nil
 }
@@ -106,9 +109,15 @@ func (r *Relay) Run(ctx context.Context) error {
 func (r *Relay) work(ctx context.Context) {
 	failures := 0 // consecutive rounds that failed as a whole
 	quiet := 0    // consecutive empty rounds since the last events
+	var settling chan struct{}
+	defer func() {
+		if settling != nil {
+			<-settling
+		}
+	}()
 	for ctx.Err() == nil {
 		wake := r.wakeChan()
-		n, err := r.round(ctx)
+		n, err := r.round(ctx, &settling)
 		if ctx.Err() != nil {
 			return
 		}
@@ -157,9 +166,15 @@ func (r *Relay) work(ctx context.Context) {
 // up to about 60 ms behind the wake-up that brought the relay.
 var recheck = [...]time.Duration{2 * time.Millisecond, 10 * time.Millisecond, 50 * time.Millisecond}
 
-// round claims one batch and delivers it. It returns how many events were
-// claimed, and an error when the store or the broker failed as a whole.
-func (r *Relay) round(ctx context.Context) (int, error) {
+// round claims one batch and publishes it, and leaves its settling (the
+// ack, retries, burials and releases) to a goroutine, so that the worker
+// claims and publishes its next batch meanwhile. Settles of one worker run
+// in order, one at a time: *settling is closed when the latest is done, and
+// a worker holds at most two batches. The next claim cannot take a key or
+// event of the batch being settled: its claim is still live. It returns how
+// many events were claimed, and an error when the store or the broker
+// failed as a whole.
+func (r *Relay) round(ctx context.Context, settling *chan struct{}) (int, error) {
 	lease := store.Lease{Owner: r.cfg.Owner, Epoch: r.epoch.Add(1)}
 	start := time.Now()
 	// The claim is not cancelled by a stop: a claim that committed while
@@ -183,16 +198,25 @@ func (r *Relay) round(ctx context.Context) (int, error) {
 	}
 	b := &batch{r: r, lease: lease, events: claim.Events, start: start, leaseTill: start.Add(r.cfg.LeaseFor)}
 	rep, brokerDown := b.deliver(ctx)
-	rep.Duration = time.Since(start)
-	r.totals.Batches.Add(1)
-	r.totals.Claimed.Add(int64(rep.Claimed))
-	r.totals.Delivered.Add(int64(rep.Delivered))
-	r.totals.Retried.Add(int64(rep.Retried))
-	r.totals.Dead.Add(int64(rep.Dead))
-	r.totals.Released.Add(int64(rep.Released))
-	if r.cfg.Observer != nil {
-		r.cfg.Observer.Settled(rep)
-	}
+	prev, done := *settling, make(chan struct{})
+	*settling = done
+	go func() {
+		defer close(done)
+		if prev != nil {
+			<-prev
+		}
+		b.settle(&rep)
+		rep.Duration = time.Since(start)
+		r.totals.Batches.Add(1)
+		r.totals.Claimed.Add(int64(rep.Claimed))
+		r.totals.Delivered.Add(int64(rep.Delivered))
+		r.totals.Retried.Add(int64(rep.Retried))
+		r.totals.Dead.Add(int64(rep.Dead))
+		r.totals.Released.Add(int64(rep.Released))
+		if r.cfg.Observer != nil {
+			r.cfg.Observer.Settled(rep)
+		}
+	}()
 	if brokerDown != nil {
 		return len(claim.Events), brokerDown
 	}

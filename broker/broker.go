@@ -21,6 +21,12 @@ type Broker interface {
 	Close(ctx context.Context) error
 }
 
+// ErrUnavailable marks a result that says nothing about the event: the
+// broker as a whole could not be reached (not connected, closed). The relay
+// gives such events back without counting an attempt and backs off, so an
+// outage of any length never makes events DEAD. Adapters wrap it with %w.
+var ErrUnavailable = errors.New("broker unavailable")
+
 // ErrPermanent marks an error that retrying will not fix. Test with
 // IsPermanent.
 var ErrPermanent = errors.New("permanent")

@@ -97,8 +97,9 @@ func (b *batch) deliver(ctx context.Context) (BatchReport, error) {
 		if len(send) == 0 {
 			continue
 		}
-		if ctx.Err() != nil || pubCtx.Err() != nil || b.isLost() {
-			// stopping, or the lease is gone: do not start another wave
+		if ctx.Err() != nil || pubCtx.Err() != nil || b.isLost() || errors.Is(brokerErr, broker.ErrUnavailable) {
+			// stopping, the lease is gone, or the broker cannot be
+			// reached: do not start another wave
 			b.released = append(b.released, ids(send)...)
 			for _, w := range waves[wi+1:] {
 				b.released = append(b.released, ids(w)...)
@@ -129,6 +130,15 @@ func (b *batch) deliver(ctx context.Context) (BatchReport, error) {
 				// cut short by a stop or a lost lease, not the event's
 				// fault: give it back without counting an attempt
 				b.released = append(b.released, e.ID)
+				continue
+			}
+			if errors.Is(err, broker.ErrUnavailable) {
+				// the broker could not be reached at all: not the
+				// event's fault either; the worker backs off
+				b.released = append(b.released, e.ID)
+				if brokerErr == nil {
+					brokerErr = err
+				}
 				continue
 			}
 			if firstErr == nil {

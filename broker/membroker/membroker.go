@@ -15,10 +15,10 @@ import (
 var (
 	// ErrDown is every event's result while the broker is SetDown(true).
 	// It is transient: the relay retries.
-	ErrDown = errors.New("membroker: broker is down (simulated outage)")
+	ErrDown = fmt.Errorf("membroker: broker is down (simulated outage; %w)", broker.ErrUnavailable)
 	// ErrClosed is every event's result after Close. It is transient, so a
 	// relay that is shutting down does not bury events.
-	ErrClosed = errors.New("membroker: broker is closed")
+	ErrClosed = fmt.Errorf("membroker: broker is closed (%w)", broker.ErrUnavailable)
 	// ErrInjected is the result FailNext uses when given a nil error.
 	ErrInjected = errors.New("membroker: injected failure")
 	// ErrHeld is the result of an event held back because an earlier event

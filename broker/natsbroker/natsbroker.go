@@ -33,10 +33,10 @@ var (
 	ErrNoStream = errors.New("no JetStream stream captures the subject")
 	// ErrNotConnected is every event's result while the connection is down
 	// or reconnecting. It is transient.
-	ErrNotConnected = errors.New("natsbroker: not connected to NATS")
+	ErrNotConnected = fmt.Errorf("natsbroker: not connected to NATS (%w)", broker.ErrUnavailable)
 	// ErrClosed is every event's result after Close. It is transient, so a
 	// relay that is shutting down does not bury events.
-	ErrClosed = errors.New("natsbroker: broker is closed")
+	ErrClosed = fmt.Errorf("natsbroker: broker is closed (%w)", broker.ErrUnavailable)
 )
 
 // Config configures a Broker. The zero value is ready to use.

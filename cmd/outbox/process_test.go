@@ -163,7 +163,14 @@ func waitPending0(t *testing.T, st store.Store, d time.Duration) {
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("outbox not drained after %s: %+v %v", d, s, err)
+			var why strings.Builder
+			if dead, _ := st.ListDead(context.Background(), store.DeadQuery{Limit: 3}); len(dead) > 0 {
+				fmt.Fprintf(&why, "; the first DEAD events' errors:")
+				for _, r := range dead {
+					fmt.Fprintf(&why, "\n  %d: %s", r.ID, r.LastError)
+				}
+			}
+			t.Fatalf("outbox not drained after %s: %+v %v%s", d, s, err, why.String())
 		}
 		time.Sleep(50 * time.Millisecond)
 	}

@@ -36,12 +36,7 @@ import (
 // (ErrLeaseLost).
 
 // claimsTable is the quoted name of the claims table.
-func (s *Store) claimsTable() string {
-	if s.opts.Schema != "" {
-		return pgx.Identifier{s.opts.Schema, s.opts.Table + "_claims"}.Sanitize()
-	}
-	return pgx.Identifier{s.opts.Table + "_claims"}.Sanitize()
-}
+func (s *Store) claimsTable() string { return s.qualified(s.opts.Table + "_claims") }
 
 // claimSettings are the claim transaction's own planner settings
 // (set_config(…, true) is transaction-local). A queue table's statistics are
@@ -86,8 +81,8 @@ func (s *Store) Claim(ctx context.Context, req store.ClaimRequest) (store.Claim,
 		o.event_key NOT IN (SELECT unnest(c.keys) FROM ` + claims + ` c)
 		AND (NOT EXISTS (SELECT 1 FROM ` + s.table + ` d WHERE d.status = 'NEW' AND d.next_attempt_at > d.created_at AND d.next_attempt_at > now())
 			OR NOT EXISTS (SELECT 1 FROM ` + s.table + ` b WHERE b.status = 'NEW' AND b.next_attempt_at > b.created_at AND b.event_key = o.event_key AND b.id < o.id AND b.next_attempt_at > now()))
-		AND NOT ($3::bool AND EXISTS (SELECT 1 FROM ` + s.table + ` d WHERE d.status = 'DEAD')
-			AND EXISTS (SELECT 1 FROM ` + s.table + ` b WHERE b.status = 'DEAD' AND b.event_key = o.event_key AND b.id < o.id))))
+		AND NOT ($3::bool AND EXISTS (SELECT 1 FROM ` + s.table + ` d WHERE d.status = 'DEAD' AND d.status <> 'NEW')
+			AND EXISTS (SELECT 1 FROM ` + s.table + ` b WHERE b.status = 'DEAD' AND b.status <> 'NEW' AND b.event_key = o.event_key AND b.id < o.id))))
 	ORDER BY o.id
 	LIMIT $4
 ), lease AS (

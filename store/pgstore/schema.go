@@ -4,7 +4,8 @@ import "fmt"
 
 // migrations are applied in order; each runs once, in its own transaction,
 // under an advisory lock, and is recorded in <table>_migrations.
-func migrations(t, archive, claims, short string) []string {
+// q quotes an index name in the table's schema.
+func migrations(t, archive, claims, short string, q func(string) string) []string {
 	return []string{
 		// 1: the table contract of DESIGN §4.
 		fmt.Sprintf(`
@@ -73,5 +74,16 @@ CREATE TABLE IF NOT EXISTS %[2]s (
 );
 UPDATE %[1]s SET status = 'NEW', lease_owner = '', lease_until = NULL WHERE status = 'SENDING';
 `, t, claims),
+		// 3: one partial index instead of two for the rows that hold a key
+		// (DEAD, or waiting for a retry or a delayed AvailableAt). Every
+		// index costs each INSERT statement, even one the row skips:
+		// measured with pgbench at 8 writers, the two partial indexes cost
+		// the outbox row about 10 points of throughput. status leads, so
+		// "any DEAD row" and "any delayed row" are each one index probe.
+		fmt.Sprintf(`
+CREATE INDEX IF NOT EXISTS %[2]s_waiting_idx ON %[1]s (status, event_key, id) WHERE status <> 'NEW' OR next_attempt_at > created_at;
+DROP INDEX IF EXISTS %[3]s;
+DROP INDEX IF EXISTS %[4]s;
+`, t, short, q(short+"_held_idx"), q(short+"_delayed_idx")),
 	}
 }

@@ -10,10 +10,12 @@
 // a claim: their status column stays NEW while in flight, and Get and Stats
 // report SENDING from the claim. Acks are one DELETE (or one DELETE …
 // RETURNING feeding an INSERT into the archive table when sent events are
-// kept) that also takes the ids out of the claim. Two small partial indexes
-// cover only dead and delayed rows, so ordinary inserts maintain just the
+// kept) that also takes the ids out of the claim. One small partial index
+// covers only dead and delayed rows, so ordinary inserts maintain just the
 // primary key and the event_id unique index.
 //
-// With Config.Notify, every enqueue sends pg_notify on a channel the relay
-// LISTENs to; a hint only, the relay keeps polling.
+// Enqueues send pg_notify on a channel the relay LISTENs to, at most one per
+// Config.NotifyInterval per Store (PostgreSQL serializes notifying commits);
+// a hint only: the relay keeps polling, and looks again a few milliseconds
+// after each round that found events.
 package pgstore

@@ -261,7 +261,12 @@ func (b *batch) settle(rep *BatchReport) {
 			time.Sleep(min(jitter(backoff(50*time.Millisecond, time.Second, attempt)), time.Until(deadline)))
 		}
 	}
-	if write(len(b.acks), false, func(ctx context.Context) error { return b.r.st.Ack(ctx, b.lease, b.acks) }) {
+	ackOp := func(ctx context.Context) error { return b.r.st.Ack(ctx, b.lease, b.acks) }
+	if ca, ok := b.r.st.(store.ClaimAcker); ok && len(b.acks) == len(b.events) {
+		// every event was delivered: ack the claim as a whole
+		ackOp = func(ctx context.Context) error { return ca.AckClaim(ctx, b.lease, len(b.events)) }
+	}
+	if write(len(b.acks), false, ackOp) {
 		rep.Delivered = len(b.acks)
 	}
 	if b.isLost() {

@@ -158,6 +158,18 @@ type Stats struct {
 // Pending is New+Sending.
 func (s Stats) Pending() int64 { return s.New + s.Sending }
 
+// ClaimAcker is an optional ability: acknowledging a whole claim at once,
+// without listing its events, when every event of it was delivered (the
+// relay's common case). A store that records claims per batch can then drop
+// the claim and its rows in one statement.
+type ClaimAcker interface {
+	// AckClaim acks every event of the claim lease, which took n events:
+	// deletes them, or archives them as SENT when the store keeps sent
+	// events. ErrLeaseLost when the claim is no longer this lease's (taken
+	// over: nothing is changed) or fewer than n of its events were left.
+	AckClaim(ctx context.Context, lease Lease, n int) error
+}
+
 // Notifier is an optional ability: a channel that receives a value soon after
 // events are committed (LISTEN/NOTIFY, or an in-process signal). Only a hint:
 // the relay still polls.

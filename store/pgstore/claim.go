@@ -235,6 +235,42 @@ func (s *Store) Ack(ctx context.Context, lease store.Lease, ids []int64) error {
 	return s.settle(ctx, "ack", lease, ids, false, change)
 }
 
+// AckClaim acks every event of the claim lease (store.ClaimAcker): one
+// statement deletes the claim row, which takes its lock and so fences a
+// takeover exactly like Ack, and the rows it lists (or moves them to the
+// archive). Nothing is sent per event, and the claim row is not rewritten.
+func (s *Store) AckClaim(ctx context.Context, lease store.Lease, n int) error {
+	claims := s.claimsTable()
+	change := "changed AS (DELETE FROM " + s.table + " t WHERE t.id IN (SELECT unnest(ids) FROM c) AND t.status = 'NEW' RETURNING 1)"
+	if s.opts.KeepSent {
+		cols := "id, event_id, topic, event_key, event_type, aggregate_type, schema_version, payload, content_type, headers, attempts, next_attempt_at, last_error, created_at"
+		change = "gone AS (DELETE FROM " + s.table + " t WHERE t.id IN (SELECT unnest(ids) FROM c) AND t.status = 'NEW' RETURNING t.*), " +
+			"changed AS (INSERT INTO " + s.archive + " (" + cols + ", lease_owner, lease_epoch, lease_until, status, sent_at) SELECT " + cols + ", $1, $2, NULL, 'SENT', now() FROM gone RETURNING 1)"
+	}
+	b := &pgx.Batch{}
+	b.Queue(relaySettings)
+	b.Queue("WITH c AS (DELETE FROM "+claims+" WHERE owner = $1 AND epoch = $2 RETURNING ids), "+change+" SELECT (SELECT count(*) FROM changed), (SELECT count(*) FROM c)", lease.Owner, lease.Epoch)
+	br := s.pool.SendBatch(ctx, b)
+	var changed, found int64
+	_, err := br.Exec()
+	if err == nil {
+		err = br.QueryRow().Scan(&changed, &found)
+	}
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return wrap("ack", err)
+	}
+	if found == 0 {
+		return fmt.Errorf("pgstore: ack: the claim of %d events: %w", n, store.ErrLeaseLost)
+	}
+	if int(changed) < n {
+		return fmt.Errorf("pgstore: ack: %d of %d events: %w", n-int(changed), n, store.ErrLeaseLost)
+	}
+	return nil
+}
+
 // Retry gives events back for a later attempt. The lease must still be live.
 func (s *Store) Retry(ctx context.Context, lease store.Lease, retries []store.Retry) error {
 	ids := make([]int64, len(retries))

@@ -240,6 +240,62 @@ func (s *suite) testPerKeyAvailableAt(t *testing.T) {
 
 // testLeaseExpiry: an expired lease lets another owner take the events,
 // and the stale owner then changes nothing.
+// testClaimAcker: AckClaim acks a whole claim, and is fenced like Ack.
+func (s *suite) testClaimAcker(t *testing.T) {
+	fx := s.migrated(t, store.Options{})
+	ca, ok := fx.Store.(store.ClaimAcker)
+	if !ok {
+		t.Skipf("%s store does not implement store.ClaimAcker", s.h.Name)
+	}
+	ctx := t.Context()
+	enqueue(t, fx, msg("a1", "A"), msg("k1", ""), msg("a2", "A"))
+	c := claim(t, fx, req(s.lease("relay"), 10))
+	wantLabels(t, "claim", c.Events, "a1", "k1", "a2")
+	enqueue(t, fx, msg("a3", "A"))
+	if err := ca.AckClaim(ctx, c.Lease, len(c.Events)); err != nil {
+		t.Fatalf("AckClaim: %v", err)
+	}
+	for _, e := range c.Events {
+		wantNotFound(t, fx, e.ID, "after AckClaim")
+	}
+	if err := ca.AckClaim(ctx, c.Lease, len(c.Events)); !errors.Is(err, store.ErrLeaseLost) {
+		t.Errorf("AckClaim a second time: %v; want store.ErrLeaseLost", err)
+	}
+	// The key is free again: a3 is claimable at once.
+	next := claim(t, fx, req(s.lease("relay"), 10))
+	wantLabels(t, "claim after AckClaim", next.Events, "a3")
+
+	// A stale owner's AckClaim after a takeover changes nothing.
+	r := req(s.lease("stale"), 10)
+	r.LeaseFor = time.Second
+	if err := fx.Store.Release(ctx, next.Lease, ids(next.Events)); err != nil {
+		t.Fatalf("Release: %v", err)
+	}
+	old := claim(t, fx, r)
+	wantLabels(t, "claim with a 1s lease", old.Events, "a3")
+	fresh := s.eventually(t, fx, "fresh", 10, 5*time.Second)
+	wantLabels(t, "claim after the lease ran out", fresh.Events, "a3")
+	if err := ca.AckClaim(ctx, old.Lease, 1); !errors.Is(err, store.ErrLeaseLost) {
+		t.Errorf("AckClaim by the stale owner: %v; want store.ErrLeaseLost", err)
+	}
+	if rec := get(t, fx, fresh.Events[0].ID); rec.Status != outbox.StatusSending || rec.LeaseOwner != "fresh" {
+		t.Errorf("after a stale AckClaim: %s; want SENDING under owner fresh", describe(rec))
+	}
+
+	// With KeepSent the claim's events move to the archive as SENT.
+	kept := s.migrated(t, store.Options{KeepSent: true})
+	enqueue(t, kept, msg("s1", "S"), msg("s2", ""))
+	kc := claim(t, kept, req(s.lease("relay"), 10))
+	if err := kept.Store.(store.ClaimAcker).AckClaim(ctx, kc.Lease, len(kc.Events)); err != nil {
+		t.Fatalf("AckClaim with KeepSent: %v", err)
+	}
+	for _, e := range kc.Events {
+		if rec := get(t, kept, e.ID); rec.Status != outbox.StatusSent || string(rec.Payload) != string(e.Payload) || rec.SentAt.IsZero() {
+			t.Errorf("after AckClaim with KeepSent: %s; want SENT with its payload and sent_at", describe(rec))
+		}
+	}
+}
+
 func (s *suite) testLeaseExpiry(t *testing.T) {
 	fx := s.migrated(t, store.Options{})
 	enqueue(t, fx, msg("e1", ""), msg("e2", "K"))

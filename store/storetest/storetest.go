@@ -121,6 +121,7 @@ func Run(t *testing.T, h Harness) {
 		{"MaxPayloadOption", s.testMaxPayloadOption},
 		{"Fields", s.testFields},
 		{"Notifier", s.testNotifier},
+		{"ClaimAcker", s.testClaimAcker},
 	}
 	// The group makes Run wait for its parallel subtests, so a caller's
 	// deferred db.Close runs after them.

@@ -23,8 +23,11 @@ type Relay struct {
 
 	epoch atomic.Int64
 
-	wakeMu sync.Mutex
-	wakeCh chan struct{} // closed and replaced on every wake-up
+	// wake holds at most one token: a wake-up sends one idle worker to
+	// claim (not all of them, which would mostly claim nothing); a worker
+	// that claims a full batch passes a token on, so a backlog enlists
+	// every worker.
+	wake chan struct{}
 
 	health health
 	totals Totals
@@ -44,7 +47,7 @@ func New(st store.Store, br broker.Broker, cfg Config) (*Relay, error) {
 	if err != nil {
 		return nil, err
 	}
-	r := &Relay{st: st, br: br, cfg: cfg, wakeCh: make(chan struct{})}
+	r := &Relay{st: st, br: br, cfg: cfg, wake: make(chan struct{}, 1)}
 	// Epochs start from the clock, so a relay restarted under the same
 	// Owner never reuses an epoch of its earlier life.
 	r.epoch.Store(time.Now().UnixMicro())
@@ -58,19 +61,14 @@ func (r *Relay) Owner() string { return r.cfg.Owner }
 // Totals returns the relay's cumulative counters.
 func (r *Relay) Totals() *Totals { return &r.totals }
 
-// Wake makes idle workers look for work now. Call it after committing events
-// in the same process when the store has no Notifier of its own.
+// Wake makes an idle worker look for work now (or the next worker to go
+// idle, if none is). Call it after committing events in the same process
+// when the store has no Notifier of its own.
 func (r *Relay) Wake() {
-	r.wakeMu.Lock()
-	close(r.wakeCh)
-	r.wakeCh = make(chan struct{})
-	r.wakeMu.Unlock()
-}
-
-func (r *Relay) wakeChan() <-chan struct{} {
-	r.wakeMu.Lock()
-	defer r.wakeMu.Unlock()
-	return r.wakeCh
+	select {
+	case r.wake <- struct{}{}:
+	default: // a wake-up is pending already
+	}
 }
 
 // Run delivers events until ctx ends, then stops claiming, lets in-flight
@@ -116,7 +114,6 @@ func (r *Relay) work(ctx context.Context) {
 		}
 	}()
 	for ctx.Err() == nil {
-		wake := r.wakeChan()
 		n, err := r.round(ctx, &settling)
 		if ctx.Err() != nil {
 			return
@@ -128,7 +125,8 @@ func (r *Relay) work(ctx context.Context) {
 			wait = jitter(backoff(r.cfg.BackoffBase/4, 30*time.Second, failures))
 		case n >= r.cfg.BatchSize:
 			failures, quiet = 0, 0
-			continue // more work is likely waiting
+			r.Wake() // more work is likely waiting: bring a peer in too
+			continue
 		default:
 			failures = 0
 			if n > 0 {
@@ -148,9 +146,11 @@ func (r *Relay) work(ctx context.Context) {
 		select {
 		case <-ctx.Done():
 		case <-t.C:
-		case <-wake:
+		case <-r.wake:
 			if err != nil {
-				// a wake-up does not cut an error backoff short
+				// a wake-up does not cut an error backoff short; pass
+				// it on to a worker that is not backing off
+				r.Wake()
 				select {
 				case <-ctx.Done():
 				case <-t.C:

@@ -39,7 +39,8 @@
 // payload hash), order (per key, first deliveries must be versions 1..N
 // exactly), duplicates (counted, and allowed only near a fault), double- or
 // not-applied (the inbox), stale writes (PostgreSQL: a trigger records any
-// change to an outbox row by a relay session that did not hold its lease),
+// change to an outbox row by a relay session that did not hold its claim,
+// read from <table>_claims and a per-transaction log of claim rows),
 // and workload errors (the ledger contradicting the client). Self-recovery:
 // within 60 s of the last fault healing, nothing is pending and no lease is
 // expired. (The CDC slot check joins once a CDC source exists.)

@@ -718,6 +718,30 @@ func (s *Store) Ack(ctx context.Context, lease store.Lease, ids []int64) error {
 	}, ids)
 }
 
+// AckClaim acks every event of the claim lease (store.ClaimAcker): its rows
+// are found by (owner, epoch) among the in-flight ones through the hold
+// index, so no id list is sent. ErrLeaseLost when fewer than n are still
+// held (the others are acked all the same).
+func (s *Store) AckClaim(ctx context.Context, lease store.Lease, n int) error {
+	hint := " FORCE INDEX (" + s.opts.Table + "_hold_idx)"
+	where := " WHERE status = 'SENDING' AND lease_owner = ? AND lease_epoch = ?"
+	if s.opts.KeepSent {
+		_, err := s.db.ExecContext(ctx, "INSERT INTO "+s.archive+" ("+archiveCols+", status, sent_at) SELECT "+archiveCols+", 'SENT', NOW(6) FROM "+s.table+hint+
+			where+" ON DUPLICATE KEY UPDATE "+s.archive+".sent_at = NOW(6)", lease.Owner, lease.Epoch)
+		if err != nil {
+			return wrap("ack", err)
+		}
+	}
+	res, err := s.db.ExecContext(ctx, "DELETE o FROM "+s.table+" o"+hint+where, lease.Owner, lease.Epoch)
+	if err != nil {
+		return wrap("ack", err)
+	}
+	if done, _ := res.RowsAffected(); done < int64(n) {
+		return fmt.Errorf("mysqlstore: ack: %d of %d events: %w", int64(n)-done, n, store.ErrLeaseLost)
+	}
+	return nil
+}
+
 // Retry gives events back for a later attempt. The lease must still be live.
 // Per-row delays and errors come from a derived table of UNION ALL rows,
 // which MySQL and MariaDB both accept in a multi-table UPDATE; STRAIGHT_JOIN

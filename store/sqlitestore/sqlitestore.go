@@ -660,6 +660,23 @@ func (s *Store) Ack(ctx context.Context, lease store.Lease, ids []int64) error {
 	return s.ackToArchive(ctx, "INSERT INTO "+s.archive+" ("+archiveCols+", status, sent_at) SELECT "+archiveCols+", 'SENT', "+nowUS+" FROM "+s.table+where, del, len(ids), args)
 }
 
+// AckClaim acks every event of the claim lease (store.ClaimAcker): one
+// statement finds them by (owner, epoch) through the in-flight index, so no
+// id list is sent. ErrLeaseLost when fewer than n are still held.
+func (s *Store) AckClaim(ctx context.Context, lease store.Lease, n int) error {
+	where := " INDEXED BY " + sqliteIdent(s.opts.Table+"_sending_idx") + " WHERE status = 'SENDING' AND lease_owner = ?1 AND lease_epoch = ?2"
+	del := "DELETE FROM " + s.table + where
+	args := []any{lease.Owner, lease.Epoch}
+	if !s.opts.KeepSent {
+		res, err := s.exec(ctx, del, args...)
+		return s.leased("ack", res, err, n)
+	}
+	return s.ackToArchive(ctx, "INSERT INTO "+s.archive+" ("+archiveCols+", status, sent_at) SELECT "+archiveCols+", 'SENT', "+nowUS+" FROM "+s.table+where, del, n, args)
+}
+
+// sqliteIdent double-quotes a validated name.
+func sqliteIdent(name string) string { return `"` + name + `"` }
+
 // ackToArchive copies the held rows to the archive and deletes them, in one
 // transaction under the write gate. Its first statement writes, so even a
 // deferred transaction takes the write lock before reading anything.

@@ -170,7 +170,7 @@ var recheck = [...]time.Duration{2 * time.Millisecond, 10 * time.Millisecond, 50
 // ack, retries, burials and releases) to a goroutine, so that the worker
 // claims and publishes its next batch meanwhile. Settles of one worker run
 // in order, one at a time: *settling is closed when the latest is done, and
-// a worker holds at most two batches. The next claim cannot take a key or
+// a worker holds at most two batches (Config.BatchSize says so). The next claim cannot take a key or
 // event of the batch being settled: its claim is still live. It returns how
 // many events were claimed, and an error when the store or the broker
 // failed as a whole.
@@ -198,13 +198,16 @@ func (r *Relay) round(ctx context.Context, settling *chan struct{}) (int, error)
 	}
 	b := &batch{r: r, lease: lease, events: claim.Events, start: start, leaseTill: start.Add(r.cfg.LeaseFor)}
 	rep, brokerDown := b.deliver(ctx)
-	prev, done := *settling, make(chan struct{})
+	// The previous batch's settle must be done before this one's starts
+	// (it usually is, long since): settles stay in order, and a worker
+	// never holds more than this batch and the one it claims next.
+	if *settling != nil {
+		<-*settling
+	}
+	done := make(chan struct{})
 	*settling = done
 	go func() {
 		defer close(done)
-		if prev != nil {
-			<-prev
-		}
 		b.settle(&rep)
 		rep.Duration = time.Since(start)
 		r.totals.Batches.Add(1)

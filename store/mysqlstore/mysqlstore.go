@@ -405,6 +405,10 @@ const claimable = "((%[1]sstatus = 'NEW' AND %[1]snext_attempt_at <= NOW(6)) OR 
 // 250 ms inside one short statement.)
 const takeoverGrace = "INTERVAL 250000 MICROSECOND"
 
+// forceHoldIdx is the hint that makes a query use the hold index, which
+// leads with status and so also finds the in-flight rows.
+func (s *Store) forceHoldIdx() string { return " FORCE INDEX (" + s.opts.Table + "_hold_idx)" }
+
 // buildClaimSQL selects the events a claim takes: claimable, in id order,
 // whose key is not held — exactly pgstore's rules. A key is held by a SENDING
 // event under a live lease (all its events), with HoldDeadKeys by an earlier
@@ -422,7 +426,7 @@ const takeoverGrace = "INTERVAL 250000 MICROSECOND"
 // index; the probes sit under OR so neither optimizer turns them into joins
 // over the whole table.
 func (s *Store) buildClaimSQL(holdDead bool) string {
-	hold := "FROM " + s.table + " h FORCE INDEX (" + s.opts.Table + "_hold_idx) WHERE h.hold_key = o.event_key AND "
+	hold := "FROM " + s.table + " h" + s.forceHoldIdx() + " WHERE h.hold_key = o.event_key AND "
 	dead := ""
 	if holdDead {
 		dead = "\n\t\tOR IFNULL((SELECT MIN(h.id) " + hold + "h.status = 'DEAD'), o.id) < o.id"
@@ -723,7 +727,7 @@ func (s *Store) Ack(ctx context.Context, lease store.Lease, ids []int64) error {
 // index, so no id list is sent. ErrLeaseLost when fewer than n are still
 // held (the others are acked all the same).
 func (s *Store) AckClaim(ctx context.Context, lease store.Lease, n int) error {
-	hint := " FORCE INDEX (" + s.opts.Table + "_hold_idx)"
+	hint := s.forceHoldIdx()
 	where := " WHERE status = 'SENDING' AND lease_owner = ? AND lease_epoch = ?"
 	if s.opts.KeepSent {
 		_, err := s.db.ExecContext(ctx, "INSERT INTO "+s.archive+" ("+archiveCols+", status, sent_at) SELECT "+archiveCols+", 'SENT', NOW(6) FROM "+s.table+hint+

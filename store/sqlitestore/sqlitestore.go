@@ -74,7 +74,7 @@ func New(db *sql.DB, cfg Config) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	q := func(name string) string { return `"` + name + `"` } // names are validated: [a-z_][a-z0-9_]*
+	q := quote
 	s := &Store{
 		db:         db,
 		opts:       opts,
@@ -664,7 +664,7 @@ func (s *Store) Ack(ctx context.Context, lease store.Lease, ids []int64) error {
 // statement finds them by (owner, epoch) through the in-flight index, so no
 // id list is sent. ErrLeaseLost when fewer than n are still held.
 func (s *Store) AckClaim(ctx context.Context, lease store.Lease, n int) error {
-	where := " INDEXED BY " + sqliteIdent(s.opts.Table+"_sending_idx") + " WHERE status = 'SENDING' AND lease_owner = ?1 AND lease_epoch = ?2"
+	where := " INDEXED BY " + quote(s.opts.Table+"_sending_idx") + " WHERE status = 'SENDING' AND lease_owner = ?1 AND lease_epoch = ?2"
 	del := "DELETE FROM " + s.table + where
 	args := []any{lease.Owner, lease.Epoch}
 	if !s.opts.KeepSent {
@@ -674,8 +674,8 @@ func (s *Store) AckClaim(ctx context.Context, lease store.Lease, n int) error {
 	return s.ackToArchive(ctx, "INSERT INTO "+s.archive+" ("+archiveCols+", status, sent_at) SELECT "+archiveCols+", 'SENT', "+nowUS+" FROM "+s.table+where, del, n, args)
 }
 
-// sqliteIdent double-quotes a validated name.
-func sqliteIdent(name string) string { return `"` + name + `"` }
+// quote double-quotes a name; names are validated: [a-z_][a-z0-9_]*.
+func quote(name string) string { return `"` + name + `"` }
 
 // ackToArchive copies the held rows to the archive and deletes them, in one
 // transaction under the write gate. Its first statement writes, so even a

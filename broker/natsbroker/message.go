@@ -71,27 +71,21 @@ func (bt *batch) message(events []outbox.Event, i int) (*nats.Msg, error) {
 	return m, nil
 }
 
-// headerName is HeaderPrefix+name without building the string each time.
+// ceHeaders maps the CloudEvents attribute names to their header names,
+// built once so that no message concatenates them again.
+var ceHeaders = func() map[string]string {
+	m := make(map[string]string)
+	for _, a := range []string{broker.AttrID, broker.AttrSource, broker.AttrSpecVersion, broker.AttrType, broker.AttrTime,
+		broker.AttrDataContentType, broker.AttrPartitionKey, broker.AttrSchemaVersion, broker.AttrAggregateType} {
+		m[a] = HeaderPrefix + a
+	}
+	return m
+}()
+
+// headerName is HeaderPrefix+name.
 func headerName(name string) string {
-	switch name {
-	case broker.AttrID:
-		return HeaderPrefix + broker.AttrID
-	case broker.AttrSource:
-		return HeaderPrefix + broker.AttrSource
-	case broker.AttrSpecVersion:
-		return HeaderPrefix + broker.AttrSpecVersion
-	case broker.AttrType:
-		return HeaderPrefix + broker.AttrType
-	case broker.AttrTime:
-		return HeaderPrefix + broker.AttrTime
-	case broker.AttrDataContentType:
-		return HeaderPrefix + broker.AttrDataContentType
-	case broker.AttrPartitionKey:
-		return HeaderPrefix + broker.AttrPartitionKey
-	case broker.AttrSchemaVersion:
-		return HeaderPrefix + broker.AttrSchemaVersion
-	case broker.AttrAggregateType:
-		return HeaderPrefix + broker.AttrAggregateType
+	if h, ok := ceHeaders[name]; ok {
+		return h
 	}
 	return HeaderPrefix + name
 }

@@ -387,16 +387,7 @@ func TestPublishWithoutAckHonoursDeadline(t *testing.T) {
 	// A plain NATS subscriber on the subject answers nothing, so no PubAck
 	// ever comes: Publish must give up at the deadline with transient errors.
 	srv := testnats.Start(t)
-	admin := connect(t, srv.URL())
-	subject := uniqueName("silent")
-	sub, err := admin.SubscribeSync(subject)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sub.Unsubscribe()
-	if err := admin.Flush(); err != nil {
-		t.Fatal(err)
-	}
+	subject := silentSubject(t, srv.URL(), "silent")
 	// MaxPending 1: the second event waits for room that never frees.
 	for _, maxPending := range []int{0, 1} {
 		b := dial(t, srv.URL(), natsbroker.Config{Timeout: 300 * time.Millisecond, MaxPending: maxPending})
@@ -418,16 +409,7 @@ func TestConnectionLostWhileAwaitingFailsFast(t *testing.T) {
 	// No PubAck comes (a plain subscriber), then the server goes away:
 	// Publish must not sit out its 10s Timeout.
 	srv := testnats.Start(t)
-	admin := connect(t, srv.URL())
-	subject := uniqueName("lost")
-	sub, err := admin.SubscribeSync(subject)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sub.Unsubscribe()
-	if err := admin.Flush(); err != nil {
-		t.Fatal(err)
-	}
+	subject := silentSubject(t, srv.URL(), "lost")
 	b := dial(t, srv.URL(), natsbroker.Config{})
 	time.AfterFunc(200*time.Millisecond, srv.Stop)
 	start := time.Now()
@@ -514,4 +496,21 @@ func TestDialErrors(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "-js") {
 		t.Errorf("Dial to a server without JetStream: %v; want an error saying to enable it", err)
 	}
+}
+
+// silentSubject returns a new subject with a plain NATS subscriber on it
+// (no stream): a publish there gets no PubAck, ever.
+func silentSubject(t *testing.T, url, prefix string) string {
+	t.Helper()
+	admin := connect(t, url)
+	subject := uniqueName(prefix)
+	sub, err := admin.SubscribeSync(subject)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sub.Unsubscribe() })
+	if err := admin.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	return subject
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/outbox-go/outbox/broker"
 	"github.com/outbox-go/outbox/inbox"
 	"github.com/outbox-go/outbox/inbox/amqpmsg"
+	"github.com/outbox-go/outbox/inbox/inboxtest"
 )
 
 const id = "0192f6c4-8a59-7c3e-9f3b-6a1e2d3c4b5a"
@@ -110,17 +111,7 @@ func TestFromDelivery(t *testing.T) {
 				}
 				return
 			}
-			for _, w := range tc.want {
-				if !errors.Is(err, w) {
-					t.Errorf("error %v does not match %v", err, w)
-				}
-			}
-			if tc.header != "" {
-				var he *inbox.HeaderError
-				if !errors.As(err, &he) || he.Header != tc.header {
-					t.Errorf("error %v: want a *HeaderError for %s", err, tc.header)
-				}
-			}
+			inboxtest.WantParseError(t, err, tc.want, tc.header)
 		})
 	}
 }

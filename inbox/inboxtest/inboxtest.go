@@ -816,3 +816,22 @@ func waitTimeout(wg *sync.WaitGroup, d time.Duration) {
 	case <-time.After(d):
 	}
 }
+
+// WantParseError fails t unless err matches every error in want (with
+// errors.Is) and, when header is not empty, is an *inbox.HeaderError naming
+// that header: the error check of the header-reading packages' (natsmsg,
+// kafkamsg, amqpmsg) table tests.
+func WantParseError(t testing.TB, err error, want []error, header string) {
+	t.Helper()
+	for _, w := range want {
+		if !errors.Is(err, w) {
+			t.Errorf("error %v does not match %v", err, w)
+		}
+	}
+	if header != "" {
+		var he *inbox.HeaderError
+		if !errors.As(err, &he) || he.Header != header {
+			t.Errorf("error %v: want a *HeaderError for %s", err, header)
+		}
+	}
+}

@@ -11,6 +11,7 @@ import (
 	outbox "github.com/outbox-go/outbox"
 	"github.com/outbox-go/outbox/broker"
 	"github.com/outbox-go/outbox/inbox"
+	"github.com/outbox-go/outbox/inbox/inboxtest"
 	"github.com/outbox-go/outbox/inbox/kafkamsg"
 )
 
@@ -116,17 +117,7 @@ func TestFromParts(t *testing.T) {
 				}
 				return
 			}
-			for _, w := range tc.want {
-				if !errors.Is(err, w) {
-					t.Errorf("error %v does not match %v", err, w)
-				}
-			}
-			if tc.header != "" {
-				var he *inbox.HeaderError
-				if !errors.As(err, &he) || he.Header != tc.header {
-					t.Errorf("error %v: want a *HeaderError for %s", err, tc.header)
-				}
-			}
+			inboxtest.WantParseError(t, err, tc.want, tc.header)
 		})
 	}
 }

@@ -12,6 +12,7 @@ import (
 	outbox "github.com/outbox-go/outbox"
 	"github.com/outbox-go/outbox/broker"
 	"github.com/outbox-go/outbox/inbox"
+	"github.com/outbox-go/outbox/inbox/inboxtest"
 	"github.com/outbox-go/outbox/inbox/natsmsg"
 )
 
@@ -130,19 +131,9 @@ func TestFromHeader(t *testing.T) {
 				}
 				return
 			}
-			for _, w := range tc.want {
-				if !errors.Is(err, w) {
-					t.Errorf("error %v does not match %v", err, w)
-				}
-			}
+			inboxtest.WantParseError(t, err, tc.want, tc.header)
 			if got.EventID != "" {
 				t.Errorf("a failed parse returned a message: %+v", got)
-			}
-			if tc.header != "" {
-				var he *inbox.HeaderError
-				if !errors.As(err, &he) || he.Header != tc.header {
-					t.Errorf("error %v: want a *HeaderError for %s", err, tc.header)
-				}
 			}
 		})
 	}

@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"runtime/pprof"
 	"sort"
 	"strings"
 	"sync"
@@ -39,6 +40,9 @@ type Config struct {
 	Duration  time.Duration // latency run length; default 10s
 	Payload   int           // payload bytes; default 200
 	Out       io.Writer     // progress and results
+	// CPUProfile, when set, receives a pprof CPU profile of the drain phase
+	// (this process only: the relay, the adapter and the database driver).
+	CPUProfile io.Writer
 	// OpenStore and SQLDB open the database (injected so this package does
 	// not import every store).
 	OpenStore func(ctx context.Context, url string, opts store.Options) (store.Store, error)
@@ -169,7 +173,16 @@ func Run(ctx context.Context, c Config) (Result, error) {
 	if err := fill(ctx, st, msgs); err != nil {
 		return res, err
 	}
+	fmt.Fprintf(c.Out, "bench: refilled %d events\n", c.Events)
+	if c.CPUProfile != nil {
+		if err := pprof.StartCPUProfile(c.CPUProfile); err != nil {
+			return res, fmt.Errorf("bench: cpu profile: %w", err)
+		}
+	}
 	res.DrainRate, err = drain(ctx, st, br, c)
+	if c.CPUProfile != nil {
+		pprof.StopCPUProfile()
+	}
 	if err != nil {
 		return res, err
 	}

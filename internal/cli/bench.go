@@ -22,8 +22,17 @@ func runBench(ctx context.Context, e env, args []string) error {
 	f.IntVar(&c.Rate, "rate", 1000, "events/s for the latency measurement")
 	f.DurationVar(&c.Duration, "duration", 10*time.Second, "length of the latency measurement")
 	f.IntVar(&c.Payload, "payload", 200, "payload size in bytes")
+	cpuProfile := f.String("cpuprofile", "", "write a pprof CPU profile of the drain phase to this file")
 	if err := f.parse(e, args); err != nil {
 		return err
+	}
+	if *cpuProfile != "" {
+		pf, err := os.Create(*cpuProfile)
+		if err != nil {
+			return fmt.Errorf("%w: --cpuprofile: %v", wire.ErrUsage, err)
+		}
+		defer pf.Close()
+		c.CPUProfile = pf
 	}
 	if f.db == "" {
 		return fmt.Errorf("%w: bench needs --db (a scratch table is created and dropped)", wire.ErrUsage)

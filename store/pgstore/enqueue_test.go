@@ -218,6 +218,13 @@ func TestEnqueueShapes(t *testing.T) {
 			}
 			return tx.Commit()
 		},
+		"batch": func(msgs ...outbox.Message) error {
+			b := &pgx.Batch{}
+			if err := st.EnqueueInBatch(b, msgs...); err != nil {
+				return err
+			}
+			return pool.SendBatch(ctx, b).Close()
+		},
 	}
 	for name, w := range write {
 		for _, msgs := range [][]outbox.Message{{lone}, {bare}, {full}, {bare, full, lone}} {
@@ -249,8 +256,8 @@ func TestEnqueueShapes(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := []outbox.Message{lone, bare, full, bare, full, lone}
-	if len(got) != 2*len(want) {
-		t.Fatalf("%d rows; want %d", len(got), 2*len(want))
+	if len(got) != len(write)*len(want) {
+		t.Fatalf("%d rows; want %d", len(got), len(write)*len(want))
 	}
 	for i, r := range got {
 		m := want[i%len(want)]
@@ -276,5 +283,87 @@ func TestEnqueueShapes(t *testing.T) {
 		if !m.AvailableAt.IsZero() && !rec.NextAttemptAt.Equal(later) {
 			t.Errorf("row %d: NextAttemptAt %v; want %v", i, rec.NextAttemptAt, later)
 		}
+	}
+}
+
+// TestEnqueueInBatchIsAtomic checks that rows queued on a batch commit with
+// the batch's other statements or not at all, and that a message refused by
+// validation queues nothing.
+func TestEnqueueInBatchIsAtomic(t *testing.T) {
+	pool, _ := openPool(t)
+	ctx := context.Background()
+	opts := store.Options{Table: uniqueTable("inbatch_")}
+	st, err := pgstore.New(pool, pgstore.Config{Options: opts})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dropTables(t, pool, opts)
+	t.Cleanup(func() { st.Close() })
+	if err := st.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	count := func() int {
+		var n int
+		if err := pool.QueryRow(ctx, "SELECT count(*) FROM "+st.Table()).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	msg := outbox.Message{Topic: "orders", Key: "o-1", Payload: []byte(`{}`)}
+
+	// An implicit transaction: a later statement fails, so the row is gone.
+	b := &pgx.Batch{}
+	if err := st.EnqueueInBatch(b, msg); err != nil {
+		t.Fatal(err)
+	}
+	b.Queue("SELECT 1/0")
+	if err := pool.SendBatch(ctx, b).Close(); err == nil {
+		t.Fatal("a batch with 1/0 succeeded")
+	}
+	if n := count(); n != 0 {
+		t.Fatalf("%d rows after the batch failed; want 0", n)
+	}
+
+	// Inside the caller's transaction, rolled back.
+	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		b := &pgx.Batch{}
+		if err := st.EnqueueInBatch(b, msg, msg); err != nil {
+			return err
+		}
+		if err := tx.SendBatch(ctx, b).Close(); err != nil {
+			return err
+		}
+		return errors.New("business rule says no")
+	})
+	if err == nil || count() != 0 {
+		t.Fatalf("rolled back: err %v, %d rows; want an error and 0 rows", err, count())
+	}
+
+	// Committed: claimable like any other row.
+	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		b := &pgx.Batch{}
+		if err := st.EnqueueInBatch(b, msg); err != nil {
+			return err
+		}
+		return tx.SendBatch(ctx, b).Close()
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := st.Claim(ctx, store.ClaimRequest{Lease: store.Lease{Owner: "t", Epoch: 1}, Limit: 10, LeaseFor: time.Minute})
+	if err != nil || len(c.Events) != 1 || c.Events[0].Key != "o-1" {
+		t.Fatalf("claim: %d events, %v; want the one committed", len(c.Events), err)
+	}
+
+	// Refused by validation: nothing queued.
+	b = &pgx.Batch{}
+	if err := st.EnqueueInBatch(b, msg, outbox.Message{}); !errors.Is(err, outbox.ErrEmptyTopic) {
+		t.Fatalf("empty topic: %v; want ErrEmptyTopic", err)
+	}
+	if b.Len() != 0 {
+		t.Fatalf("%d statements queued after a validation error; want 0", b.Len())
+	}
+	if err := st.EnqueueInBatch(nil, msg); err == nil {
+		t.Fatal("a nil batch was accepted")
 	}
 }

@@ -51,3 +51,28 @@ func ExampleStore_EnqueueTx() {
 	_ = st.EnqueueTx(ctx, tx, outbox.Message{Topic: "orders.paid", Key: "order-42", Payload: []byte(`{"order_id":42}`)})
 	_ = tx.Commit()
 }
+
+// The outbox row can ride the business statement's round trip: queue both
+// on one pgx batch. Sent on a pool, a batch is one implicit transaction, so
+// the order update and the event commit together or not at all. (Needs a
+// server, so it is compiled, not run.)
+func ExampleStore_EnqueueInBatch() {
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, "postgres://postgres@127.0.0.1:5432/test")
+	if err != nil {
+		panic(err)
+	}
+	defer pool.Close()
+	st, err := pgstore.New(pool, pgstore.Config{})
+	if err != nil {
+		panic(err)
+	}
+	b := &pgx.Batch{}
+	b.Queue("UPDATE orders SET status = 'PAID' WHERE id = $1", 42)
+	if err := st.EnqueueInBatch(b, outbox.Message{Topic: "orders.paid", Key: "order-42", Type: "OrderPaid", Payload: []byte(`{"order_id":42}`)}); err != nil {
+		panic(err) // a validation error: nothing was queued
+	}
+	if err := pool.SendBatch(ctx, b).Close(); err != nil {
+		panic(err) // neither the update nor the event was committed
+	}
+}

@@ -30,23 +30,37 @@ type batch struct {
 }
 
 // waves splits the batch so that the n-th event of each key goes in wave n;
-// keyless events all go in wave 0. Events keep id order inside a wave.
+// keyless events all go in wave 0. Events keep id order inside a wave. When
+// no key repeats (the common case) the batch is one wave and nothing is
+// copied.
 func (b *batch) waves() [][]outbox.Event {
 	if ko, ok := b.r.br.(broker.KeyOrdered); ok && ko.KeyOrdered() {
 		return [][]outbox.Event{b.events}
 	}
-	pos := make(map[string]int)
-	var waves [][]outbox.Event
-	for _, e := range b.events {
+	pos := make(map[string]int, len(b.events))
+	wave := make([]int, len(b.events)) // each event's wave
+	var sizes []int                    // events per wave
+	for i := range b.events {
 		n := 0
-		if e.Key != "" {
-			n = pos[e.Key]
-			pos[e.Key] = n + 1
+		if k := b.events[i].Key; k != "" {
+			n = pos[k]
+			pos[k] = n + 1
 		}
-		for len(waves) <= n {
-			waves = append(waves, nil)
+		wave[i] = n
+		if n == len(sizes) {
+			sizes = append(sizes, 0)
 		}
-		waves[n] = append(waves[n], e)
+		sizes[n]++
+	}
+	if len(sizes) <= 1 {
+		return [][]outbox.Event{b.events}
+	}
+	waves := make([][]outbox.Event, len(sizes))
+	for n, size := range sizes {
+		waves[n] = make([]outbox.Event, 0, size)
+	}
+	for i, n := range wave {
+		waves[n] = append(waves[n], b.events[i])
 	}
 	return waves
 }
@@ -85,14 +99,18 @@ func (b *batch) deliver(ctx context.Context) (BatchReport, error) {
 	failedKeys := make(map[string]bool)
 	var brokerErr error
 	waves := b.waves()
+	b.acks = make([]int64, 0, len(b.events))
 	for wi, wave := range waves {
-		var send []outbox.Event
-		for _, e := range wave {
-			if e.Key != "" && failedKeys[e.Key] {
-				b.released = append(b.released, e.ID) // waits behind its key's failed event
-				continue
+		send := wave
+		if len(failedKeys) > 0 {
+			send = nil
+			for _, e := range wave {
+				if e.Key != "" && failedKeys[e.Key] {
+					b.released = append(b.released, e.ID) // waits behind its key's failed event
+					continue
+				}
+				send = append(send, e)
 			}
-			send = append(send, e)
 		}
 		if len(send) == 0 {
 			continue

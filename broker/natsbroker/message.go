@@ -10,35 +10,39 @@ import (
 	"github.com/outbox-go/outbox/broker"
 )
 
-// batch builds the NATS messages of one Publish call. It shares what the
-// events have in common and allocates per batch what it can: one array of
-// messages, one backing array for the header values, one attribute scratch
-// slice. The header maps it fills are only read afterwards.
+// batch builds the NATS messages of one Publish call, one at a time, in one
+// message, one header map and one value array that every message of the
+// batch reuses: nats.go serializes a message into its write buffer before
+// PublishMsg returns, so nothing of the previous message is needed when the
+// next one is built. Building a fresh header map per message was a sixth of
+// the relay's CPU, and most of its garbage.
 type batch struct {
 	source string // ce-source, percent-encoded once
-	msgs   []nats.Msg
+	msg    nats.Msg
+	header nats.Header
 	values []string
 	attrs  []broker.Attribute
 }
 
-func (b *Broker) newBatch(n int) *batch {
+func (b *Broker) newBatch() *batch {
 	return &batch{
 		source: b.source,
-		msgs:   make([]nats.Msg, n),
-		values: make([]string, 0, 10*n),
+		header: make(nats.Header, 16),
+		values: make([]string, 0, 16),
 		attrs:  make([]broker.Attribute, 0, 9),
 	}
 }
 
 // value returns v as a one-element header value, carved from the batch's
-// backing array.
+// value array.
 func (bt *batch) value(v string) []string {
 	bt.values = append(bt.values, v)
 	n := len(bt.values)
 	return bt.values[n-1 : n : n]
 }
 
-// message builds the NATS message for events[i].
+// message builds the NATS message for events[i]. It is valid until the
+// next call.
 func (bt *batch) message(events []outbox.Event, i int) (*nats.Msg, error) {
 	e := &events[i]
 	if e.EventID == "" {
@@ -48,7 +52,9 @@ func (bt *batch) message(events []outbox.Event, i int) (*nats.Msg, error) {
 		return nil, broker.Permanentf("natsbroker: event %s: topic %q is not a NATS subject one can publish to (dot-separated non-empty tokens, no spaces, no * or > wildcards); fix the topic", e.EventID, e.Topic)
 	}
 	bt.attrs = broker.AppendCloudEventAttributes(bt.attrs[:0], e, bt.source)
-	h := make(nats.Header, 1+len(bt.attrs)+len(e.Headers))
+	h := bt.header
+	clear(h)
+	bt.values = bt.values[:0]
 	for k, v := range e.Headers {
 		if k == "" || strings.ContainsAny(k, "\r\n\x00: \t") || strings.ContainsAny(v, "\r\n\x00") {
 			return nil, broker.Permanentf("natsbroker: event %s: header %q cannot be sent as a NATS header (empty name, or CR, LF, NUL, colon or space in it)", e.EventID, k)
@@ -66,9 +72,8 @@ func (bt *batch) message(events []outbox.Event, i int) (*nats.Msg, error) {
 		}
 		h[headerName(a.Name)] = bt.value(v)
 	}
-	m := &bt.msgs[i]
-	*m = nats.Msg{Subject: e.Topic, Data: e.Payload, Header: h}
-	return m, nil
+	bt.msg = nats.Msg{Subject: e.Topic, Data: e.Payload, Header: h}
+	return &bt.msg, nil
 }
 
 // ceHeaders maps the CloudEvents attribute names to their header names,

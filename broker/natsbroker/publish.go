@@ -155,7 +155,7 @@ func (c *call) end() {
 // window slot. It returns why it gave up waiting for window room, if it
 // did: ctx's error or errConnLost.
 func (c *call) send(ctx context.Context) error {
-	bt := c.b.newBatch(len(c.events))
+	bt := c.b.newBatch()
 	credit := 0 // window slots taken and not used yet
 	defer func() {
 		c.b.window.give(credit)

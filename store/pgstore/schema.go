@@ -99,5 +99,13 @@ DROP INDEX IF EXISTS %[4]s;
 		fmt.Sprintf(`
 ALTER TABLE %[1]s DROP CONSTRAINT IF EXISTS %[2]s;
 `, t, pgx.Identifier{short + "_status_check"}.Sanitize()),
+		// 5: a claim's id and key arrays (8 and about 12 KB for 1,000
+		// events) are stored out of line without compression: they live
+		// for one batch, and compressing them on every claim and
+		// decompressing them on every ack cost about a sixth of the
+		// claim's time (measured with 1,000-event claims).
+		fmt.Sprintf(`
+ALTER TABLE %[1]s ALTER COLUMN ids SET STORAGE EXTERNAL, ALTER COLUMN keys SET STORAGE EXTERNAL;
+`, claims),
 	}
 }

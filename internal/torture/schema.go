@@ -100,7 +100,7 @@ func (t tables) installFence(ctx context.Context, db *sql.DB, prefix string) err
 	claims, claimlog := t.outbox+"_claims", t.claimlog()
 	stmts := []string{
 		"CREATE TABLE " + t.stale() + " (id BIGINT NOT NULL, op TEXT NOT NULL, holder TEXT NOT NULL, writer TEXT NOT NULL, at TIMESTAMPTZ NOT NULL DEFAULT clock_timestamp())",
-		"CREATE TABLE " + claimlog + " (tx BIGINT NOT NULL, owner TEXT NOT NULL, ids BIGINT[] NOT NULL)",
+		"CREATE TABLE " + claimlog + " (tx BIGINT NOT NULL, owner TEXT NOT NULL, ids INT8MULTIRANGE NOT NULL)",
 		`CREATE FUNCTION ` + claimlog + `() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
 	INSERT INTO ` + claimlog + ` (tx, owner, ids) VALUES (txid_current(), OLD.owner, OLD.ids);
@@ -112,10 +112,10 @@ END $$`,
 DECLARE app text := coalesce(current_setting('application_name', true), '');
 BEGIN
 	IF left(app, ` + fmt.Sprint(len(prefix)+7) + `) = '` + prefix + `-relay-'
-	   AND NOT EXISTS (SELECT 1 FROM ` + claimlog + ` WHERE tx = txid_current() AND owner = app AND OLD.id = ANY(ids))
-	   AND NOT EXISTS (SELECT 1 FROM ` + claims + ` WHERE owner = app AND OLD.id = ANY(ids)) THEN
+	   AND NOT EXISTS (SELECT 1 FROM ` + claimlog + ` WHERE tx = txid_current() AND owner = app AND OLD.id <@ ids)
+	   AND NOT EXISTS (SELECT 1 FROM ` + claims + ` WHERE owner = app AND OLD.id <@ ids) THEN
 		INSERT INTO ` + t.stale() + ` (id, op, holder, writer)
-		VALUES (OLD.id, TG_OP, coalesce((SELECT owner FROM ` + claims + ` WHERE OLD.id = ANY(ids) LIMIT 1), ''), app);
+		VALUES (OLD.id, TG_OP, coalesce((SELECT owner FROM ` + claims + ` WHERE OLD.id <@ ids LIMIT 1), ''), app);
 	END IF;
 	RETURN NULL;
 END $$`,

@@ -6,11 +6,12 @@
 // claims of one table (so two relays never hold events of one key at once),
 // the takeover of expired claims, and one statement that reads the next free
 // rows in id order and records them as one row of <table>_claims (owner,
-// fencing epoch, lease expiry, ids, keys). The outbox rows are not written by
-// a claim: their status column stays NEW while in flight, and Get and Stats
-// report SENDING from the claim. Acks are one DELETE (or one DELETE …
-// RETURNING feeding an INSERT into the archive table when sent events are
-// kept) that also takes the ids out of the claim. One small partial index
+// fencing epoch, lease expiry, the ids as ranges, the keys). The outbox rows
+// are not written by a claim: their status column stays NEW while in flight,
+// and Get and Stats report SENDING from the claim. Acks are one DELETE (or
+// one DELETE … RETURNING feeding an INSERT into the archive table when sent
+// events are kept) that also takes the ids out of the claim; a whole claim's
+// ack walks the primary key once per range. One small partial index
 // covers only dead and delayed rows, so ordinary inserts maintain just the
 // primary key and the event_id unique index.
 //

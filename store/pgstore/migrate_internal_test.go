@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"strconv"
 	"testing"
 	"time"
 
@@ -79,3 +80,74 @@ func TestMigrateFromVersion1(t *testing.T) {
 		t.Errorf("Migrate again: %v", err)
 	}
 }
+
+// A claim in flight when migration 5 runs keeps its events, as ranges, and
+// its owner can still ack it; the CHECK on status is gone (migration 4).
+func TestMigrateClaimsToRanges(t *testing.T) {
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, testenv.Require(t, testenv.Postgres))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	b := make([]byte, 4)
+	_, _ = rand.Read(b)
+	name := "mig_" + hex.EncodeToString(b)
+	s, err := New(pool, Config{Options: store.Options{Table: name}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		for _, suffix := range []string{"", "_archive", "_migrations", "_claims"} {
+			_, _ = pool.Exec(context.Background(), "DROP TABLE IF EXISTS "+name+suffix)
+		}
+	})
+	all := migrations(s.table, s.archive, s.claimsTable(), s.opts.Table, s.qualified)
+	setup := []string{"CREATE TABLE " + s.migrations + " (version INTEGER PRIMARY KEY, applied_at TIMESTAMPTZ NOT NULL DEFAULT now())"}
+	for v := 1; v <= 4; v++ {
+		setup = append(setup, all[v-1], "INSERT INTO "+s.migrations+" (version) VALUES ("+itoa(v)+")")
+	}
+	setup = append(setup,
+		"INSERT INTO "+s.table+" (id, topic, event_key, payload) SELECT g, 'orders', 'k'||g, '\\x7b7d' FROM generate_series(1, 12) g",
+		// ids 5, 6, 7 and 10 in flight under version 4's arrays
+		"INSERT INTO "+s.claimsTable()+" (owner, epoch, lease_until, ids, keys) VALUES ('old', 3, now() + interval '1 hour', '{5,6,7,10}', '{k5,k6,k7,k10}')",
+	)
+	for _, sql := range setup {
+		if _, err := pool.Exec(ctx, sql); err != nil {
+			t.Fatalf("%s: %v", sql, err)
+		}
+	}
+	if err := s.Migrate(ctx); err != nil {
+		t.Fatalf("Migrate: %v", err)
+	}
+	var ids string
+	var n int
+	if err := pool.QueryRow(ctx, "SELECT ids::text, n FROM "+s.claimsTable()+" WHERE owner = 'old'").Scan(&ids, &n); err != nil {
+		t.Fatal(err)
+	}
+	if ids != "{[5,8),[10,11)}" || n != 4 {
+		t.Fatalf("converted claim: ids %s, n %d; want {[5,8),[10,11)} and 4", ids, n)
+	}
+	if rec, err := s.Get(ctx, 6); err != nil || rec.Status != outbox.StatusSending || rec.LeaseOwner != "old" {
+		t.Fatalf("Get(6): %+v %v; want SENDING under old", rec.Status, err)
+	}
+	c, err := s.Claim(ctx, store.ClaimRequest{Lease: store.Lease{Owner: "new", Epoch: 1}, Limit: 100, LeaseFor: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(c.Events) != 8 {
+		t.Fatalf("claimed %d events besides the converted claim; want 8", len(c.Events))
+	}
+	if err := s.AckClaim(ctx, store.Lease{Owner: "old", Epoch: 3}, 4); err != nil {
+		t.Fatalf("the old claim's ack: %v", err)
+	}
+	var left int
+	if err := pool.QueryRow(ctx, "SELECT count(*) FROM "+s.table+" WHERE id IN (5, 6, 7, 10)").Scan(&left); err != nil || left != 0 {
+		t.Fatalf("%d of the old claim's rows left after its ack (%v); want 0", left, err)
+	}
+	if _, err := pool.Exec(ctx, "UPDATE "+s.table+" SET status = 'BOGUS' WHERE id = 1"); err != nil {
+		t.Fatalf("migration 4 should have dropped the status CHECK: %v", err)
+	}
+}
+
+func itoa(n int) string { return strconv.Itoa(n) }

@@ -446,7 +446,7 @@ func scanRecord(row pgx.Row) (store.Record, error) {
 func (s *Store) Get(ctx context.Context, id int64) (store.Record, error) {
 	// A claimed row's status column says NEW; its claim says SENDING.
 	r, err := scanRecord(s.pool.QueryRow(ctx, "SELECT "+prefixed(eventCols, "o.")+", CASE WHEN c.owner IS NOT NULL AND o.status = 'NEW' THEN 'SENDING' ELSE o.status END, o.last_error, o.next_attempt_at, COALESCE(c.owner, o.lease_owner), COALESCE(c.lease_until, o.lease_until), o.sent_at FROM "+s.table+
-		" o LEFT JOIN LATERAL (SELECT k.owner, k.lease_until FROM "+s.claimsTable()+" k WHERE o.id = ANY(k.ids) ORDER BY k.lease_until DESC LIMIT 1) c ON true WHERE o.id = $1", id))
+		" o LEFT JOIN LATERAL (SELECT k.owner, k.lease_until FROM "+s.claimsTable()+" k WHERE o.id <@ k.ids ORDER BY k.lease_until DESC LIMIT 1) c ON true WHERE o.id = $1", id))
 	if errors.Is(err, pgx.ErrNoRows) {
 		r, err = scanRecord(s.pool.QueryRow(ctx, "SELECT "+recordCols+" FROM "+s.archive+" WHERE id = $1", id))
 	}
@@ -534,7 +534,7 @@ func (s *Store) Stats(ctx context.Context) (store.Stats, error) {
 	count(*) FILTER (WHERE o.status = 'NEW' AND f.until <= now()),
 	count(DISTINCT o.event_key) FILTER (WHERE o.status = 'DEAD' AND o.event_key <> ''),
 	COALESCE(EXTRACT(EPOCH FROM now() - min(o.created_at) FILTER (WHERE o.status <> 'DEAD')), 0)::float8
-FROM `+s.table+` o LEFT JOIN (SELECT unnest(ids) AS id, max(lease_until) AS until FROM `+s.claimsTable()+` GROUP BY 1) f ON f.id = o.id`).Scan(&st.New, &st.Sending, &st.Dead, &st.Retrying, &st.ExpiredLeases, &st.BlockedKeys, &oldest)
+FROM `+s.table+` o LEFT JOIN (SELECT x AS id, max(lease_until) AS until FROM `+s.claimsTable()+`, unnest(ids) r, generate_series(lower(r), upper(r) - 1) x GROUP BY 1) f ON f.id = o.id`).Scan(&st.New, &st.Sending, &st.Dead, &st.Retrying, &st.ExpiredLeases, &st.BlockedKeys, &oldest)
 	if err != nil {
 		return st, wrap("stats", err)
 	}

@@ -33,7 +33,9 @@ type Config struct {
 	// publishes one batch while the previous one is being settled.
 	BatchSize int
 	// Workers is how many batches one relay has in flight at once; default
-	// 2, so claiming the next batch overlaps publishing the current one.
+	// 3, so that the database, the relay and the broker each have work
+	// while the others are busy: on 2 cores, 3 drained a backlog faster
+	// than 2 (BENCHMARKS.md), and 6 slower.
 	Workers int
 	// LeaseFor is how long a claim holds before other relays may take it
 	// back; default 30s. It is renewed while the batch is in flight.
@@ -96,7 +98,7 @@ func (c Config) normalize() (Config, error) {
 		c.BatchSize = 500
 	}
 	if c.Workers <= 0 {
-		c.Workers = 2
+		c.Workers = 3
 	}
 	if c.LeaseFor <= 0 {
 		c.LeaseFor = 30 * time.Second

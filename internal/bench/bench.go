@@ -35,7 +35,7 @@ type Config struct {
 	BrokerURL string        // --broker (nats://…)
 	Events    int           // backlog size for the drain; default 100,000
 	Batch     int           // relay batch size; default 1,000
-	Workers   int           // relay workers; default 2
+	Workers   int           // relay workers; default 3
 	Rate      int           // events/s for the latency run; default 1,000
 	Duration  time.Duration // latency run length; default 10s
 	Payload   int           // payload bytes; default 200
@@ -76,7 +76,7 @@ func (c *Config) defaults() error {
 		c.Batch = 1000
 	}
 	if c.Workers <= 0 {
-		c.Workers = 2
+		c.Workers = 3
 	}
 	if c.Rate <= 0 {
 		c.Rate = 1000

@@ -18,7 +18,7 @@ func runBench(ctx context.Context, e env, args []string) error {
 	var c bench.Config
 	f.IntVar(&c.Events, "events", 100_000, "backlog size for the drain measurement")
 	f.IntVar(&c.Batch, "batch", 1000, "relay batch size (and raw SQL batch size)")
-	f.IntVar(&c.Workers, "workers", 2, "relay workers")
+	f.IntVar(&c.Workers, "workers", 3, "relay workers")
 	f.IntVar(&c.Rate, "rate", 1000, "events/s for the latency measurement")
 	f.DurationVar(&c.Duration, "duration", 10*time.Second, "length of the latency measurement")
 	f.IntVar(&c.Payload, "payload", 200, "payload size in bytes")

@@ -41,7 +41,7 @@ func runRelay(ctx context.Context, e env, args []string) error {
 	brokerURL := f.String("broker", os.Getenv("OUTBOX_BROKER"), "broker URL (or OUTBOX_BROKER): "+wire.BrokerSchemes)
 	var cfg relay.Config
 	f.IntVar(&cfg.BatchSize, "batch", 500, "events claimed per batch")
-	f.IntVar(&cfg.Workers, "workers", 2, "batches in flight at once")
+	f.IntVar(&cfg.Workers, "workers", 3, "batches in flight at once")
 	f.DurationVar(&cfg.LeaseFor, "lease", 30*time.Second, "claim lease; renewed while a batch is in flight")
 	f.DurationVar(&cfg.PublishTimeout, "publish-timeout", 10*time.Second, "deadline of each publish")
 	f.DurationVar(&cfg.PollInterval, "poll", 500*time.Millisecond, "poll interval when idle (wake-ups come sooner)")

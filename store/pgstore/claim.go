@@ -210,6 +210,9 @@ SELECT count(*) FROM changed`
 	if err != nil {
 		return wrap(op, err)
 	}
+	if op == "ack" {
+		s.deleted(changed)
+	}
 	if int(changed) < len(ids) {
 		return fmt.Errorf("pgstore: %s: %d of %d events: %w", op, len(ids)-int(changed), len(ids), store.ErrLeaseLost)
 	}
@@ -290,6 +293,7 @@ func (s *Store) AckClaim(ctx context.Context, lease store.Lease, n int) error {
 	if err != nil {
 		return wrap("ack", err)
 	}
+	s.deleted(changed)
 	if found == 0 {
 		return fmt.Errorf("pgstore: ack: the claim of %d events: %w", n, store.ErrLeaseLost)
 	}

@@ -44,6 +44,15 @@ type Config struct {
 	// the transaction that carried the notification rolls back. The window
 	// is per Store: each process notifies at most once per interval.
 	NotifyInterval time.Duration
+	// VacuumAfter is how many rows this Store deletes from the outbox table
+	// (acks, purges) before it runs VACUUM on the table in the background,
+	// at most one at a time and one a second; 0 means DefaultVacuumAfter,
+	// a negative value leaves vacuuming to autovacuum. Claims walk the
+	// primary key from its start, so the dead entries of drained rows slow
+	// every claim until a VACUUM removes them (see vacuum.go). The role
+	// needs to own the table; without that, PostgreSQL skips the VACUUM
+	// with a warning and nothing changes.
+	VacuumAfter int64
 }
 
 // DefaultNotifyInterval is NotifyInterval's default: at most 1,000
@@ -77,6 +86,19 @@ type Store struct {
 	// common case, precomputed. The *Notify variants also call pg_notify.
 	insertOne, insertOneNotify       string
 	insertPrefix, insertNotifyPrefix string
+
+	// Vacuuming (vacuum.go): rows deleted since the last VACUUM, the end
+	// of the last one (a time.Time), whether one runs, and its error.
+	vacuumAfter int64
+	sinceVacuum atomic.Int64
+	lastVacuum  atomic.Value
+	vacuuming   atomic.Bool
+	vacuumErr   atomic.Value
+
+	// background runs under backgroundCtx; Close cancels and waits.
+	background       sync.WaitGroup
+	backgroundCtx    context.Context
+	cancelBackground context.CancelFunc
 
 	mu         sync.Mutex
 	wakeups    store.Wakeups
@@ -117,6 +139,12 @@ func New(pool *pgxpool.Pool, cfg Config) (*Store, error) {
 		claimLock:   opts.LockKey("claim"),
 		migrateLock: opts.LockKey("migrate"),
 	}
+	s.vacuumAfter = cfg.VacuumAfter
+	if s.vacuumAfter == 0 {
+		s.vacuumAfter = DefaultVacuumAfter
+	}
+	s.lastVacuum.Store(time.Time{})
+	s.backgroundCtx, s.cancelBackground = context.WithCancel(context.Background())
 	switch {
 	case s.notifyEvery == 0:
 		s.notifyEvery = DefaultNotifyInterval
@@ -136,6 +164,12 @@ func Open(ctx context.Context, url string, cfg Config) (*Store, error) {
 	pc, err := pgxpool.ParseConfig(url)
 	if err != nil {
 		return nil, fmt.Errorf("pgstore: bad database URL: %w", err)
+	}
+	if !strings.Contains(url, "pool_max_conns") {
+		// pgxpool's default, max(4, CPUs), is short for a relay: each
+		// worker may hold two connections (the claim of one batch, the
+		// settle of the previous one), besides the listener and a VACUUM.
+		pc.MaxConns = max(pc.MaxConns, 10)
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, pc)
 	if err != nil {
@@ -178,6 +212,8 @@ func (s *Store) Close() error {
 		stop()
 		<-done
 	}
+	s.cancelBackground()
+	s.background.Wait()
 	if s.ownPool {
 		s.pool.Close()
 	}
@@ -515,6 +551,9 @@ func (s *Store) Purge(ctx context.Context, req store.PurgeRequest) (int64, error
 			return total, wrap("purge", err)
 		}
 		total += tag.RowsAffected()
+		if req.Status == outbox.StatusDead {
+			s.deleted(tag.RowsAffected())
+		}
 		if tag.RowsAffected() < int64(req.BatchSize) {
 			return total, nil
 		}

@@ -48,11 +48,21 @@
 // connection under one mutex, a timeout timer, channels to wait on); for
 // batches of a thousand that bookkeeping cost more than building the
 // messages (BENCHMARKS.md, "NATS adapter publish rate"). Instead each
-// Publish call subscribes to a reply inbox of its own, publishes every
-// message with the reply subject <inbox>.<index in the batch>, and the
-// subscription records each reply as it comes: a PubAck, an error
-// (decoded with encoding/json into jetstream.APIError), or a "no
-// responders" status. Only a PubAck in the exact form nats-server writes
+// Publish call subscribes to a reply inbox of its own and publishes every
+// message of one topic with the same reply subject, <inbox>.<topic's index
+// in the batch>. It counts each topic's "stored" PubAcks: when they are as
+// many as the messages it sent on that topic, all of them were stored. Any
+// other reply on a topic (an error, a "no responders") names no message,
+// so that topic's events are sent again with a reply subject each,
+// <inbox>.<index in the batch>, which tells every event's error apart;
+// JetStream's deduplication on Nats-Msg-Id makes the second sending of the
+// events it had stored a no-op that answers "duplicate". Nothing depends on
+// the order PubAcks come in. One reply subject per topic instead of per
+// message saved nats-server about 1 µs of CPU per message (it routes each
+// new reply subject), which raised the relay's drain rate by about 7 %.
+// A reply is a PubAck, an error (decoded with encoding/json into
+// jetstream.APIError), or a "no responders" status. Only a PubAck in the
+// exact form nats-server writes
 // for a stored message ({"stream":"NAME", "seq":N}, no "error" in it) is
 // taken without decoding; anything else is decoded in full. Config.MaxPending
 // is kept by a counter shared by concurrent calls, and a call waiting for

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -59,9 +60,37 @@ func (b *Broker) Publish(ctx context.Context, events []outbox.Event) []error {
 	ctx, cancel := context.WithTimeout(ctx, b.cfg.Timeout)
 	defer cancel()
 
-	c, err := b.newCall(ctx, events, results)
+	b.publish(ctx, events, results, true)
+	// Events whose topic had a reply the ordered pass cannot attribute
+	// (an error, a "no responders") go again, each with a reply subject of
+	// its own; those JetStream stored meanwhile come back as duplicates.
+	var again []int
+	for i, err := range results {
+		if err == errUnordered {
+			again = append(again, i)
+		}
+	}
+	if len(again) > 0 {
+		sub := make([]outbox.Event, len(again))
+		for j, i := range again {
+			sub[j] = events[i]
+		}
+		subResults := make([]error, len(sub))
+		b.publish(ctx, sub, subResults, false)
+		for j, i := range again {
+			results[i] = subResults[j]
+		}
+	}
+	return results
+}
+
+// publish runs one call: ordered (one reply subject per topic, PubAcks
+// matched in order) or not (one reply subject per event).
+func (b *Broker) publish(ctx context.Context, events []outbox.Event, results []error, ordered bool) {
+	c, err := b.newCall(ctx, events, results, ordered)
 	if err != nil {
-		return broker.Fill(len(events), fmt.Errorf("natsbroker: not published: subscribing to the PubAcks failed: %w", err))
+		fillFrom(results, 0, fmt.Errorf("natsbroker: not published: subscribing to the PubAcks failed: %w", err))
+		return
 	}
 	defer c.end()
 	if err := c.send(ctx); err != nil {
@@ -69,21 +98,51 @@ func (b *Broker) Publish(ctx context.Context, events []outbox.Event) []error {
 	} else {
 		c.await(ctx)
 	}
-	return results
 }
 
+// errUnordered marks an event of the ordered pass whose PubAck could not be
+// told apart from another's; Publish sends it again with a reply of its own.
+var errUnordered = errors.New("natsbroker: PubAck order lost; publishing again")
+
 // call is one Publish in flight. Its PubAcks come to reply subjects
-// <inbox>.0, <inbox>.1, … (the event's index) on a subscription of its own,
-// whose goroutine records each result: no table of pending acks shared by
-// all publishes, no timer, goroutine or channel per message.
+// <inbox>.0, <inbox>.1, … on a subscription of its own, whose goroutine
+// records each result: no table of pending acks shared by all publishes, no
+// timer, goroutine or channel per message.
+//
+// An ordered call gives each topic one reply subject (a group) and only
+// counts its replies: no reply is matched to an event. JetStream answers
+// each message it stores with one PubAck, so when a group has as many
+// "stored" PubAcks as it sent messages, every message of the group was
+// stored, and all its events succeed together. Any other reply on the group
+// (an error, a "no responders") names no event, so the group gives up: its
+// events become errUnordered, later replies on it are ignored, and Publish
+// sends them again, each with a reply subject of its own (an unordered
+// call, where every reply names its event and errors are told apart).
+// Sending again is safe: JetStream deduplicates on Nats-Msg-Id, so the
+// events it had stored come back as duplicates. A group that did not get
+// all its replies in time fails like any event waiting for its PubAck.
+// Nothing here depends on the order replies come in, or on every message
+// getting a reply. One reply subject per topic instead of per message saves
+// nats-server routing a new subject for each PubAck: about 1 µs of its CPU
+// per message, and 6 % of the relay's drain rate on 2 cores
+// (BENCHMARKS.md §2).
 type call struct {
 	b       *Broker
 	ctx     context.Context // for the stream lookup of a "no responders"
 	events  []outbox.Event
-	prefix  string   // reply subjects are prefix + index
+	prefix  string   // reply subjects are prefix + group index
 	replies []string // prefix+"0", prefix+"1", …
-	sub     *nats.Subscription
-	lookups map[string]error // subject → verdict on a missing stream; used by onAck only
+
+	// Groups: the events that share a reply subject. Unordered, group i is
+	// event i; ordered, a group is a topic.
+	ordered  bool
+	group    []int   // event index → group
+	queue    [][]int // group → its events sent (ordered calls)
+	left     []int   // group → its events send has not handled yet
+	stored   []int   // group → "stored" PubAcks counted (ordered calls)
+	poisoned []bool  // group → a reply that is not a "stored" PubAck came
+	sub      *nats.Subscription
+	lookups  map[string]error // subject → verdict on a missing stream; used by onAck only
 
 	reconnects uint64       // the connection's count when the call began
 	check      *time.Ticker // when to look at the connection again
@@ -99,7 +158,7 @@ type call struct {
 	done    chan struct{} // closed once sent and nothing is waiting
 }
 
-func (b *Broker) newCall(ctx context.Context, events []outbox.Event, results []error) (*call, error) {
+func (b *Broker) newCall(ctx context.Context, events []outbox.Event, results []error, ordered bool) (*call, error) {
 	c := &call{
 		b: b, ctx: ctx, events: events, results: results,
 		prefix:     b.nc.NewInbox() + ".",
@@ -107,8 +166,34 @@ func (b *Broker) newCall(ctx context.Context, events []outbox.Event, results []e
 		reconnects: b.nc.Stats().Reconnects,
 		waiting:    make([]bool, len(events)),
 		done:       make(chan struct{}),
+		ordered:    ordered,
+		group:      make([]int, len(events)),
 	}
-	c.replies = replySubjects(c.prefix, len(events))
+	groups := len(events)
+	if ordered {
+		topics := make(map[string]int)
+		for i := range events {
+			g, ok := topics[events[i].Topic]
+			if !ok {
+				g = len(topics)
+				topics[events[i].Topic] = g
+			}
+			c.group[i] = g
+		}
+		groups = len(topics)
+	} else {
+		for i := range c.group {
+			c.group[i] = i
+		}
+	}
+	c.queue = make([][]int, groups)
+	c.left = make([]int, groups)
+	c.stored = make([]int, groups)
+	c.poisoned = make([]bool, groups)
+	for _, g := range c.group {
+		c.left[g]++
+	}
+	c.replies = replySubjects(c.prefix, groups)
 	sub, err := b.nc.Subscribe(c.prefix+"*", c.onAck)
 	if err != nil {
 		return nil, err
@@ -145,7 +230,15 @@ func (c *call) end() {
 	_ = c.sub.Unsubscribe()
 	c.check.Stop()
 	c.mu.Lock()
-	n := c.pending
+	n := c.pending // unordered: each waiting event holds a slot
+	if c.ordered {
+		// ordered: each message sent and not answered holds one; those
+		// answered gave theirs back in onAck
+		n = 0
+		for g, q := range c.queue {
+			n += max(len(q)-c.stored[g], 0)
+		}
+	}
 	c.pending = 0
 	c.mu.Unlock()
 	c.b.window.give(n)
@@ -171,6 +264,7 @@ func (c *call) send(ctx context.Context) error {
 		msg, err := bt.message(c.events, i)
 		if err != nil {
 			c.results[i] = err // not sent, so onAck does not touch it
+			c.handled(c.group[i])
 			continue
 		}
 		for credit == 0 {
@@ -183,10 +277,21 @@ func (c *call) send(ctx context.Context) error {
 				return err
 			}
 		}
-		msg.Reply = c.replies[i]
+		g := c.group[i]
+		msg.Reply = c.replies[g]
 		c.mu.Lock()
+		if c.poisoned[g] {
+			// the group gave up: the unordered call sends the event
+			c.results[i] = errUnordered
+			c.mu.Unlock()
+			c.handled(g)
+			continue
+		}
 		c.waiting[i] = true
 		c.pending++
+		if c.ordered {
+			c.queue[g] = append(c.queue[g], i)
+		}
 		c.mu.Unlock()
 		if err := c.b.nc.PublishMsg(msg); err != nil {
 			c.mu.Lock()
@@ -194,9 +299,13 @@ func (c *call) send(ctx context.Context) error {
 				c.waiting[i] = false
 				c.pending--
 			}
+			if q := c.queue[g]; len(q) > 0 && q[len(q)-1] == i {
+				c.queue[g] = q[:len(q)-1] // not sent after all (unless the group gave up meanwhile)
+			}
 			c.mu.Unlock()
 			if perr := c.b.sendError(e, err); perr != nil {
 				c.results[i] = perr
+				c.handled(g)
 				continue
 			}
 			// The connection is the problem, not this event: the rest of
@@ -206,8 +315,21 @@ func (c *call) send(ctx context.Context) error {
 			return nil
 		}
 		credit--
+		c.handled(g)
 	}
 	return nil
+}
+
+// handled notes that send is done with one event of group g (sent it or
+// set its result), and completes the group if its replies are all in.
+func (c *call) handled(g int) {
+	if !c.ordered {
+		return
+	}
+	c.mu.Lock()
+	c.left[g]--
+	c.completeLocked(g)
+	c.mu.Unlock()
 }
 
 // await waits until every sent event has its result, ctx ends or the
@@ -260,14 +382,60 @@ func (c *call) stop(why error) {
 	}
 }
 
-// onAck records the reply m to one of the call's events. It runs on the
+// onAck records the reply m to one of the call's groups. It runs on the
 // subscription's goroutine.
 func (c *call) onAck(m *nats.Msg) {
-	i, err := strconv.Atoi(strings.TrimPrefix(m.Subject, c.prefix))
-	if err != nil || i < 0 || i >= len(c.events) {
+	g, err := strconv.Atoi(strings.TrimPrefix(m.Subject, c.prefix))
+	if err != nil || g < 0 || g >= len(c.queue) {
 		return // not ours
 	}
-	res := c.b.ackResult(c.ctx, &c.events[i], m, c.lookups)
+	if !c.ordered {
+		c.record(g, c.b.ackResult(c.ctx, &c.events[g], m, c.lookups))
+		return
+	}
+	if !stored(m) {
+		c.poison(g)
+		return
+	}
+	c.mu.Lock()
+	if c.stopped || c.poisoned[g] {
+		c.mu.Unlock()
+		return // too late, or the group gave up
+	}
+	c.stored[g]++
+	if c.stored[g] > len(c.queue[g]) {
+		c.mu.Unlock()
+		c.poison(g) // more replies than messages: trust none
+		return
+	}
+	c.completeLocked(g)
+	c.mu.Unlock()
+	c.b.window.give(1) // one message of the group is answered
+}
+
+// completeLocked records success for every event of group g once send is
+// done with the group and each message it sent has its "stored" PubAck.
+// c.mu is held.
+func (c *call) completeLocked(g int) {
+	if c.stopped || c.poisoned[g] || c.left[g] > 0 || c.stored[g] < len(c.queue[g]) {
+		return
+	}
+	for _, i := range c.queue[g] {
+		if c.waiting[i] {
+			c.waiting[i] = false
+			c.results[i] = nil
+			c.pending--
+		}
+	}
+	c.queue[g], c.stored[g] = nil, 0
+	if c.sent && c.pending == 0 {
+		close(c.done)
+	}
+}
+
+// record sets event i's result, unless it has one already or the call gave
+// up waiting.
+func (c *call) record(i int, res error) {
 	c.mu.Lock()
 	if c.stopped || !c.waiting[i] {
 		c.mu.Unlock()
@@ -281,6 +449,44 @@ func (c *call) onAck(m *nats.Msg) {
 	}
 	c.mu.Unlock()
 	c.b.window.give(1)
+}
+
+// poison gives up on group g: its events still waiting become
+// errUnordered, and so do those not sent yet (see send).
+func (c *call) poison(g int) {
+	c.mu.Lock()
+	if c.stopped || c.poisoned[g] {
+		c.mu.Unlock()
+		return
+	}
+	c.poisoned[g] = true
+	unanswered := max(len(c.queue[g])-c.stored[g], 0) // their window slots are still taken
+	for _, i := range c.queue[g] {
+		if c.waiting[i] {
+			c.waiting[i] = false
+			c.results[i] = errUnordered
+			c.pending--
+		}
+	}
+	c.queue[g], c.stored[g] = nil, 0
+	if c.sent && c.pending == 0 {
+		close(c.done)
+	}
+	c.mu.Unlock()
+	c.b.window.give(unanswered)
+}
+
+// stored reports whether m is a PubAck saying JetStream stored the message
+// (or had stored it before: a duplicate).
+func stored(m *nats.Msg) bool {
+	if len(m.Data) == 0 {
+		return false // a status message, such as "no responders"
+	}
+	if plainPubAck(m.Data) {
+		return true
+	}
+	var ack pubAck
+	return json.Unmarshal(m.Data, &ack) == nil && ack.Error == nil && ack.Stream != ""
 }
 
 // pubAck is the JetStream reply to a publish: the stream that stored the

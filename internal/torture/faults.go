@@ -44,6 +44,10 @@ func (r *run) apply(ctx context.Context, f Fault, rec *FaultRecord) string {
 		// Somewhere mid-batch, not always right after the claim: a wave
 		// may have been confirmed and not yet acknowledged.
 		sleep(ctx, f.For%(400*time.Millisecond))
+		if len(ids) > 0 && r.stillHeld(ctx, owner, ids) == 0 {
+			// that batch is done already: stop the relay in its next one
+			ids = r.waitHolding(ctx, slot, time.Second)
+		}
 		rec.StartMs = r.since()
 		r.relays.pause(slot)
 		stopped := time.Now()
@@ -116,10 +120,9 @@ func (r *run) apply(ctx context.Context, f Fault, rec *FaultRecord) string {
 // so that a kill or stop lands mid-batch, and returns their ids.
 func (r *run) waitHolding(ctx context.Context, slot int, d time.Duration) []int64 {
 	owner := r.relays.owner(slot)
-	q := r.t.rebind("SELECT id FROM " + r.t.outbox + " WHERE status = 'SENDING' AND lease_owner = ?")
 	until := time.Now().Add(d)
 	for {
-		if ids, err := queryIDs(ctx, r.admin, q, owner); err == nil && len(ids) > 0 {
+		if ids, err := r.held(ctx, owner); err == nil && len(ids) > 0 {
 			return ids
 		}
 		if time.Now().After(until) || ctx.Err() != nil {
@@ -129,16 +132,32 @@ func (r *run) waitHolding(ctx context.Context, slot int, d time.Duration) []int6
 	}
 }
 
+// held returns the ids of the events owner has claimed. pgstore records a
+// claim as a row of <table>_claims with the ids as ranges (the rows keep
+// status NEW); the other stores write SENDING and the owner into the rows.
+func (r *run) held(ctx context.Context, owner string) ([]int64, error) {
+	q := "SELECT id FROM " + r.t.outbox + " WHERE status = 'SENDING' AND lease_owner = ?"
+	if r.t.dialect == "postgres" {
+		q = "SELECT x FROM " + r.t.outbox + "_claims c, unnest(c.ids) s, generate_series(lower(s), upper(s) - 1) x WHERE c.owner = ?"
+	}
+	return queryIDs(ctx, r.admin, r.t.rebind(q), owner)
+}
+
 // stillHeld counts the ids that owner still holds.
 func (r *run) stillHeld(ctx context.Context, owner string, ids []int64) int {
-	list := make([]string, len(ids))
-	for i, id := range ids {
-		list[i] = fmt.Sprint(id)
-	}
-	q := r.t.rebind("SELECT count(*) FROM " + r.t.outbox + " WHERE status = 'SENDING' AND lease_owner = ? AND id IN (" + strings.Join(list, ",") + ")")
-	var n int
-	if err := r.admin.QueryRowContext(ctx, q, owner).Scan(&n); err != nil {
+	now, err := r.held(ctx, owner)
+	if err != nil {
 		return len(ids)
+	}
+	set := make(map[int64]bool, len(now))
+	for _, id := range now {
+		set[id] = true
+	}
+	n := 0
+	for _, id := range ids {
+		if set[id] {
+			n++
+		}
 	}
 	return n
 }

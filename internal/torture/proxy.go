@@ -38,6 +38,9 @@ type link struct {
 	once           sync.Once
 	gone           chan struct{}
 	halfClosed     atomic.Int32 // directions whose source closed
+	// cut is set before a chunk that fires ResetAfter goes up, so that no
+	// reply to it comes down before the reset does.
+	cut atomic.Bool
 }
 
 // reset closes both sides with SO_LINGER 0, so the peers get a RST.
@@ -124,11 +127,19 @@ func (p *Proxy) pipe(l *link, src, dst net.Conn, up bool) {
 					return
 				}
 			}
+			fire := up && p.fire(buf[:n])
+			if fire {
+				l.cut.Store(true)
+			}
+			if !up && l.cut.Load() {
+				l.reset()
+				return
+			}
 			if _, werr := dst.Write(buf[:n]); werr != nil {
 				l.reset()
 				return
 			}
-			if up && p.fire(buf[:n]) {
+			if fire {
 				p.resets.Add(1)
 				l.reset()
 				return

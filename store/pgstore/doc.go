@@ -1,6 +1,8 @@
-// Package pgstore is the PostgreSQL store (pgx v5): it enqueues inside the
-// caller's pgx.Tx or *sql.Tx (database/sql through pgx's stdlib driver, or any
-// PostgreSQL driver), and gives the relay engine its claim/ack/retry seam.
+// Package pgstore is the PostgreSQL store (pgx v5; PostgreSQL 14 or newer):
+// it enqueues inside the caller's pgx.Tx or *sql.Tx (database/sql through
+// pgx's stdlib driver, or any PostgreSQL driver), or on the caller's
+// pgx.Batch so the event rides the business statements' round trip
+// (EnqueueInBatch), and gives the relay engine its claim/ack/retry seam.
 //
 // Claims are one round trip: an advisory transaction lock that serializes
 // claims of one table (so two relays never hold events of one key at once),
@@ -14,6 +16,11 @@
 // ack walks the primary key once per range. One small partial index
 // covers only dead and delayed rows, so ordinary inserts maintain just the
 // primary key and the event_id unique index.
+//
+// Claims walk the primary key from its start, so the dead index entries of
+// drained rows slow every claim until VACUUM removes them; a Store vacuums
+// its table in the background after Config.VacuumAfter deleted rows instead
+// of waiting up to a minute for autovacuum (vacuum.go).
 //
 // Enqueues send pg_notify on a channel the relay LISTENs to, at most one per
 // Config.NotifyInterval per Store (PostgreSQL serializes notifying commits);

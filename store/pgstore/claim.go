@@ -156,6 +156,9 @@ SELECT p.*, (SELECT lease_until FROM lease), (SELECT n FROM lease) FROM picked p
 		return store.Claim{}, wrap("claim", err)
 	}
 	sort.Slice(c.Events, func(i, j int) bool { return c.Events[i].ID < c.Events[j].ID })
+	if len(c.Events) < req.Limit {
+		s.caughtUp()
+	}
 	return c, nil
 }
 

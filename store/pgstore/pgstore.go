@@ -46,8 +46,10 @@ type Config struct {
 	NotifyInterval time.Duration
 	// VacuumAfter is how many rows this Store deletes from the outbox table
 	// (acks, purges) before it runs VACUUM on the table in the background,
-	// at most one at a time and one a second; 0 means DefaultVacuumAfter,
-	// a negative value leaves vacuuming to autovacuum. Claims walk the
+	// as soon as a claim finds the backlog drained (or, while claims still
+	// come back full, after ten times as many), at most one at a time and
+	// one a second; 0 means DefaultVacuumAfter, a negative value leaves
+	// vacuuming to autovacuum. Claims walk the
 	// primary key from its start, so the dead entries of drained rows slow
 	// every claim until a VACUUM removes them (see vacuum.go). The role
 	// needs to own the table; without that, PostgreSQL skips the VACUUM

@@ -84,8 +84,8 @@ func (b *Broker) Publish(ctx context.Context, events []outbox.Event) []error {
 	return results
 }
 
-// publish runs one call: ordered (one reply subject per topic, PubAcks
-// matched in order) or not (one reply subject per event).
+// publish runs one call: ordered (one reply subject per topic, whose
+// "stored" PubAcks are counted) or not (one reply subject per event).
 func (b *Broker) publish(ctx context.Context, events []outbox.Event, results []error, ordered bool) {
 	c, err := b.newCall(ctx, events, results, ordered)
 	if err != nil {
@@ -100,9 +100,10 @@ func (b *Broker) publish(ctx context.Context, events []outbox.Event, results []e
 	}
 }
 
-// errUnordered marks an event of the ordered pass whose PubAck could not be
-// told apart from another's; Publish sends it again with a reply of its own.
-var errUnordered = errors.New("natsbroker: PubAck order lost; publishing again")
+// errUnordered marks an event of an ordered call whose topic got a reply
+// that names no event; Publish sends it again with a reply of its own. It
+// never reaches the caller.
+var errUnordered = errors.New("natsbroker: a reply on the event's topic named no event; publishing it again on its own")
 
 // call is one Publish in flight. Its PubAcks come to reply subjects
 // <inbox>.0, <inbox>.1, … on a subscription of its own, whose goroutine
@@ -124,7 +125,7 @@ var errUnordered = errors.New("natsbroker: PubAck order lost; publishing again")
 // Nothing here depends on the order replies come in, or on every message
 // getting a reply. One reply subject per topic instead of per message saves
 // nats-server routing a new subject for each PubAck: about 1 µs of its CPU
-// per message, and 6 % of the relay's drain rate on 2 cores
+// per message, and 7 % of the relay's drain rate on 2 cores
 // (BENCHMARKS.md §2).
 type call struct {
 	b       *Broker
@@ -155,7 +156,8 @@ type call struct {
 	pending int           // how many are waiting
 	sent    bool          // send has finished
 	stopped bool          // await gave up; later acks are ignored
-	done    chan struct{} // closed once sent and nothing is waiting
+	done    chan struct{} // closed once sent and nothing is waiting (doneLocked)
+	closed  bool          // done is closed
 }
 
 func (b *Broker) newCall(ctx context.Context, events []outbox.Event, results []error, ordered bool) (*call, error) {
@@ -254,9 +256,7 @@ func (c *call) send(ctx context.Context) error {
 		c.b.window.give(credit)
 		c.mu.Lock()
 		c.sent = true
-		if c.pending == 0 {
-			close(c.done)
-		}
+		c.doneLocked()
 		c.mu.Unlock()
 	}()
 	for i := range c.events {
@@ -310,14 +310,26 @@ func (c *call) send(ctx context.Context) error {
 			}
 			// The connection is the problem, not this event: the rest of
 			// the batch would fail the same way. The events sent before
-			// are still awaited.
+			// are still awaited (their groups may complete).
 			fillFrom(c.results, i, fmt.Errorf("natsbroker: event %s not sent: %w", e.EventID, err))
+			for j := i; j < len(c.events); j++ {
+				c.handled(c.group[j])
+			}
 			return nil
 		}
 		credit--
 		c.handled(g)
 	}
 	return nil
+}
+
+// doneLocked closes done once every event is sent and none is waiting.
+// c.mu is held.
+func (c *call) doneLocked() {
+	if c.sent && c.pending == 0 && !c.closed {
+		c.closed = true
+		close(c.done)
+	}
 }
 
 // handled notes that send is done with one event of group g (sent it or
@@ -428,9 +440,7 @@ func (c *call) completeLocked(g int) {
 		}
 	}
 	c.queue[g], c.stored[g] = nil, 0
-	if c.sent && c.pending == 0 {
-		close(c.done)
-	}
+	c.doneLocked()
 }
 
 // record sets event i's result, unless it has one already or the call gave
@@ -444,9 +454,7 @@ func (c *call) record(i int, res error) {
 	c.waiting[i] = false
 	c.results[i] = res
 	c.pending--
-	if c.sent && c.pending == 0 {
-		close(c.done)
-	}
+	c.doneLocked()
 	c.mu.Unlock()
 	c.b.window.give(1)
 }
@@ -469,9 +477,7 @@ func (c *call) poison(g int) {
 		}
 	}
 	c.queue[g], c.stored[g] = nil, 0
-	if c.sent && c.pending == 0 {
-		close(c.done)
-	}
+	c.doneLocked()
 	c.mu.Unlock()
 	c.b.window.give(unanswered)
 }

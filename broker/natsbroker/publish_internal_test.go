@@ -88,3 +88,88 @@ func TestWindow(t *testing.T) {
 		t.Fatalf("take(5) after give(2) = %d", n)
 	}
 }
+
+// orderedCall is a call of an ordered Publish whose events were all sent,
+// without a connection: the test plays the replies.
+func orderedCall(topics ...string) *call {
+	events := make([]outbox.Event, len(topics))
+	for i, t := range topics {
+		events[i] = outbox.Event{ID: int64(i + 1), Message: outbox.Message{EventID: strconv.Itoa(i + 1), Topic: t}}
+	}
+	groups := map[string]int{}
+	c := &call{b: &Broker{window: &window{}}, ctx: context.Background(), events: events, prefix: "_INBOX.t.", ordered: true,
+		results: make([]error, len(events)), waiting: make([]bool, len(events)), group: make([]int, len(events)),
+		lookups: map[string]error{}, done: make(chan struct{})}
+	for i, t := range topics {
+		g, ok := groups[t]
+		if !ok {
+			g = len(groups)
+			groups[t] = g
+		}
+		c.group[i] = g
+	}
+	c.queue, c.left, c.stored, c.poisoned = make([][]int, len(groups)), make([]int, len(groups)), make([]int, len(groups)), make([]bool, len(groups))
+	for i, g := range c.group {
+		c.waiting[i] = true
+		c.pending++
+		c.queue[g] = append(c.queue[g], i)
+	}
+	c.sent = true
+	return c
+}
+
+func reply(c *call, g int, data string) {
+	c.onAck(&nats.Msg{Subject: c.prefix + strconv.Itoa(g), Data: []byte(data)})
+}
+
+const storedAck = `{"stream":"S", "seq":1}`
+
+// A group succeeds only when it has as many "stored" PubAcks as messages;
+// a reply too many, or any other reply, names no event and sends the
+// group's events again on their own; nothing is closed twice.
+func TestOrderedGroupsCountPubAcks(t *testing.T) {
+	t.Parallel()
+	c := orderedCall("a", "b", "a")
+	reply(c, 0, storedAck)
+	if c.results[0] != nil || !c.waiting[0] || !c.waiting[2] {
+		t.Fatal("one PubAck for a group of two must settle neither event")
+	}
+	reply(c, 1, storedAck)
+	reply(c, 0, storedAck)
+	select {
+	case <-c.done:
+	default:
+		t.Fatal("every group answered, but the call is not done")
+	}
+	for i, err := range c.results {
+		if err != nil || c.waiting[i] {
+			t.Errorf("event %d: %v, waiting %v; want stored", i, err, c.waiting[i])
+		}
+	}
+	reply(c, 0, storedAck) // a reply too many: ignored, and no second close
+	for i, err := range c.results {
+		if err != nil {
+			t.Errorf("after a stray reply, event %d: %v; want it left stored", i, err)
+		}
+	}
+
+	c = orderedCall("a", "a", "b")
+	reply(c, 0, storedAck)
+	reply(c, 0, `{"error":{"code":503,"err_code":10077,"description":"maximum messages exceeded"},"stream":"S","seq":0}`)
+	reply(c, 0, storedAck) // after the group gave up: ignored
+	reply(c, 1, storedAck)
+	if c.results[0] != errUnordered || c.results[1] != errUnordered || c.results[2] != nil {
+		t.Fatalf("results %v; want the group with the error sent again on its own, the other stored", c.results)
+	}
+	select {
+	case <-c.done:
+	default:
+		t.Fatal("no event waits any more, but the call is not done")
+	}
+
+	c = orderedCall("a", "a")
+	c.onAck(&nats.Msg{Subject: c.prefix + "0", Header: nats.Header{"Status": []string{"503"}}}) // no responders
+	if c.results[0] != errUnordered || c.results[1] != errUnordered {
+		t.Fatalf("after no responders: %v; want both sent again on their own", c.results)
+	}
+}

@@ -17,11 +17,12 @@ import (
 // next one is built. Building a fresh header map per message was a sixth of
 // the relay's CPU, and most of its garbage.
 type batch struct {
-	source string // ce-source, percent-encoded once
-	msg    nats.Msg
-	header nats.Header
-	values []string
-	attrs  []broker.Attribute
+	source     string // ce-source, percent-encoded once
+	validTopic string // the last topic validSubject accepted
+	msg        nats.Msg
+	header     nats.Header
+	values     []string
+	attrs      []broker.Attribute
 }
 
 func (b *Broker) newBatch() *batch {
@@ -48,9 +49,10 @@ func (bt *batch) message(events []outbox.Event, i int) (*nats.Msg, error) {
 	if e.EventID == "" {
 		return nil, broker.Permanentf("natsbroker: event %d has no EventID, which JetStream deduplicates on (Nats-Msg-Id); the outbox table gives every row one by default", e.ID)
 	}
-	if !validSubject(e.Topic) {
+	if e.Topic != bt.validTopic && !validSubject(e.Topic) {
 		return nil, broker.Permanentf("natsbroker: event %s: topic %q is not a NATS subject one can publish to (dot-separated non-empty tokens, no spaces, no * or > wildcards); fix the topic", e.EventID, e.Topic)
 	}
+	bt.validTopic = e.Topic // a batch's events mostly share their topic
 	bt.attrs = broker.AppendCloudEventAttributes(bt.attrs[:0], e, bt.source)
 	h := bt.header
 	clear(h)

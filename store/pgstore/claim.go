@@ -1,9 +1,10 @@
 package pgstore
 
 import (
+	"cmp"
 	"context"
 	"fmt"
-	"sort"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -155,7 +156,10 @@ SELECT p.*, (SELECT lease_until FROM lease), (SELECT n FROM lease) FROM picked p
 	if err := br.Close(); err != nil {
 		return store.Claim{}, wrap("claim", err)
 	}
-	sort.Slice(c.Events, func(i, j int) bool { return c.Events[i].ID < c.Events[j].ID })
+	byID := func(a, b outbox.Event) int { return cmp.Compare(a.ID, b.ID) }
+	if !slices.IsSortedFunc(c.Events, byID) { // they come sorted: ORDER BY o.id
+		slices.SortFunc(c.Events, byID)
+	}
 	if len(c.Events) < req.Limit {
 		s.caughtUp()
 	}

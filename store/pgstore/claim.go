@@ -62,8 +62,11 @@ const claimSettings = "SELECT set_config('enable_seqscan', 'off', true), set_con
 // id arrays are then constants to the planner, which hashes `= ANY` over
 // them instead of comparing every pair. statement_timeout: a state change
 // holds its claim's lock, and a claimer taking over an expired lease waits
-// for it; 2 s bounds that wait.
-const relaySettings = "SELECT set_config('synchronous_commit', 'off', true), set_config('plan_cache_mode', 'force_custom_plan', true), set_config('jit', 'off', true), set_config('statement_timeout', '2000', true)"
+// for it; 2 s bounds that wait. enable_seqscan = off: settle joins the
+// claim's ranges to the table to find the keys left in a claim, and a
+// queue table's statistics could make that join a scan of the whole table
+// (see claimSettings and ackClaimSettings).
+const relaySettings = "SELECT set_config('synchronous_commit', 'off', true), set_config('plan_cache_mode', 'force_custom_plan', true), set_config('jit', 'off', true), set_config('statement_timeout', '2000', true), set_config('enable_seqscan', 'off', true)"
 
 // ackClaimSettings are relaySettings for AckClaim, which binds no array:
 // its plan is the same for every claim, so it is planned once. Sequential

@@ -8,7 +8,9 @@
 // claims of one table (so two relays never hold events of one key at once),
 // the takeover of expired claims, and one statement that reads the next free
 // rows in id order and records them as one row of <table>_claims (owner,
-// fencing epoch, lease expiry, the ids as ranges, the keys). The outbox rows
+// fencing epoch, lease expiry, the ids as ranges, the keys); that
+// transaction commits, releasing the lock, before the claimed events are
+// read back by the claim's ranges in the same round trip. The outbox rows
 // are not written by a claim: their status column stays NEW while in flight,
 // and Get and Stats report SENDING from the claim. Acks are one DELETE (or
 // one DELETE … RETURNING feeding an INSERT into the archive table when sent

@@ -187,7 +187,7 @@ RETURNING lease_until, n`
 		c.Events = nil
 	}
 	byID := func(a, b outbox.Event) int { return cmp.Compare(a.ID, b.ID) }
-	if !slices.IsSortedFunc(c.Events, byID) { // they come sorted: ORDER BY o.id
+	if !slices.IsSortedFunc(c.Events, byID) { // they come in id order: range by range, each walked along the primary key
 		slices.SortFunc(c.Events, byID)
 	}
 	if len(c.Events) < req.Limit {

@@ -432,10 +432,16 @@ func (c *call) completeLocked(g int) {
 	if c.stopped || c.poisoned[g] || c.left[g] > 0 || c.stored[g] < len(c.queue[g]) {
 		return
 	}
+	c.endGroupLocked(g, nil)
+}
+
+// endGroupLocked gives every event of group g still waiting the result res
+// and forgets the group's messages. c.mu is held.
+func (c *call) endGroupLocked(g int, res error) {
 	for _, i := range c.queue[g] {
 		if c.waiting[i] {
 			c.waiting[i] = false
-			c.results[i] = nil
+			c.results[i] = res
 			c.pending--
 		}
 	}
@@ -469,15 +475,7 @@ func (c *call) poison(g int) {
 	}
 	c.poisoned[g] = true
 	unanswered := max(len(c.queue[g])-c.stored[g], 0) // their window slots are still taken
-	for _, i := range c.queue[g] {
-		if c.waiting[i] {
-			c.waiting[i] = false
-			c.results[i] = errUnordered
-			c.pending--
-		}
-	}
-	c.queue[g], c.stored[g] = nil, 0
-	c.doneLocked()
+	c.endGroupLocked(g, errUnordered)
 	c.mu.Unlock()
 	c.b.window.give(unanswered)
 }

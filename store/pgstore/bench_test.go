@@ -12,7 +12,6 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	outbox "github.com/outbox-go/outbox"
-	"github.com/outbox-go/outbox/store"
 	"github.com/outbox-go/outbox/store/pgstore"
 )
 
@@ -40,22 +39,12 @@ func BenchmarkOutboxRowOverhead(b *testing.B) {
 		b.Run(v.name, func(b *testing.B) {
 			pool, _ := openPool(b)
 			ctx := context.Background()
-			opts := store.Options{Table: uniqueTable("bench_")}
-			cfg := v.cfg
-			cfg.Options = opts
-			st, err := pgstore.New(pool, cfg)
-			if err != nil {
-				b.Fatal(err)
-			}
-			dropTables(b, pool, opts)
-			if err := st.Migrate(ctx); err != nil {
-				b.Fatal(err)
-			}
-			orders := opts.Table + "_orders"
+			st, table := migratedStore(b, pool, "bench_", v.cfg)
+			orders := table + "_orders"
 			if _, err := pool.Exec(ctx, "CREATE TABLE "+orders+" (id BIGSERIAL PRIMARY KEY, customer TEXT NOT NULL, amount_cents BIGINT NOT NULL, status TEXT NOT NULL)"); err != nil {
 				b.Fatal(err)
 			}
-			minimal := opts.Table + "_minimal"
+			minimal := table + "_minimal"
 			if _, err := pool.Exec(ctx, "CREATE TABLE "+minimal+" (id BIGSERIAL PRIMARY KEY, topic TEXT NOT NULL, event_key TEXT NOT NULL, payload BYTEA NOT NULL)"); err != nil {
 				b.Fatal(err)
 			}
@@ -149,15 +138,7 @@ func runWriters(b *testing.B, pool *pgxpool.Pool, n int, fn func(i int64) error)
 func BenchmarkEnqueueBatch1000(b *testing.B) {
 	pool, _ := openPool(b)
 	ctx := context.Background()
-	opts := store.Options{Table: uniqueTable("bench_")}
-	st, err := pgstore.New(pool, pgstore.Config{Options: opts})
-	if err != nil {
-		b.Fatal(err)
-	}
-	dropTables(b, pool, opts)
-	if err := st.Migrate(ctx); err != nil {
-		b.Fatal(err)
-	}
+	st, _ := migratedStore(b, pool, "bench_", pgstore.Config{})
 	msgs := make([]outbox.Message, 1000)
 	for i := range msgs {
 		msgs[i] = outbox.Message{Topic: "orders", Key: fmt.Sprintf("order-%d", i), Type: "OrderPaid", Payload: []byte(`{"order_id":42,"amount_cents":1999}`)}
@@ -192,17 +173,7 @@ func BenchmarkNotifyInterval(b *testing.B) {
 	}
 	stores := make([]*pgstore.Store, len(variants))
 	for i, v := range variants {
-		cfg := v.cfg
-		cfg.Options = store.Options{Table: uniqueTable("bench_")}
-		st, err := pgstore.New(pool, cfg)
-		if err != nil {
-			b.Fatal(err)
-		}
-		dropTables(b, pool, cfg.Options)
-		if err := st.Migrate(ctx); err != nil {
-			b.Fatal(err)
-		}
-		stores[i] = st
+		stores[i], _ = migratedStore(b, pool, "bench_", v.cfg)
 	}
 	orders := uniqueTable("bench_") + "_orders"
 	if _, err := pool.Exec(ctx, "CREATE TABLE "+orders+" (id BIGSERIAL PRIMARY KEY, customer TEXT NOT NULL, amount_cents BIGINT NOT NULL, status TEXT NOT NULL)"); err != nil {

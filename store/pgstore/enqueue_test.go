@@ -30,23 +30,14 @@ func newNotifyFixture(t *testing.T, cfg pgstore.Config) notifyFixture {
 	t.Helper()
 	pool, _ := openPool(t)
 	ctx := context.Background()
-	cfg.Options.Table = uniqueTable("notify_")
-	st, err := pgstore.New(pool, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	dropTables(t, pool, cfg.Options)
-	t.Cleanup(func() { st.Close() })
-	if err := st.Migrate(ctx); err != nil {
-		t.Fatal(err)
-	}
+	st, table := migratedStore(t, pool, "notify_", cfg)
 	conn, err := pgx.Connect(ctx, testenv.Require(t, testenv.Postgres))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { conn.Close(context.Background()) })
 	// The channel is "<schema>.<table>_events"; the schema is empty here.
-	channel := "." + cfg.Options.Table + "_events"
+	channel := "." + table + "_events"
 	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{channel}.Sanitize()); err != nil {
 		t.Fatal(err)
 	}
@@ -189,16 +180,7 @@ func TestNotifyIntervalNegativeAndDisabled(t *testing.T) {
 func TestEnqueueShapes(t *testing.T) {
 	pool, db := openPool(t)
 	ctx := context.Background()
-	opts := store.Options{Table: uniqueTable("shapes_")}
-	st, err := pgstore.New(pool, pgstore.Config{Options: opts})
-	if err != nil {
-		t.Fatal(err)
-	}
-	dropTables(t, pool, opts)
-	t.Cleanup(func() { st.Close() })
-	if err := st.Migrate(ctx); err != nil {
-		t.Fatal(err)
-	}
+	st, _ := migratedStore(t, pool, "shapes_", pgstore.Config{})
 	later := time.Now().Add(time.Hour).Truncate(time.Microsecond)
 	lone := outbox.Message{EventID: outbox.NewEventID(), Topic: "orders", Key: "o-1", Type: "OrderPaid", AggregateType: "Order", SchemaVersion: 3, Payload: []byte(`{"id":1}`), ContentType: "application/x"}
 	bare := outbox.Message{Topic: "bare"}
@@ -292,16 +274,7 @@ func TestEnqueueShapes(t *testing.T) {
 func TestEnqueueInBatchIsAtomic(t *testing.T) {
 	pool, _ := openPool(t)
 	ctx := context.Background()
-	opts := store.Options{Table: uniqueTable("inbatch_")}
-	st, err := pgstore.New(pool, pgstore.Config{Options: opts})
-	if err != nil {
-		t.Fatal(err)
-	}
-	dropTables(t, pool, opts)
-	t.Cleanup(func() { st.Close() })
-	if err := st.Migrate(ctx); err != nil {
-		t.Fatal(err)
-	}
+	st, _ := migratedStore(t, pool, "inbatch_", pgstore.Config{})
 	count := func() int {
 		var n int
 		if err := pool.QueryRow(ctx, "SELECT count(*) FROM "+st.Table()).Scan(&n); err != nil {
@@ -325,7 +298,7 @@ func TestEnqueueInBatchIsAtomic(t *testing.T) {
 	}
 
 	// Inside the caller's transaction, rolled back.
-	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
 		b := &pgx.Batch{}
 		if err := st.EnqueueInBatch(b, msg, msg); err != nil {
 			return err

@@ -15,29 +15,38 @@ import (
 	"github.com/outbox-go/outbox/store"
 )
 
-// A table made by the first schema version, with a row a relay of that
-// version had claimed (status SENDING in the row), upgrades in place: the
-// row is NEW and claimable again, the claims table exists, and the two
-// partial indexes became one.
-func TestMigrateFromVersion1(t *testing.T) {
-	ctx := context.Background()
-	pool, err := pgxpool.New(ctx, testenv.Require(t, testenv.Postgres))
+// unmigratedStore is a Store on a fresh table name, nothing created yet;
+// its tables are dropped when t ends.
+func unmigratedStore(t *testing.T) (*pgxpool.Pool, *Store) {
+	t.Helper()
+	pool, err := pgxpool.New(context.Background(), testenv.Require(t, testenv.Postgres))
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer pool.Close()
 	b := make([]byte, 4)
 	_, _ = rand.Read(b)
 	name := "mig_" + hex.EncodeToString(b)
 	s, err := New(pool, Config{Options: store.Options{Table: name}})
 	if err != nil {
+		pool.Close()
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
 		for _, suffix := range []string{"", "_archive", "_migrations", "_claims"} {
 			_, _ = pool.Exec(context.Background(), "DROP TABLE IF EXISTS "+name+suffix)
 		}
+		pool.Close()
 	})
+	return pool, s
+}
+
+// A table made by the first schema version, with a row a relay of that
+// version had claimed (status SENDING in the row), upgrades in place: the
+// row is NEW and claimable again, the claims table exists, and the two
+// partial indexes became one.
+func TestMigrateFromVersion1(t *testing.T) {
+	ctx := context.Background()
+	pool, s := unmigratedStore(t)
 	v1 := migrations(s.table, s.archive, s.claimsTable(), s.opts.Table, s.qualified)[0]
 	for _, sql := range []string{
 		"CREATE TABLE " + s.migrations + " (version INTEGER PRIMARY KEY, applied_at TIMESTAMPTZ NOT NULL DEFAULT now())",
@@ -52,6 +61,7 @@ func TestMigrateFromVersion1(t *testing.T) {
 	if err := s.Migrate(ctx); err != nil {
 		t.Fatalf("Migrate from version 1: %v", err)
 	}
+	name := s.opts.Table
 	var indexes []string
 	rows, err := pool.Query(ctx, "SELECT indexname FROM pg_indexes WHERE tablename = $1 ORDER BY 1", name)
 	if err != nil {
@@ -85,23 +95,7 @@ func TestMigrateFromVersion1(t *testing.T) {
 // its owner can still ack it; the CHECK on status is gone (migration 4).
 func TestMigrateClaimsToRanges(t *testing.T) {
 	ctx := context.Background()
-	pool, err := pgxpool.New(ctx, testenv.Require(t, testenv.Postgres))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pool.Close()
-	b := make([]byte, 4)
-	_, _ = rand.Read(b)
-	name := "mig_" + hex.EncodeToString(b)
-	s, err := New(pool, Config{Options: store.Options{Table: name}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		for _, suffix := range []string{"", "_archive", "_migrations", "_claims"} {
-			_, _ = pool.Exec(context.Background(), "DROP TABLE IF EXISTS "+name+suffix)
-		}
-	})
+	pool, s := unmigratedStore(t)
 	all := migrations(s.table, s.archive, s.claimsTable(), s.opts.Table, s.qualified)
 	setup := []string{"CREATE TABLE " + s.migrations + " (version INTEGER PRIMARY KEY, applied_at TIMESTAMPTZ NOT NULL DEFAULT now())"}
 	for v := 1; v <= 4; v++ {

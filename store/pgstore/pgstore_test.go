@@ -53,6 +53,24 @@ func dropTables(t testing.TB, pool *pgxpool.Pool, opts store.Options) {
 	})
 }
 
+// migratedStore is a Store over pool on a fresh table named prefix+random
+// (cfg.Options.Table is set here), migrated, and that name; the tables are
+// dropped and the Store closed when tb ends.
+func migratedStore(tb testing.TB, pool *pgxpool.Pool, prefix string, cfg pgstore.Config) (*pgstore.Store, string) {
+	tb.Helper()
+	cfg.Options.Table = uniqueTable(prefix)
+	st, err := pgstore.New(pool, cfg)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	dropTables(tb, pool, cfg.Options)
+	tb.Cleanup(func() { st.Close() })
+	if err := st.Migrate(context.Background()); err != nil {
+		tb.Fatal(err)
+	}
+	return st, cfg.Options.Table
+}
+
 func TestConformance(t *testing.T) {
 	pool, db := openPool(t)
 	storetest.Run(t, storetest.Harness{

@@ -18,16 +18,7 @@ func TestVacuumAfter(t *testing.T) {
 		t.Run(fmt.Sprint(after), func(t *testing.T) {
 			pool, _ := openPool(t)
 			ctx := context.Background()
-			opts := store.Options{Table: uniqueTable("vacuum_")}
-			st, err := pgstore.New(pool, pgstore.Config{Options: opts, VacuumAfter: after, DisableNotify: true})
-			if err != nil {
-				t.Fatal(err)
-			}
-			dropTables(t, pool, opts)
-			t.Cleanup(func() { st.Close() })
-			if err := st.Migrate(ctx); err != nil {
-				t.Fatal(err)
-			}
+			st, table := migratedStore(t, pool, "vacuum_", pgstore.Config{VacuumAfter: after, DisableNotify: true})
 			msgs := make([]outbox.Message, 250)
 			for i := range msgs {
 				msgs[i] = outbox.Message{Topic: "orders", Payload: []byte(`{}`)}
@@ -49,7 +40,7 @@ func TestVacuumAfter(t *testing.T) {
 			}
 			vacuums := func() int64 {
 				var n int64
-				if err := pool.QueryRow(ctx, "SELECT COALESCE(sum(vacuum_count), 0)::bigint FROM pg_stat_user_tables WHERE relname = $1", opts.Table).Scan(&n); err != nil {
+				if err := pool.QueryRow(ctx, "SELECT COALESCE(sum(vacuum_count), 0)::bigint FROM pg_stat_user_tables WHERE relname = $1", table).Scan(&n); err != nil {
 					t.Fatal(err)
 				}
 				return n

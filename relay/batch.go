@@ -142,6 +142,16 @@ func (b *batch) deliver(ctx context.Context) (BatchReport, error) {
 				continue
 			}
 			if e.Key != "" {
+				if failedKeys[e.Key] {
+					// An earlier event of its key failed in this same
+					// call (a key-ordered broker sends a key's events
+					// together and fails the rest after the first
+					// failure): it was held back, not attempted. Give
+					// it back without counting an attempt, so it cannot
+					// go DEAD untried behind a flaky predecessor.
+					b.released = append(b.released, e.ID)
+					continue
+				}
 				failedKeys[e.Key] = true
 			}
 			if pubCtx.Err() != nil && errors.Is(err, context.Canceled) {

@@ -23,7 +23,8 @@ const (
 	SkipKey
 )
 
-// Config tunes a Relay. Zero values take the documented defaults.
+// Config tunes a Relay. Zero values take the documented defaults;
+// negative ones are refused by New.
 type Config struct {
 	// Owner names this relay in leases; default host-pid-random. Must be
 	// unique among running relays.
@@ -94,7 +95,22 @@ func (c Config) normalize() (Config, error) {
 	if len(c.Owner) > 64 {
 		return c, fmt.Errorf("relay: Owner %q is longer than 64 characters", c.Owner)
 	}
-	if c.BatchSize <= 0 {
+	for _, f := range []struct {
+		name string
+		neg  bool
+	}{
+		{"BatchSize", c.BatchSize < 0}, {"Workers", c.Workers < 0}, {"LeaseFor", c.LeaseFor < 0},
+		{"PublishTimeout", c.PublishTimeout < 0}, {"PollInterval", c.PollInterval < 0},
+		{"MaxAttempts", c.MaxAttempts < 0}, {"BackoffBase", c.BackoffBase < 0},
+		{"BackoffMax", c.BackoffMax < 0}, {"DrainTimeout", c.DrainTimeout < 0},
+	} {
+		if f.neg {
+			// a negative value is a mistake, not a request for the
+			// default: say so rather than run with a setting nobody chose
+			return c, fmt.Errorf("relay: %s must not be negative (0 means the default)", f.name)
+		}
+	}
+	if c.BatchSize == 0 {
 		c.BatchSize = 500
 	}
 	if c.Workers <= 0 {

@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os/exec"
 	"runtime/pprof"
 	"sort"
 	"strings"
@@ -43,6 +44,25 @@ type Config struct {
 	// CPUProfile, when set, receives a pprof CPU profile of the drain phase
 	// (this process only: the relay, the adapter and the database driver).
 	CPUProfile io.Writer
+	// Keys is how many distinct event keys the backlog and the latency
+	// run spread over; default 5,000. Hot aggregates (1, 10, 100 keys) are
+	// the common case in production, and order per key bounds what a
+	// relay may send at once.
+	Keys int
+	// Relays, when above 0, runs that many separate `outbox relay`
+	// processes (through RelayCommand) for the drain and the latency run,
+	// as users deploy them; 0 (the default) runs one relay in this process.
+	Relays int
+	// RelayArgs are extra flags for each relay process (e.g. --poll 10ms).
+	RelayArgs []string
+	// RelayCommand builds the command that runs `outbox <args>`; required
+	// when Relays > 0 (the CLI passes its own executable).
+	RelayCommand func(ctx context.Context, args []string) *exec.Cmd
+	// Producer is how the latency run's writers enqueue: "library" (the
+	// store's Enqueue, which notifies the relay on PostgreSQL) or "sql"
+	// (a plain INSERT of the table contract's columns, as a producer in
+	// another language would write it: no notification). Default library.
+	Producer string
 	// OpenStore and SQLDB open the database (injected so this package does
 	// not import every store).
 	OpenStore func(ctx context.Context, url string, opts store.Options) (store.Store, error)
@@ -59,13 +79,22 @@ type Result struct {
 	LatencyMax    time.Duration
 	LatencyCount  int
 	AchievedRate  float64
+	// LatencyAt says where latency ends: "broker ack" with an in-process
+	// relay, "consumer receipt" with relay processes (the ack happens in
+	// another process; receipt from JetStream comes just after it, so
+	// this is an upper bound of commit → ack).
+	LatencyAt string
 }
 
 // Summary is the one-line form, ratios included.
 func (r Result) Summary(c Config) string {
-	return fmt.Sprintf("bench: drain %.0f ev/s = %.0f%% of raw SQL claim+delete (%.0f rows/s) and %.0f%% of raw broker publish (%.0f msgs/s); latency at %.0f ev/s: p50 %s p99 %s max %s (n=%d)",
-		r.DrainRate, 100*r.DrainRate/r.RawSQLRate, r.RawSQLRate, 100*r.DrainRate/r.RawBrokerRate, r.RawBrokerRate,
-		r.AchievedRate, r.LatencyP50.Round(10*time.Microsecond), r.LatencyP99.Round(10*time.Microsecond), r.LatencyMax.Round(10*time.Microsecond), r.LatencyCount)
+	relays := "1 relay in process"
+	if c.Relays > 0 {
+		relays = fmt.Sprintf("%d relay processes", c.Relays)
+	}
+	return fmt.Sprintf("bench: %s, %d keys, %s producer: drain %.0f ev/s = %.0f%% of raw SQL claim+delete (%.0f rows/s) and %.0f%% of raw broker publish (%.0f msgs/s); latency commit→%s at %.0f ev/s: p50 %s p99 %s max %s (n=%d)",
+		relays, c.Keys, c.Producer, r.DrainRate, 100*r.DrainRate/r.RawSQLRate, r.RawSQLRate, 100*r.DrainRate/r.RawBrokerRate, r.RawBrokerRate,
+		r.LatencyAt, r.AchievedRate, r.LatencyP50.Round(10*time.Microsecond), r.LatencyP99.Round(10*time.Microsecond), r.LatencyMax.Round(10*time.Microsecond), r.LatencyCount)
 }
 
 func (c *Config) defaults() error {
@@ -89,6 +118,21 @@ func (c *Config) defaults() error {
 	}
 	if c.Out == nil {
 		c.Out = io.Discard
+	}
+	if c.Keys <= 0 {
+		c.Keys = 5000
+	}
+	if c.Producer == "" {
+		c.Producer = "library"
+	}
+	if c.Producer != "library" && c.Producer != "sql" {
+		return fmt.Errorf("bench: the producer must be library or sql, not %q", c.Producer)
+	}
+	if c.Relays < 0 {
+		return fmt.Errorf("bench: the number of relay processes must not be negative, not %d", c.Relays)
+	}
+	if c.Relays > 0 && c.RelayCommand == nil {
+		return errors.New("bench: RelayCommand is required with Relays > 0")
 	}
 	if c.OpenStore == nil || c.SQLDB == nil {
 		return errors.New("bench: OpenStore and SQLDB are required")
@@ -184,7 +228,11 @@ func Run(ctx context.Context, c Config) (Result, error) {
 			return res, fmt.Errorf("bench: cpu profile: %w", err)
 		}
 	}
-	res.DrainRate, err = drain(ctx, st, br, c)
+	if c.Relays > 0 {
+		res.DrainRate, err = drainByProcesses(ctx, st, js, stream.CachedInfo().Config.Name, c, opts.Table)
+	} else {
+		res.DrainRate, err = drain(ctx, st, br, c)
+	}
 	if c.CPUProfile != nil {
 		pprof.StopCPUProfile()
 	}
@@ -202,10 +250,19 @@ func Run(ctx context.Context, c Config) (Result, error) {
 		return res, err
 	}
 	defer producers.Close()
-	if err := latency(ctx, st, producers, br, c, subject+".latency", &res); err != nil {
+	produce := func(ctx context.Context, m outbox.Message) error { return producers.Enqueue(ctx, m) }
+	if c.Producer == "sql" {
+		produce = plainSQLProducer(db, dialect, opts.Table)
+	}
+	if c.Relays > 0 {
+		err = latencyByProcesses(ctx, nc, c, opts.Table, subject+".latency", produce, &res)
+	} else {
+		err = latency(ctx, st, produce, br, c, subject+".latency", &res)
+	}
+	if err != nil {
 		return res, err
 	}
-	fmt.Fprintf(c.Out, "bench: latency commit→broker ack at %.0f ev/s: p50 %s, p99 %s, max %s\n", res.AchievedRate, res.LatencyP50, res.LatencyP99, res.LatencyMax)
+	fmt.Fprintf(c.Out, "bench: latency commit→%s at %.0f ev/s: p50 %s, p99 %s, max %s\n", res.LatencyAt, res.AchievedRate, res.LatencyP50, res.LatencyP99, res.LatencyMax)
 	return res, nil
 }
 
@@ -213,7 +270,7 @@ func makeMessages(c Config, topic string) []outbox.Message {
 	payload := []byte(`{"order_id":42,"customer":"c-7","status":"PAID","pad":"` + strings.Repeat("x", max(c.Payload-60, 0)) + `"}`)
 	msgs := make([]outbox.Message, c.Events)
 	for i := range msgs {
-		msgs[i] = outbox.Message{Topic: topic, Key: fmt.Sprintf("order-%d", i%5000), Type: "OrderPaid", Payload: payload}
+		msgs[i] = outbox.Message{Topic: topic, Key: fmt.Sprintf("order-%d", i%c.Keys), Type: "OrderPaid", Payload: payload}
 	}
 	return msgs
 }
@@ -374,7 +431,8 @@ func (a *ackClock) Publish(ctx context.Context, events []outbox.Event) []error {
 	return res
 }
 
-func latency(ctx context.Context, st, producers store.Store, br broker.Broker, c Config, topic string, res *Result) error {
+func latency(ctx context.Context, st store.Store, produce func(context.Context, outbox.Message) error, br broker.Broker, c Config, topic string, res *Result) error {
+	res.LatencyAt = "broker ack"
 	clock := &ackClock{Broker: br, acked: map[string]time.Time{}}
 	r, err := relay.New(st, clock, relay.Config{BatchSize: c.Batch, Workers: c.Workers, Logger: quietLogger()})
 	if err != nil {
@@ -385,9 +443,32 @@ func latency(ctx context.Context, st, producers store.Store, br broker.Broker, c
 	done := make(chan struct{})
 	go func() { defer close(done); _ = r.Run(rctx) }()
 	time.Sleep(200 * time.Millisecond) // let the listener connect
+	ids, committed, err := steadyLoad(ctx, c, topic, produce, res)
+	if err != nil {
+		return err
+	}
+	total := len(ids)
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		clock.mu.Lock()
+		n := len(clock.acked)
+		clock.mu.Unlock()
+		if n >= total || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	cancel()
+	<-done
+	clock.mu.Lock()
+	defer clock.mu.Unlock()
+	return percentiles(ids, committed, clock.acked, res)
+}
 
-	// Several producers, each committing one event per transaction, paced
-	// on a shared schedule.
+// steadyLoad commits c.Rate events a second for c.Duration, one event per
+// transaction from several writers paced on a shared schedule, and returns
+// each event's id and commit time.
+func steadyLoad(ctx context.Context, c Config, topic string, produce func(context.Context, outbox.Message) error, res *Result) ([]string, []time.Time, error) {
 	const writers = 8
 	total := int(float64(c.Rate) * c.Duration.Seconds())
 	committed := make([]time.Time, total)
@@ -404,7 +485,7 @@ func latency(ctx context.Context, st, producers store.Store, br broker.Broker, c
 			for i := p; i < total; i += writers {
 				time.Sleep(time.Until(start.Add(time.Duration(i) * interval)))
 				id := outbox.NewEventID()
-				err := producers.Enqueue(ctx, outbox.Message{EventID: id, Topic: topic, Key: fmt.Sprintf("order-%d", i%500), Type: "OrderPaid", Payload: []byte(`{"order_id":42}`)})
+				err := produce(ctx, outbox.Message{EventID: id, Topic: topic, Key: fmt.Sprintf("order-%d", i%min(c.Keys, 500)), Type: "OrderPaid", Payload: []byte(`{"order_id":42}`)})
 				if err != nil {
 					errMu.Lock()
 					firstErr = err
@@ -417,31 +498,23 @@ func latency(ctx context.Context, st, producers store.Store, br broker.Broker, c
 	}
 	wg.Wait()
 	if firstErr != nil {
-		return firstErr
+		return nil, nil, firstErr
 	}
 	res.AchievedRate = float64(total) / time.Since(start).Seconds()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		clock.mu.Lock()
-		n := len(clock.acked)
-		clock.mu.Unlock()
-		if n >= total || time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-	cancel()
-	<-done
-	lat := make([]time.Duration, 0, total)
-	clock.mu.Lock()
+	return ids, committed, nil
+}
+
+// percentiles fills res's latency figures from the commit times and the
+// times each event was confirmed (or received).
+func percentiles(ids []string, committed []time.Time, acked map[string]time.Time, res *Result) error {
+	lat := make([]time.Duration, 0, len(ids))
 	for i, id := range ids {
-		if t, ok := clock.acked[id]; ok {
+		if t, ok := acked[id]; ok {
 			lat = append(lat, max(t.Sub(committed[i]), 0))
 		}
 	}
-	clock.mu.Unlock()
-	if len(lat) < total {
-		return fmt.Errorf("bench: only %d of %d latency events were confirmed within 30s", len(lat), total)
+	if len(lat) < len(ids) {
+		return fmt.Errorf("bench: only %d of %d latency events were confirmed within 30s", len(lat), len(ids))
 	}
 	sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
 	res.LatencyCount = len(lat)

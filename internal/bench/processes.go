@@ -1,0 +1,171 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"database/sql"
+	"fmt"
+	"os/exec"
+	"strconv"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	outbox "github.com/outbox-go/outbox"
+	"github.com/outbox-go/outbox/store"
+)
+
+// relayProcs are running `outbox relay` processes and their output.
+type relayProcs struct {
+	cmds []*exec.Cmd
+	outs []*bytes.Buffer
+}
+
+// startRelays starts c.Relays `outbox relay` processes on table.
+func startRelays(ctx context.Context, c Config, table string) (*relayProcs, error) {
+	p := &relayProcs{}
+	for i := 0; i < c.Relays; i++ {
+		args := append([]string{"relay", "--db", c.DBURL, "--broker", c.BrokerURL, "--table", table,
+			"--batch", strconv.Itoa(c.Batch), "--workers", strconv.Itoa(c.Workers), "--log", "warn"}, c.RelayArgs...)
+		cmd := c.RelayCommand(ctx, args)
+		var buf bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &buf, &buf
+		if err := cmd.Start(); err != nil {
+			p.stop()
+			return nil, fmt.Errorf("bench: start relay process %d: %w", i+1, err)
+		}
+		p.cmds, p.outs = append(p.cmds, cmd), append(p.outs, &buf)
+	}
+	return p, nil
+}
+
+// stop sends SIGTERM to every process and waits for them; it returns the
+// output of those that failed.
+func (p *relayProcs) stop() error {
+	var errs []string
+	for _, c := range p.cmds {
+		_ = c.Process.Signal(syscall.SIGTERM)
+	}
+	for i, c := range p.cmds {
+		if err := c.Wait(); err != nil {
+			errs = append(errs, fmt.Sprintf("relay process %d: %v: %s", i+1, err, p.outs[i].String()))
+		}
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("bench: %v", errs)
+	}
+	return nil
+}
+
+// drainByProcesses lets c.Relays relay processes drain the backlog and
+// returns events/s, timed from the first event the stream stored to the
+// last (a process's start-up is not the relay's rate).
+func drainByProcesses(ctx context.Context, st store.Store, js jetstream.JetStream, stream string, c Config, table string) (float64, error) {
+	s, err := js.Stream(ctx, stream)
+	if err != nil {
+		return 0, err
+	}
+	info, err := s.Info(ctx)
+	if err != nil {
+		return 0, err
+	}
+	base := info.State.Msgs // the raw publish phase's messages
+	procs, err := startRelays(ctx, c, table)
+	if err != nil {
+		return 0, err
+	}
+	var first time.Time
+	var firstN uint64
+	deadline := time.Now().Add(10 * time.Minute)
+	for {
+		info, err := s.Info(ctx)
+		if err != nil {
+			procs.stop() //nolint:errcheck
+			return 0, err
+		}
+		n := info.State.Msgs - base
+		if n > 0 && first.IsZero() {
+			first, firstN = time.Now(), n
+		}
+		if n >= uint64(c.Events) {
+			break
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			out := procs.stop()
+			return 0, fmt.Errorf("bench: relay processes delivered %d of %d events within 10 minutes (%v)", n, c.Events, out)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	took := time.Since(first)
+	if err := procs.stop(); err != nil {
+		return 0, err
+	}
+	if stats, err := st.Stats(ctx); err == nil && stats.Pending() > 0 {
+		return 0, fmt.Errorf("bench: the stream holds every event but the table still has %d pending", stats.Pending())
+	}
+	return float64(uint64(c.Events)-firstN) / took.Seconds(), nil
+}
+
+// latencyByProcesses measures commit → receipt by a JetStream consumer
+// while c.Relays relay processes deliver a steady load.
+func latencyByProcesses(ctx context.Context, nc *nats.Conn, c Config, table, topic string, produce func(context.Context, outbox.Message) error, res *Result) error {
+	res.LatencyAt = "consumer receipt"
+	var mu sync.Mutex
+	got := map[string]time.Time{}
+	sub, err := nc.Subscribe(topic, func(m *nats.Msg) {
+		now := time.Now()
+		id := m.Header.Get("Nats-Msg-Id")
+		mu.Lock()
+		if _, seen := got[id]; !seen {
+			got[id] = now
+		}
+		mu.Unlock()
+	})
+	if err != nil {
+		return err
+	}
+	defer sub.Unsubscribe() //nolint:errcheck
+	procs, err := startRelays(ctx, c, table)
+	if err != nil {
+		return err
+	}
+	time.Sleep(time.Second) // let the processes start and listen
+	ids, committed, err := steadyLoad(ctx, c, topic, produce, res)
+	if err != nil {
+		procs.stop() //nolint:errcheck
+		return err
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		mu.Lock()
+		n := len(got)
+		mu.Unlock()
+		if n >= len(ids) || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if err := procs.stop(); err != nil {
+		return err
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	return percentiles(ids, committed, got, res)
+}
+
+// plainSQLProducer enqueues as a producer in another language would: one
+// INSERT of the table contract's columns per transaction, no notification.
+// The event id is given so that the latency run can find the event.
+func plainSQLProducer(db *sql.DB, dialect, table string) func(context.Context, outbox.Message) error {
+	q := "INSERT INTO " + table + " (event_id, topic, event_key, event_type, payload) VALUES (?, ?, ?, ?, ?)"
+	if dialect == "postgres" {
+		q = "INSERT INTO " + table + " (event_id, topic, event_key, event_type, payload) VALUES ($1, $2, $3, $4, $5)"
+	}
+	return func(ctx context.Context, m outbox.Message) error {
+		_, err := db.ExecContext(ctx, q, m.EventID, m.Topic, m.Key, m.Type, m.Payload)
+		return err
+	}
+}

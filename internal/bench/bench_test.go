@@ -2,6 +2,8 @@ package bench_test
 
 import (
 	"context"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -51,4 +53,29 @@ func BenchmarkRelayDrain(b *testing.B) {
 		b.ReportMetric(float64(res.LatencyP50.Microseconds())/1000, "p50-ms")
 		b.ReportMetric(float64(res.LatencyP99.Microseconds())/1000, "p99-ms")
 	}
+}
+
+// The same with relay processes, hot keys and plain-SQL producers, as
+// `outbox bench --relays 2 --keys 10 --producer sql` runs it.
+func TestRunWithRelayProcesses(t *testing.T) {
+	bin := filepath.Join(t.TempDir(), "outbox")
+	if out, err := exec.Command("go", "build", "-o", bin, "github.com/outbox-go/outbox/cmd/outbox").CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	var out strings.Builder
+	c := bench.Config{
+		DBURL: teststores.URL(t, "postgres"), BrokerURL: testnats.Shared(t),
+		Events: 3000, Rate: 200, Duration: time.Second, Out: &out,
+		Keys: 10, Relays: 2, Producer: "sql", RelayArgs: []string{"--poll", "20ms"},
+		RelayCommand: func(ctx context.Context, args []string) *exec.Cmd { return exec.CommandContext(ctx, bin, args...) },
+		OpenStore:    wire.OpenStore, SQLDB: wire.SQLDB,
+	}
+	res, err := bench.Run(context.Background(), c)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out.String())
+	}
+	if res.DrainRate <= 0 || res.LatencyCount != 200 || res.LatencyAt != "consumer receipt" || res.LatencyP99 < res.LatencyP50 {
+		t.Errorf("implausible result %+v", res)
+	}
+	t.Log(res.Summary(c))
 }

@@ -79,17 +79,17 @@ func runRelay(ctx context.Context, e env, args []string) error {
 	opts.KeepSent = *keepSent > 0
 	st, err := f.openStore(ctx, opts)
 	if err != nil {
-		return err
+		return stoppedOr(ctx, err)
 	}
 	defer st.Close()
 	if _, err := st.Stats(ctx); err != nil { // fail fast on a missing table
-		return err
+		return stoppedOr(ctx, err)
 	}
 	bctx, cancel := context.WithTimeout(ctx, 15*time.Second)
 	br, err := wire.OpenBroker(bctx, *brokerURL)
 	cancel()
 	if err != nil {
-		return err
+		return stoppedOr(ctx, err)
 	}
 	defer func() {
 		cctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
@@ -138,4 +138,14 @@ func purgeSent(ctx context.Context, st store.Store, keep time.Duration, log *slo
 		case <-t.C:
 		}
 	}
+}
+
+// stoppedOr returns nil when err came from a SIGINT/SIGTERM during start-up
+// (a process manager stopping a relay that was still connecting is a
+// graceful stop, not a failure), and err otherwise.
+func stoppedOr(ctx context.Context, err error) error {
+	if ctx.Err() != nil {
+		return nil
+	}
+	return err
 }

@@ -21,6 +21,13 @@ import (
 // Config configures a Store. The zero value is usable.
 type Config struct {
 	store.Options
+	// ProbeInterval is how often a Store whose Notify channel is open asks
+	// the table for its newest committed id, so that commits of other
+	// processes (a producer's plain INSERT, another service's EnqueueTx)
+	// wake the relay within about that long; MySQL has no LISTEN. 0 means
+	// DefaultProbeInterval, a negative value turns probing off (the relay
+	// then finds such commits at its next poll).
+	ProbeInterval time.Duration
 }
 
 // Store is the MySQL/MariaDB store. It is safe for concurrent use.
@@ -37,6 +44,7 @@ type Store struct {
 	mu      sync.Mutex
 	wakeups store.Wakeups
 	closed  bool
+	watch   watcher // notify.go
 }
 
 var _ store.Store = (*Store)(nil)
@@ -73,6 +81,10 @@ func New(db *sql.DB, cfg Config) (*Store, error) {
 	}
 	if opts.Schema != "" {
 		s.schema = opts.Schema
+	}
+	s.watch.every = cfg.ProbeInterval
+	if s.watch.every == 0 {
+		s.watch.every = DefaultProbeInterval
 	}
 	s.claimSQL = s.buildClaimSQL(false)
 	s.claimHoldDeadSQL = s.buildClaimSQL(true)
@@ -134,7 +146,12 @@ func (s *Store) Close() error {
 		return nil
 	}
 	s.closed = true
+	stop, done := s.watch.stop, s.watch.done
 	s.mu.Unlock()
+	if stop != nil {
+		stop()
+		<-done
+	}
 	if s.ownDB {
 		return s.db.Close()
 	}

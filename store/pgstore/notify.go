@@ -24,8 +24,48 @@ func (s *Store) Notify(ctx context.Context) <-chan struct{} {
 		lctx, cancel := context.WithCancel(context.Background())
 		s.stopListen, s.listenDone = cancel, make(chan struct{})
 		go s.listen(lctx)
+		if s.probeEvery > 0 {
+			s.background.Add(1)
+			go s.probe(lctx)
+		}
 	}
 	return ch
+}
+
+// DefaultProbeInterval is Config.ProbeInterval's default.
+const DefaultProbeInterval = 5 * time.Millisecond
+
+// probe signals whenever the table's newest committed id changes, until ctx
+// ends. It finds the commits of producers that send no notification (plain
+// SQL), which LISTEN never hears of. It looks only at the end of the
+// primary key, so its cost does not grow with the backlog. It can miss a
+// commit whose id is below one already seen (ids are drawn at INSERT and
+// commit out of order): the relay's look again shortly after each wake-up
+// covers the usual case, a commit landing within milliseconds of the
+// other, and its poll the rest.
+func (s *Store) probe(ctx context.Context) {
+	defer s.background.Done()
+	q := "SELECT COALESCE(max(id), 0) FROM " + s.table
+	last := int64(-1)
+	t := time.NewTicker(s.probeEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		var newest int64
+		if err := s.pool.QueryRow(ctx, q).Scan(&newest); err != nil {
+			continue // the relay polls meanwhile
+		}
+		if newest != last {
+			if last >= 0 && newest > last {
+				s.signal()
+			}
+			last = newest
+		}
+	}
 }
 
 // signal wakes every in-process listener without blocking.

@@ -125,7 +125,16 @@ func (b *batch) deliver(ctx context.Context) (BatchReport, error) {
 			break
 		}
 		wctx, cancel := context.WithTimeout(pubCtx, cfg.PublishTimeout)
+		for _, h := range b.r.hooks.publishStart {
+			if c := h.OnPublishStart(wctx, send); c != nil {
+				wctx = c
+			}
+		}
+		published := time.Now()
 		results := b.r.br.Publish(wctx, send)
+		for _, h := range b.r.hooks.publishEnd {
+			h.OnPublishEnd(wctx, PublishInfo{Events: send, Results: results, Took: time.Since(published)})
+		}
 		cancel()
 		ok := 0
 		var firstErr error
@@ -230,7 +239,6 @@ func (b *batch) extend(ctx context.Context, all []int64) bool {
 	_, err := b.r.st.Extend(ectx, b.lease, all, b.r.cfg.LeaseFor)
 	cancel()
 	b.mu.Lock()
-	defer b.mu.Unlock()
 	switch {
 	case err == nil:
 		b.leaseTill = before.Add(b.r.cfg.LeaseFor)
@@ -239,7 +247,12 @@ func (b *batch) extend(ctx context.Context, all []int64) bool {
 	case time.Now().After(b.leaseTill):
 		b.lost = true
 	}
-	return !b.lost
+	info := LeaseInfo{Lease: b.lease, Lost: b.lost, Until: b.leaseTill, Err: err}
+	b.mu.Unlock()
+	for _, h := range b.r.hooks.lease {
+		h.OnLease(ctx, info)
+	}
+	return !info.Lost
 }
 
 // settle writes the outcomes: acks first (the broker has them), then retries,

@@ -66,15 +66,11 @@ type Config struct {
 	// Logger receives state changes (not one line per attempt); default
 	// slog.Default().
 	Logger *slog.Logger
-	// Observer, if set, is told about every batch (for metrics, tests).
-	Observer Observer
-}
-
-// Observer receives what happened to each batch. Calls may come from
-// several goroutines at once.
-type Observer interface {
-	// Settled is called after a batch's outcomes were written to the store.
-	Settled(r BatchReport)
+	// Hooks observe the relay: each implements one or more of the Hook…
+	// interfaces (HookClaim, HookPublishStart, HookPublishEnd, HookSettle,
+	// HookLease, HookHealth). Default none. New refuses a value that
+	// implements none of them (a hook that would never be called).
+	Hooks []Hook
 }
 
 // BatchReport summarizes one claimed batch.
@@ -145,6 +141,11 @@ func (c Config) normalize() (Config, error) {
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
+	}
+	for i, h := range c.Hooks {
+		if !knownHook(h) {
+			return c, fmt.Errorf("relay: Hooks[%d] (%T) implements none of the Hook interfaces", i, h)
+		}
 	}
 	return c, nil
 }

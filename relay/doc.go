@@ -32,5 +32,13 @@
 // wake-up (Store.Notify, or Wake) sends one idle worker, and a worker that
 // claimed a full batch brings another in; after a round that found events a
 // worker looks again after 2, 10 and 50 ms, because wake-ups may be
-// coalesced, before it falls back to PollInterval.
+// coalesced, before it falls back to PollInterval. Stores probe for commits
+// that carry no notification (plain SQL from any language) every few
+// milliseconds while a relay listens, so those are found quickly too.
+//
+// Observing: Config.Hooks take values implementing any of HookClaim,
+// HookPublishStart (which may replace the publish's context, for a tracing
+// span), HookPublishEnd (each event's result), HookSettle, HookLease and
+// HookHealth; Relay.Health is a snapshot for readiness checks (failing
+// since when, last delivery, events in flight).
 package relay

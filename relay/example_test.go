@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sync/atomic"
 	"time"
 
 	outbox "github.com/outbox-go/outbox"
@@ -44,4 +45,39 @@ func Example() {
 	// Output:
 	// order-1 first
 	// order-1 second
+}
+
+// deliveredCounter is a hook: it implements relay.HookSettle.
+type deliveredCounter struct{ n atomic.Int64 }
+
+func (c *deliveredCounter) OnSettle(_ context.Context, r relay.BatchReport) {
+	c.n.Add(int64(r.Delivered))
+}
+
+// Hooks attach metrics, tracing or a dashboard to a relay: each hook
+// implements the Hook… interfaces it cares about.
+func ExampleConfig_hooks() {
+	ctx := context.Background()
+	dir, _ := os.MkdirTemp("", "example")
+	defer os.RemoveAll(dir)
+	st, _ := sqlitestore.Open(ctx, "sqlite:"+filepath.Join(dir, "app.db"), sqlitestore.Config{})
+	defer st.Close()
+	_ = st.Migrate(ctx)
+	_ = st.Enqueue(ctx, outbox.Message{Topic: "orders.paid", Key: "order-1", Type: "OrderPaid", Payload: []byte("{}")})
+
+	counter := &deliveredCounter{}
+	br, _ := membroker.New(membroker.Config{})
+	r, _ := relay.New(st, br, relay.Config{Hooks: []relay.Hook{counter}})
+	runCtx, stop := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); _ = r.Run(runCtx) }()
+	for counter.n.Load() < 1 {
+		time.Sleep(time.Millisecond)
+	}
+	stop()
+	<-done
+	h := r.Health()
+	fmt.Println("delivered:", counter.n.Load(), "healthy:", h.StoreError == "" && h.BrokerError == "")
+	// Output:
+	// delivered: 1 healthy: true
 }

@@ -31,6 +31,11 @@ type Relay struct {
 
 	health health
 	totals Totals
+	hooks  hooks
+
+	// lastClaim and lastDelivered are Unix nanoseconds (0: never);
+	// inFlight counts claimed events not yet settled (see Health).
+	lastClaim, lastDelivered, inFlight atomic.Int64
 }
 
 // Totals are cumulative counts since the relay started.
@@ -51,7 +56,10 @@ func New(st store.Store, br broker.Broker, cfg Config) (*Relay, error) {
 	// Epochs start from the clock, so a relay restarted under the same
 	// Owner never reuses an epoch of its earlier life.
 	r.epoch.Store(time.Now().UnixMicro())
+	r.hooks = sortHooks(cfg.Hooks)
 	r.health.log = cfg.Logger
+	r.health.hooks = r.hooks.health
+	r.health.store.name, r.health.broker.name = "store", "broker"
 	return r, nil
 }
 
@@ -188,14 +196,19 @@ func (r *Relay) round(ctx context.Context, settling *chan struct{}) (int, error)
 		LeaseFor:     r.cfg.LeaseFor,
 		HoldDeadKeys: r.cfg.DeadKeys == HoldKey,
 	})
+	for _, h := range r.hooks.claim {
+		h.OnClaim(ctx, ClaimInfo{Lease: lease, Events: claim.Events, Took: time.Since(start), Err: err})
+	}
 	if err != nil {
 		r.health.set(&r.health.store, fmt.Errorf("claim: %w", err))
 		return 0, err
 	}
 	r.health.set(&r.health.store, nil)
+	stamp(&r.lastClaim)
 	if len(claim.Events) == 0 {
 		return 0, nil
 	}
+	r.inFlight.Add(int64(len(claim.Events)))
 	b := &batch{r: r, lease: lease, events: claim.Events, start: start, leaseTill: start.Add(r.cfg.LeaseFor)}
 	rep, brokerDown := b.deliver(ctx)
 	// The previous batch's settle must be done before this one's starts
@@ -209,6 +222,10 @@ func (r *Relay) round(ctx context.Context, settling *chan struct{}) (int, error)
 	go func() {
 		defer close(done)
 		b.settle(&rep)
+		r.inFlight.Add(-int64(len(b.events)))
+		if rep.Delivered > 0 {
+			stamp(&r.lastDelivered)
+		}
 		rep.Duration = time.Since(start)
 		r.totals.Batches.Add(1)
 		r.totals.Claimed.Add(int64(rep.Claimed))
@@ -216,8 +233,8 @@ func (r *Relay) round(ctx context.Context, settling *chan struct{}) (int, error)
 		r.totals.Retried.Add(int64(rep.Retried))
 		r.totals.Dead.Add(int64(rep.Dead))
 		r.totals.Released.Add(int64(rep.Released))
-		if r.cfg.Observer != nil {
-			r.cfg.Observer.Settled(rep)
+		for _, h := range r.hooks.settle {
+			h.OnSettle(context.WithoutCancel(ctx), rep)
 		}
 	}()
 	if brokerDown != nil {
@@ -249,34 +266,6 @@ func jitter(d time.Duration) time.Duration {
 // RetryDelay is the delay before attempt n+1 after n failures (full jitter).
 func (r *Relay) RetryDelay(failures int) time.Duration {
 	return jitter(backoff(r.cfg.BackoffBase, r.cfg.BackoffMax, failures))
-}
-
-// health logs once per change of state, not once per attempt.
-type health struct {
-	mu  sync.Mutex
-	log interface {
-		Warn(string, ...any)
-		Info(string, ...any)
-	}
-	store  string
-	broker string
-}
-
-func (h *health) set(field *string, err error) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	name := "store"
-	if field == &h.broker {
-		name = "broker"
-	}
-	switch {
-	case err == nil && *field != "":
-		h.log.Info("relay: " + name + " recovered")
-		*field = ""
-	case err != nil && *field == "":
-		*field = err.Error()
-		h.log.Warn("relay: "+name+" failing; backing off and retrying", "error", err.Error())
-	}
 }
 
 // Events is a helper for tests and tools: the ids of events.

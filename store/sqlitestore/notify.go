@@ -8,12 +8,12 @@ import (
 
 // watchInterval is how often a Store with listeners asks SQLite whether
 // another connection committed.
-const watchInterval = 25 * time.Millisecond
+const watchInterval = 5 * time.Millisecond
 
 // Notify returns a channel that receives a value soon after events may have
 // been committed. SQLite has no LISTEN, so two sources feed it: Enqueue and
 // RequeueDead of this Store signal as soon as they commit, and while any
-// channel is open a watcher asks SQLite every 25 ms for PRAGMA
+// channel is open a watcher asks SQLite every 5 ms for PRAGMA
 // data_version, which changes when any other connection commits to the
 // file: a caller's transaction that used EnqueueTx, another process, a
 // producer's plain INSERT. That costs one trivial query per tick on one

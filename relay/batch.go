@@ -34,7 +34,7 @@ type batch struct {
 // no key repeats (the common case) the batch is one wave and nothing is
 // copied.
 func (b *batch) waves() [][]outbox.Event {
-	if ko, ok := b.r.br.(broker.KeyOrdered); ok && ko.KeyOrdered() {
+	if b.r.features.Ordering >= broker.OrderKey {
 		return [][]outbox.Event{b.events}
 	}
 	pos := make(map[string]int, len(b.events))
@@ -130,8 +130,13 @@ func (b *batch) deliver(ctx context.Context) (BatchReport, error) {
 				wctx = c
 			}
 		}
+		release := b.r.inFlightWindow(wctx, len(send))
 		published := time.Now()
-		results := b.r.br.Publish(wctx, send)
+		results := broker.PublishResults(wctx, b.r.br, send)
+		release()
+		for len(results) < len(send) { // a broken adapter: never count a missing result as confirmed
+			results = append(results, broker.Result{Err: errors.New("broker returned no result for this event"), Offset: -1})
+		}
 		for _, h := range b.r.hooks.publishEnd {
 			h.OnPublishEnd(wctx, PublishInfo{Events: send, Results: results, Took: time.Since(published)})
 		}
@@ -139,12 +144,7 @@ func (b *batch) deliver(ctx context.Context) (BatchReport, error) {
 		ok := 0
 		var firstErr error
 		for i, e := range send {
-			var err error
-			if i < len(results) {
-				err = results[i]
-			} else {
-				err = errors.New("broker returned no result for this event")
-			}
+			err := results[i].Err
 			if err == nil {
 				b.acks = append(b.acks, e.ID)
 				ok++

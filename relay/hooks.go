@@ -5,6 +5,7 @@ import (
 	"time"
 
 	outbox "github.com/outbox-go/outbox"
+	"github.com/outbox-go/outbox/broker"
 	"github.com/outbox-go/outbox/store"
 )
 
@@ -45,7 +46,7 @@ type HookPublishEnd interface {
 // PublishInfo describes one publish call and what the broker answered.
 type PublishInfo struct {
 	Events  []outbox.Event // what was sent, in order (read only)
-	Results []error        // one per event: nil = confirmed by the broker
+	Results []broker.Result // one per event: Err nil = confirmed, with what the broker said
 	Took    time.Duration
 }
 

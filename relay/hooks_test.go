@@ -55,8 +55,8 @@ func (r *recorder) OnPublishEnd(ctx context.Context, p relay.PublishInfo) {
 	} else {
 		r.spanMissing++
 	}
-	for _, err := range p.Results {
-		if err == nil {
+	for _, res := range p.Results {
+		if res.Err == nil {
 			r.confirmed++
 		} else {
 			r.failed++

@@ -9,6 +9,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"golang.org/x/sync/semaphore"
+
 	outbox "github.com/outbox-go/outbox"
 	"github.com/outbox-go/outbox/broker"
 	"github.com/outbox-go/outbox/store"
@@ -33,6 +35,11 @@ type Relay struct {
 	totals Totals
 	hooks  hooks
 
+	// features are the broker's, read once; window bounds the events in
+	// flight across workers when the broker declares MaxInFlight.
+	features broker.Features
+	window   *semaphore.Weighted
+
 	// lastClaim and lastDelivered are Unix nanoseconds (0: never);
 	// inFlight counts claimed events not yet settled (see Health).
 	lastClaim, lastDelivered, inFlight atomic.Int64
@@ -56,6 +63,10 @@ func New(st store.Store, br broker.Broker, cfg Config) (*Relay, error) {
 	// Epochs start from the clock, so a relay restarted under the same
 	// Owner never reuses an epoch of its earlier life.
 	r.epoch.Store(time.Now().UnixMicro())
+	r.features = broker.FeaturesOf(br)
+	if n := r.features.MaxInFlight; n > 0 {
+		r.window = semaphore.NewWeighted(int64(n))
+	}
 	r.hooks = sortHooks(cfg.Hooks)
 	r.health.log = cfg.Logger
 	r.health.hooks = r.hooks.health
@@ -275,4 +286,19 @@ func ids(events []outbox.Event) []int64 {
 		out[i] = e.ID
 	}
 	return out
+}
+
+// inFlightWindow waits until n more events may be in flight at the broker
+// (Features.MaxInFlight, shared by all workers; a batch larger than the
+// window takes it whole) and returns the function that gives them back.
+// It gives up waiting when ctx ends: the publish then fails on ctx itself.
+func (r *Relay) inFlightWindow(ctx context.Context, n int) func() {
+	if r.window == nil {
+		return func() {}
+	}
+	w := int64(min(n, r.features.MaxInFlight))
+	if err := r.window.Acquire(ctx, w); err != nil {
+		return func() {}
+	}
+	return func() { r.window.Release(w) }
 }

@@ -34,6 +34,11 @@ type Harness struct {
 	// storage). The suite then checks that the Broker it already holds
 	// recovers by itself within about 10 seconds.
 	Restart func(t *testing.T)
+	// AddTopic, when set, prepares one more topic for the Broker that New
+	// returned (what New did for its own topic) and returns a Receiver for
+	// it; the suite then publishes one batch to two topics. Nil skips that
+	// check.
+	AddTopic func(t *testing.T, b broker.Broker, topic string) Receiver
 }
 
 // Received is one message as a consumer saw it, decoded by the harness
@@ -76,6 +81,7 @@ func Run(t *testing.T, h Harness) {
 		{"Close", s.close},
 		{"Concurrent", s.concurrent},
 	}
+	checks = append(checks, s.featureChecks()...)
 	t.Run("Publish", func(t *testing.T) {
 		for _, c := range checks {
 			t.Run(c.name, func(t *testing.T) {

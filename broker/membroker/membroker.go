@@ -71,8 +71,10 @@ type Broker struct {
 }
 
 var (
-	_ broker.Broker     = (*Broker)(nil)
-	_ broker.KeyOrdered = (*Broker)(nil)
+	_ broker.Broker          = (*Broker)(nil)
+	_ broker.KeyOrdered      = (*Broker)(nil)
+	_ broker.Describer       = (*Broker)(nil)
+	_ broker.ResultPublisher = (*Broker)(nil)
 )
 
 // New returns an empty, running Broker.
@@ -101,12 +103,36 @@ func (b *Broker) KeyOrdered() bool { return b.cfg.KeyOrdered }
 // failure, the size limit, a closed broker or ctx decides otherwise. It
 // returns one result per event.
 func (b *Broker) Publish(ctx context.Context, events []outbox.Event) []error {
+	res := b.PublishResults(ctx, events)
+	errs := make([]error, len(res))
+	for i := range res {
+		errs[i] = res[i].Err
+	}
+	return errs
+}
+
+// Features declares the broker's ordering unit (OrderKey with
+// Config.KeyOrdered, else OrderNone) and its MaxPayload as the largest
+// message.
+func (b *Broker) Features() broker.Features {
+	f := broker.Features{MaxMessage: b.cfg.MaxPayload}
+	if b.cfg.KeyOrdered {
+		f.Ordering = broker.OrderKey
+	}
+	return f
+}
+
+// PublishResults is Publish with a Result per event: a confirmed event's
+// Stream is its topic and its Sequence its position among everything the
+// broker recorded (from 1); a duplicate that Config.Dedup absorbed is
+// marked Duplicate and carries no sequence.
+func (b *Broker) PublishResults(ctx context.Context, events []outbox.Event) []broker.Result {
 	b.mu.Lock()
 	b.stats.Calls++
 	latency := b.latency
 	b.mu.Unlock()
 	if len(events) == 0 {
-		return []error{}
+		return []broker.Result{}
 	}
 	if latency > 0 {
 		timer := time.NewTimer(latency)
@@ -130,16 +156,20 @@ func (b *Broker) Publish(ctx context.Context, events []outbox.Event) []error {
 	}
 	if whole != nil {
 		b.stats.Failed += len(events)
-		return broker.Fill(len(events), whole)
+		results := make([]broker.Result, len(events))
+		for i := range results {
+			results[i] = broker.Result{Err: whole, Offset: -1}
+		}
+		return results
 	}
 
-	results := make([]error, len(events))
+	results := make([]broker.Result, len(events))
 	failedKeys := make(map[string]bool)
 	grew := false
 	for i := range events {
 		e := &events[i]
 		err := b.publishOne(e, failedKeys)
-		results[i] = err
+		results[i] = broker.Result{Err: err, Offset: -1}
 		if err != nil {
 			b.stats.Failed++
 			if e.Key != "" {
@@ -149,10 +179,12 @@ func (b *Broker) Publish(ctx context.Context, events []outbox.Event) []error {
 		}
 		b.stats.Confirmed++
 		if b.cfg.Dedup && b.seen[e.EventID] {
+			results[i].Duplicate = true
 			continue
 		}
 		b.seen[e.EventID] = true
 		b.delivered = append(b.delivered, clone(*e))
+		results[i].Stream, results[i].Sequence = e.Topic, uint64(len(b.delivered))
 		grew = true
 	}
 	if grew {

@@ -50,6 +50,21 @@ func TestConformance(t *testing.T) {
 			return b, &receiver{b: b, topic: topic}
 		},
 		MaxPayload: outbox.DefaultMaxPayload,
+		AddTopic: func(_ *testing.T, b broker.Broker, topic string) brokertest.Receiver {
+			return &receiver{b: b.(*membroker.Broker), topic: topic}
+		},
+	})
+}
+
+// The suite holds a key-ordered broker to the promise it declares.
+func TestConformanceKeyOrdered(t *testing.T) {
+	brokertest.Run(t, brokertest.Harness{
+		Name: "membroker (key-ordered)",
+		New: func(t *testing.T, topic string) (broker.Broker, brokertest.Receiver) {
+			b := newBroker(t, membroker.Config{KeyOrdered: true})
+			return b, &receiver{b: b, topic: topic}
+		},
+		MaxPayload: outbox.DefaultMaxPayload,
 	})
 }
 

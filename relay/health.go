@@ -14,7 +14,7 @@ import (
 type Health struct {
 	// StoreError and BrokerError are the current failures (empty when
 	// fine), and the Since times when they started.
-	StoreError, BrokerError             string
+	StoreError, BrokerError               string
 	StoreFailingSince, BrokerFailingSince time.Time
 	// LastClaim is when a claim last succeeded (found events or not).
 	LastClaim time.Time

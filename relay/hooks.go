@@ -45,7 +45,7 @@ type HookPublishEnd interface {
 
 // PublishInfo describes one publish call and what the broker answered.
 type PublishInfo struct {
-	Events  []outbox.Event // what was sent, in order (read only)
+	Events  []outbox.Event  // what was sent, in order (read only)
 	Results []broker.Result // one per event: Err nil = confirmed, with what the broker said
 	Took    time.Duration
 }

@@ -116,6 +116,7 @@ func Run(t *testing.T, h Harness) {
 		{"KeepSent", s.testKeepSent},
 		{"DeleteOnAck", s.testDeleteOnAck},
 		{"Stats", s.testStats},
+		{"Backlog", s.testBacklog},
 		{"Payloads", s.testPayloads},
 		{"PayloadTooLarge", s.testPayloadTooLarge},
 		{"MaxPayloadOption", s.testMaxPayloadOption},

@@ -1,0 +1,31 @@
+// Package telemetry attaches Prometheus metrics and health endpoints to a
+// relay, through the relay's hooks (relay.Config.Hooks) and its Health
+// snapshot, so the engine itself knows nothing of Prometheus.
+//
+// Metrics (all prefixed outbox_; no payloads, ids or keys in labels; topic
+// is a label, so keep topics a bounded set):
+//
+//	outbox_events_published_total{topic}          counter   events the broker confirmed
+//	outbox_publish_failures_total{topic,kind}     counter   per event; kind = transient, permanent, unavailable
+//	outbox_events_settled_total{outcome}          counter   delivered, retried, dead, released (given back untried)
+//	outbox_delivery_latency_seconds               histogram commit (database clock) → broker confirmation (relay clock)
+//	outbox_publish_duration_seconds               histogram one publish call
+//	outbox_claim_batch_events                     histogram events per claim, empty claims included
+//	outbox_claim_errors_total                     counter   claims the store failed
+//	outbox_lease_lost_total                       counter   batches whose lease was lost mid-flight
+//	outbox_pending_events                         gauge     events waiting, estimated by id span (store.Backlog)
+//	outbox_oldest_pending_age_seconds             gauge     age of the first waiting event
+//	outbox_dead_events                            gauge     DEAD events
+//	outbox_in_flight_events                       gauge     claimed by this relay, not settled
+//	outbox_last_delivery_timestamp_seconds        gauge     Unix time of the last delivery (0: none yet)
+//	outbox_store_up, outbox_broker_up             gauge     0 while failing as a whole
+//
+// The gauges are read at scrape time from the relay's own state and from
+// store.BacklogReader, whose cost does not grow with the backlog; results
+// are reused for a second, so several scrapers cost one query.
+//
+// Health (Handler): /healthz answers 200 while the process runs; /readyz
+// answers 503, one reason a line, when delivery has stalled: the store or
+// the broker failing for longer than Grace, or the oldest pending event
+// older than StallAfter while nothing was delivered for that long.
+package telemetry

@@ -1,0 +1,118 @@
+package telemetry
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/outbox-go/outbox/broker"
+	"github.com/outbox-go/outbox/relay"
+)
+
+// Metrics counts what a relay does. Pass it in relay.Config.Hooks and
+// register it (it is a prometheus.Collector) with your registry.
+type Metrics struct {
+	published *prometheus.CounterVec
+	failed    *prometheus.CounterVec
+	settled   *prometheus.CounterVec
+	latency   prometheus.Histogram
+	publish   prometheus.Histogram
+	batch     prometheus.Histogram
+	claimErrs prometheus.Counter
+	leaseLost prometheus.Counter
+}
+
+var (
+	_ relay.HookClaim      = (*Metrics)(nil)
+	_ relay.HookPublishEnd = (*Metrics)(nil)
+	_ relay.HookSettle     = (*Metrics)(nil)
+	_ relay.HookLease      = (*Metrics)(nil)
+	_ prometheus.Collector = (*Metrics)(nil)
+)
+
+// NewMetrics returns the relay's counters and histograms, unregistered.
+func NewMetrics() *Metrics {
+	return &Metrics{
+		published: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "outbox_events_published_total", Help: "Events the broker confirmed."}, []string{"topic"}),
+		failed:    prometheus.NewCounterVec(prometheus.CounterOpts{Name: "outbox_publish_failures_total", Help: "Events the broker did not confirm, by kind: transient (retried), permanent (DEAD), unavailable (given back, no attempt counted)."}, []string{"topic", "kind"}),
+		settled:   prometheus.NewCounterVec(prometheus.CounterOpts{Name: "outbox_events_settled_total", Help: "Outcomes written back to the store: delivered, retried, dead, released."}, []string{"outcome"}),
+		latency: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "outbox_delivery_latency_seconds", Help: "Commit (database clock) to broker confirmation (relay clock).",
+			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 300}}),
+		publish: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "outbox_publish_duration_seconds", Help: "Duration of one publish call (one wave of a batch).",
+			Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 5, 10}}),
+		batch: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "outbox_claim_batch_events", Help: "Events per claim, empty claims included.",
+			Buckets: []float64{0, 1, 10, 50, 100, 250, 500, 1000, 2500, 5000}}),
+		claimErrs: prometheus.NewCounter(prometheus.CounterOpts{Name: "outbox_claim_errors_total", Help: "Claims the store failed."}),
+		leaseLost: prometheus.NewCounter(prometheus.CounterOpts{Name: "outbox_lease_lost_total", Help: "Batches whose lease was lost while in flight (another relay may redeliver them)."}),
+	}
+}
+
+func (m *Metrics) collectors() []prometheus.Collector {
+	return []prometheus.Collector{m.published, m.failed, m.settled, m.latency, m.publish, m.batch, m.claimErrs, m.leaseLost}
+}
+
+// Describe implements prometheus.Collector.
+func (m *Metrics) Describe(ch chan<- *prometheus.Desc) {
+	for _, c := range m.collectors() {
+		c.Describe(ch)
+	}
+}
+
+// Collect implements prometheus.Collector.
+func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
+	for _, c := range m.collectors() {
+		c.Collect(ch)
+	}
+}
+
+// OnClaim implements relay.HookClaim.
+func (m *Metrics) OnClaim(_ context.Context, c relay.ClaimInfo) {
+	if c.Err != nil {
+		m.claimErrs.Inc()
+		return
+	}
+	m.batch.Observe(float64(len(c.Events)))
+}
+
+// OnPublishEnd implements relay.HookPublishEnd.
+func (m *Metrics) OnPublishEnd(_ context.Context, p relay.PublishInfo) {
+	m.publish.Observe(p.Took.Seconds())
+	now := time.Now()
+	for i := range p.Events {
+		e := &p.Events[i]
+		if i >= len(p.Results) {
+			break
+		}
+		err := p.Results[i].Err
+		switch {
+		case err == nil:
+			m.published.WithLabelValues(e.Topic).Inc()
+			if !e.CreatedAt.IsZero() {
+				m.latency.Observe(max(now.Sub(e.CreatedAt), 0).Seconds())
+			}
+		case errors.Is(err, broker.ErrUnavailable):
+			m.failed.WithLabelValues(e.Topic, "unavailable").Inc()
+		case broker.IsPermanent(err):
+			m.failed.WithLabelValues(e.Topic, "permanent").Inc()
+		default:
+			m.failed.WithLabelValues(e.Topic, "transient").Inc()
+		}
+	}
+}
+
+// OnSettle implements relay.HookSettle.
+func (m *Metrics) OnSettle(_ context.Context, r relay.BatchReport) {
+	m.settled.WithLabelValues("delivered").Add(float64(r.Delivered))
+	m.settled.WithLabelValues("retried").Add(float64(r.Retried))
+	m.settled.WithLabelValues("dead").Add(float64(r.Dead))
+	m.settled.WithLabelValues("released").Add(float64(r.Released))
+}
+
+// OnLease implements relay.HookLease.
+func (m *Metrics) OnLease(_ context.Context, l relay.LeaseInfo) {
+	if l.Lost {
+		m.leaseLost.Inc()
+	}
+}

@@ -1,0 +1,164 @@
+package telemetry_test
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/goleak"
+
+	outbox "github.com/outbox-go/outbox"
+	"github.com/outbox-go/outbox/broker/membroker"
+	"github.com/outbox-go/outbox/internal/teststores"
+	"github.com/outbox-go/outbox/relay"
+	"github.com/outbox-go/outbox/store"
+	"github.com/outbox-go/outbox/telemetry"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// wired is a relay with metrics and health endpoints, as `outbox relay
+// --metrics-addr` runs it.
+type wired struct {
+	st  store.Store
+	mb  *membroker.Broker
+	srv *httptest.Server
+}
+
+func start(t *testing.T, kind string, stallAfter, grace time.Duration) wired {
+	t.Helper()
+	st := teststores.Open(t, kind, store.Options{}).Store
+	mb, err := membroker.New(membroker.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	metrics := telemetry.NewMetrics()
+	r, err := relay.New(st, mb, relay.Config{
+		Hooks: []relay.Hook{metrics}, PollInterval: 20 * time.Millisecond, LeaseFor: 2 * time.Second,
+		BackoffBase: 10 * time.Millisecond, BackoffMax: 50 * time.Millisecond, DrainTimeout: time.Second,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg := prometheus.NewRegistry()
+	state := telemetry.NewState(r, st)
+	reg.MustRegister(metrics, state)
+	h, err := telemetry.Handler(telemetry.HandlerConfig{Gatherer: reg, State: state, StallAfter: stallAfter, Grace: grace})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(h)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = r.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done; srv.Close() })
+	return wired{st: st, mb: mb, srv: srv}
+}
+
+func get(t *testing.T, url string) (int, string) {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+func waitFor(t *testing.T, what string, d time.Duration, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s", d, what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func TestMetricsCountWhatTheRelayDid(t *testing.T) {
+	for _, kind := range teststores.Kinds {
+		t.Run(kind, func(t *testing.T) {
+			t.Parallel()
+			w := start(t, kind, time.Minute, time.Minute)
+			var msgs []outbox.Message
+			for i := range 7 {
+				msgs = append(msgs, outbox.Message{Topic: "orders.paid", Key: "k" + string(rune('a'+i%3)), Type: "OrderPaid", Payload: []byte("{}")})
+			}
+			if err := w.st.Enqueue(context.Background(), msgs...); err != nil {
+				t.Fatal(err)
+			}
+			waitFor(t, "7 deliveries", 20*time.Second, func() bool { return len(w.mb.Events("orders.paid")) == 7 })
+			want := []string{
+				`outbox_events_published_total{topic="orders.paid"} 7`,
+				`outbox_events_settled_total{outcome="delivered"} 7`,
+				`outbox_pending_events 0`,
+				`outbox_dead_events 0`,
+				`outbox_in_flight_events 0`,
+				`outbox_store_up 1`,
+				`outbox_broker_up 1`,
+				`outbox_delivery_latency_seconds_count 7`,
+			}
+			var body string
+			waitFor(t, "the metrics to show the deliveries", 10*time.Second, func() bool {
+				_, body = get(t, w.srv.URL+"/metrics")
+				for _, line := range want {
+					if !strings.Contains(body, line+"\n") {
+						return false
+					}
+				}
+				return true
+			})
+			if strings.Contains(body, "outbox_last_delivery_timestamp_seconds 0\n") {
+				t.Errorf("last delivery timestamp is 0 after deliveries")
+			}
+			if code, body := get(t, w.srv.URL+"/healthz"); code != 200 || body != "ok\n" {
+				t.Errorf("/healthz = %d %q", code, body)
+			}
+		})
+	}
+}
+
+// The stall test: the broker goes away while events wait. /readyz turns
+// 503 once the oldest event is older than StallAfter (and the broker has
+// failed longer than Grace), names why, and turns 200 again once
+// delivery resumes.
+func TestReadyzFailsWhenDeliveryStalls(t *testing.T) {
+	w := start(t, "sqlite", 400*time.Millisecond, 300*time.Millisecond)
+	if code, body := get(t, w.srv.URL+"/readyz"); code != 200 {
+		t.Fatalf("/readyz of an idle relay = %d %q", code, body)
+	}
+	w.mb.SetDown(true)
+	if err := w.st.Enqueue(context.Background(), outbox.Message{Topic: "t", Key: "k", Type: "T", Payload: []byte("{}")}); err != nil {
+		t.Fatal(err)
+	}
+	var body string
+	waitFor(t, "/readyz to report the stall", 10*time.Second, func() bool {
+		var code int
+		code, body = get(t, w.srv.URL+"/readyz")
+		return code == http.StatusServiceUnavailable && strings.Contains(body, "delivery stalled") && strings.Contains(body, "broker failing")
+	})
+	t.Logf("/readyz while stalled:\n%s", body)
+	if _, m := get(t, w.srv.URL+"/metrics"); !strings.Contains(m, "outbox_broker_up 0\n") || !strings.Contains(m, "outbox_pending_events 1\n") {
+		t.Errorf("metrics while stalled do not show it:\n%s", m)
+	}
+	w.mb.SetDown(false)
+	waitFor(t, "/readyz to recover", 10*time.Second, func() bool {
+		code, _ := get(t, w.srv.URL+"/readyz")
+		return code == 200
+	})
+}
+
+func TestHandlerRefusesBadConfig(t *testing.T) {
+	if _, err := telemetry.Handler(telemetry.HandlerConfig{}); err == nil {
+		t.Error("Handler without Gatherer and State: no error")
+	}
+}

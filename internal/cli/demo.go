@@ -37,16 +37,20 @@ func runDemo(ctx context.Context, e env, args []string) error {
 	fs := newFlags(e, "demo", "demo [--orders 500] [--keep] [--db URL --broker nats://…]")
 	fs.db = "" // embedded by default, whatever OUTBOX_DB says
 	brokerURL := fs.String("broker", "", "a NATS server instead of the embedded one")
-	n := fs.Int("orders", 500, "orders to pay")
+	var n int
+	fs.intFlag(&n, "orders", 500, 50, 100_000, "orders to pay")
 	keep := fs.Bool("keep", false, "keep the temp directory (SQLite file, NATS store) for a look afterwards")
 	serve := fs.String("serve", "", "after the story, keep running (a new order every second) and serve /status and /healthz on this address, e.g. 127.0.0.1:8080")
 	if err := fs.parse(e, args); err != nil {
 		return err
 	}
-	if *n < 50 || *n > 100_000 {
-		return fmt.Errorf("%w: --orders must be between 50 and 100000", wire.ErrUsage)
+	if len(fs.posArgs()) > 0 {
+		return fmt.Errorf("%w: unexpected argument %q", wire.ErrUsage, fs.posArgs()[0])
 	}
-	d := &demo{out: e.stdout, orders: *n, serve: *serve, dbURL: fs.db, natsURL: *brokerURL, table: "outbox", inboxTable: inbox.DefaultTable}
+	if err := checkBrokerURL(*brokerURL, false); err != nil {
+		return err
+	}
+	d := &demo{out: e.stdout, orders: n, serve: *serve, dbURL: fs.db, natsURL: *brokerURL, table: "outbox", inboxTable: inbox.DefaultTable}
 	if d.dbURL != "" {
 		// Someone else's database: tables of our own, dropped and made anew.
 		d.table, d.inboxTable = "demo_outbox", "demo_inbox"

@@ -155,10 +155,6 @@ func (d *demo) run(ctx context.Context, dir string) error {
 		return err
 	}
 	d.say("database %s (%s), NATS JetStream at %s", wire.Mask(d.dbURL), d.dialect, d.natsURL)
-
-	if err := d.startRelay(); err != nil {
-		return err
-	}
 	defer d.stopRelay()
 
 	// Consumers, with the story's faults.
@@ -244,7 +240,17 @@ func (d *demo) run(ctx context.Context, dir string) error {
 		progress.show(fmt.Sprintf("paid %d/%d · in outbox %d · processed: points %d, shipping %d, notifications %d",
 			paid.Load(), d.orders, s.Pending(), counts["points"], counts["shipping"], counts["notifications"]))
 		if !killTried && paid.Load() >= int64(d.orders)/3 {
+			// The relay starts only now, with a backlog: a relay that keeps
+			// up (PostgreSQL wakes it on every commit) holds each batch
+			// for a millisecond or two, too short to be caught mid-batch.
 			killTried = true
+			if s, err = d.st.Stats(ctx); err != nil {
+				return err
+			}
+			progress.line(fmt.Sprintf("starting the relay with %d events waiting in the outbox", s.Pending()))
+			if err := d.startRelay(); err != nil {
+				return err
+			}
 			inFlight, err := d.killMidBatch(ctx)
 			if err != nil {
 				return err
@@ -291,20 +297,27 @@ func (d *demo) startRelay() error {
 	return nil
 }
 
-// killMidBatch watches closely until the relay holds claimed events, then
-// SIGKILLs it, and returns how many events it held.
+// killMidBatch freezes the relay (SIGSTOP) every few milliseconds and
+// looks at the table: once the frozen relay holds claimed events, which it
+// can then neither acknowledge nor release, it SIGKILLs it and returns how
+// many it held. Watching a running relay instead missed the moment on
+// PostgreSQL, where a batch is claimed and acknowledged within a
+// millisecond or two.
 func (d *demo) killMidBatch(ctx context.Context) (int64, error) {
 	until := time.Now().Add(10 * time.Second)
 	for time.Now().Before(until) {
+		time.Sleep(2 * time.Millisecond)
+		_ = d.relay.Process.Signal(syscall.SIGSTOP)
 		s, err := d.st.Stats(ctx)
 		if err != nil {
+			_ = d.relay.Process.Signal(syscall.SIGCONT)
 			return 0, err
 		}
 		if s.Sending > 0 {
 			d.killRelay()
 			return s.Sending, nil
 		}
-		time.Sleep(time.Millisecond)
+		_ = d.relay.Process.Signal(syscall.SIGCONT)
 	}
 	d.killRelay()
 	return 0, nil
@@ -316,6 +329,9 @@ func (d *demo) killRelay() {
 }
 
 func (d *demo) stopRelay() {
+	if d.relay == nil {
+		return
+	}
 	_ = d.relay.Process.Signal(syscall.SIGTERM)
 	select {
 	case <-d.relayDone:

@@ -125,7 +125,14 @@ func checkBrokerURL(raw string, required bool) error {
 	switch strings.ToLower(scheme) {
 	case "nats", "tls":
 	default:
-		return nil // wire.OpenBroker names the schemes it knows
+		// NATS is the only adapter built in: for any other scheme
+		// OpenBroker answers at once with the usage error naming the
+		// schemes it knows, so it is refused before the database is opened.
+		br, err := wire.OpenBroker(context.Background(), raw)
+		if err == nil {
+			_ = br.Close(context.Background())
+		}
+		return err
 	}
 	for _, part := range strings.Split(raw, ",") {
 		u, err := url.Parse(strings.TrimSpace(part))

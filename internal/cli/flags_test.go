@@ -16,7 +16,9 @@ func TestBadFlagsExitTwoNamingTheFlag(t *testing.T) {
 		nat = "nats://u:s3cret@127.0.0.1:1"
 	)
 	sqlite := "sqlite:" + filepath.Join(t.TempDir(), "x.db")
-	relay := func(extra ...string) []string { return append([]string{"relay", "--db", db, "--broker", nat}, extra...) }
+	relay := func(extra ...string) []string {
+		return append([]string{"relay", "--db", db, "--broker", nat}, extra...)
+	}
 	cfg := filepath.Join(t.TempDir(), "bad.conf")
 	writeFile(t, cfg, "batch = 0\n")
 	cases := []struct {

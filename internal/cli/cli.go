@@ -209,9 +209,12 @@ func (f *flags) checkNames() error {
 
 func (f *flags) printHelp(w io.Writer) {
 	fmt.Fprintf(w, "Usage: outbox %s\n\nFlags:\n", f.usage)
-	f.SetOutput(w)
+	var b strings.Builder
+	f.SetOutput(&b)
 	f.PrintDefaults()
 	f.SetOutput(io.Discard)
+	// The flag package lists "-name"; the messages and the README say "--name".
+	io.WriteString(w, strings.ReplaceAll("\n"+b.String(), "\n  -", "\n  --")[1:])
 }
 
 // applyConfig sets flags not given on the command line from a file of

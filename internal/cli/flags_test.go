@@ -125,3 +125,24 @@ func TestGoodFlagsPassValidation(t *testing.T) {
 		t.Errorf("relay with every bound at its minimum: exit %d %q; want 1, the database file does not exist", code, stderr)
 	}
 }
+
+// relay.New's errors name Config fields; the CLI says the flags instead.
+func TestRelayConfigErrorsNameFlags(t *testing.T) {
+	for in, want := range map[string]string{
+		"LeaseFor must be at least 100ms":                     "--lease must be at least 100ms",
+		"BackoffMax must not be below BackoffBase":            "--backoff-max must not be below --backoff",
+		"PollInterval must not be negative (0 means default)": "--poll must not be negative (0 means default)",
+		`Owner "x" is longer than 64 characters`:              `--owner "x" is longer than 64 characters`,
+	} {
+		if got := flagNames(in); got != want {
+			t.Errorf("flagNames(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+func TestHelpSaysDashDash(t *testing.T) {
+	code, out, _ := runCLI("relay", "--help")
+	if code != exitOK || !strings.Contains(out, "\n  --batch n\n") || strings.Contains(out, "\n  -batch") {
+		t.Errorf("relay --help: %d %q", code, out)
+	}
+}

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# Makes sure the local servers the tests need answer, starting any that is
-# down with the command from SERVICES.md, and waits for them. Idempotent.
-# Exits non-zero, naming the server, when one cannot be brought up.
+# Makes sure the local servers the tests need answer (README.md, "Two
+# commands": PostgreSQL on 5432, MariaDB on 3306, NATS JetStream on 4222),
+# starting any that is installed (Debian packages) but down, and waits for
+# them. Idempotent. Exits non-zero, naming the server, when one cannot be
+# brought up.
 set -uo pipefail
 
 answers() { # host port

@@ -241,7 +241,7 @@ func (b *Broker) noResponder(ctx context.Context, subject string) error {
 type noStreamError struct{ subject string }
 
 func (e noStreamError) Error() string {
-	return fmt.Sprintf("natsbroker: no JetStream stream captures subject %q; create one (nats stream add) or fix the topic", e.subject)
+	return fmt.Sprintf("natsbroker: no JetStream stream captures subject %q; create one (outbox broker setup --broker URL --stream NAME --subjects '%s') or fix the topic", e.subject, e.subject)
 }
 
 func (e noStreamError) Is(target error) bool {

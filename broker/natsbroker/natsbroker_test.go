@@ -188,7 +188,7 @@ func TestNoStreamIsPermanentWithClearMessage(t *testing.T) {
 	if !broker.IsPermanent(err) || !errors.Is(err, natsbroker.ErrNoStream) || !errors.Is(err, jetstream.ErrNoStreamResponse) {
 		t.Fatalf("no stream: got %v; want a permanent error wrapping ErrNoStream", err)
 	}
-	want := fmt.Sprintf("no JetStream stream captures subject %q; create one (nats stream add) or fix the topic", missing)
+	want := fmt.Sprintf("no JetStream stream captures subject %q; create one (outbox broker setup --broker URL --stream NAME --subjects '%s') or fix the topic", missing, missing)
 	if !strings.Contains(err.Error(), want) {
 		t.Errorf("message %q does not say %q", err, want)
 	}

@@ -18,19 +18,28 @@ func runBench(ctx context.Context, e env, args []string) error {
 	f := newFlags(e, "bench", "bench --db URL --broker nats://… [--events 100000] [--keys 5000] [--relays N] [--producer library|sql] [--rate 1000] [--duration 10s]")
 	brokerURL := f.String("broker", os.Getenv("OUTBOX_BROKER"), "broker URL (or OUTBOX_BROKER); nats:// for now")
 	var c bench.Config
-	f.IntVar(&c.Events, "events", 100_000, "backlog size for the drain measurement")
-	f.IntVar(&c.Batch, "batch", 1000, "relay batch size (and raw SQL batch size)")
-	f.IntVar(&c.Workers, "workers", 3, "relay workers")
-	f.IntVar(&c.Rate, "rate", 1000, "events/s for the latency measurement")
-	f.DurationVar(&c.Duration, "duration", 10*time.Second, "length of the latency measurement")
-	f.IntVar(&c.Payload, "payload", 200, "payload size in bytes")
-	f.IntVar(&c.Keys, "keys", 5000, "distinct event keys in the backlog and the latency run (try 1, 10, 100, 1000, 100000)")
-	f.IntVar(&c.Relays, "relays", 0, "run the drain and latency phases with this many separate `outbox relay` processes (0: one relay in this process)")
+	f.intFlag(&c.Events, "events", 100_000, 1, noMax, "backlog size for the drain measurement")
+	f.intFlag(&c.Batch, "batch", 1000, 1, noMax, "relay batch size (and raw SQL batch size)")
+	f.intFlag(&c.Workers, "workers", 3, 1, noMax, "relay workers")
+	f.intFlag(&c.Rate, "rate", 1000, 1, noMax, "events/s for the latency measurement")
+	f.durationFlag(&c.Duration, "duration", 10*time.Second, time.Second, "length of the latency measurement")
+	f.intFlag(&c.Payload, "payload", 200, 1, noMax, "payload size in bytes")
+	f.intFlag(&c.Keys, "keys", 5000, 1, noMax, "distinct event keys in the backlog and the latency run (try 1, 10, 100, 1000, 100000)")
+	f.intFlag(&c.Relays, "relays", 0, 0, noMax, "run the drain and latency phases with this many separate `outbox relay` processes (0: one relay in this process)")
 	relayArgs := f.String("relay-args", "", "extra flags for each relay process, space-separated (e.g. \"--poll 10ms\")")
 	f.StringVar(&c.Producer, "producer", "library", "how the latency run's writers enqueue: library (Store.Enqueue) or sql (a plain INSERT, no notification)")
 	cpuProfile := f.String("cpuprofile", "", "write a pprof CPU profile of the drain phase to this file")
 	if err := f.parse(e, args); err != nil {
 		return err
+	}
+	if len(f.posArgs()) > 0 {
+		return fmt.Errorf("%w: unexpected argument %q", wire.ErrUsage, f.posArgs()[0])
+	}
+	if err := checkBrokerURL(*brokerURL, true); err != nil {
+		return err
+	}
+	if scheme, _, _ := strings.Cut(*brokerURL, ":"); !strings.EqualFold(scheme, "nats") {
+		return fmt.Errorf("%w: bench measures NATS JetStream only for now: --broker nats://host:4222, not %s", wire.ErrUsage, wire.Mask(*brokerURL))
 	}
 	tuneGC()
 	if *cpuProfile != "" {

@@ -1,5 +1,6 @@
 // Package cli implements the outbox command: migrate, relay, status, dead,
-// demo, bench and torture. cmd/outbox/main.go only calls Main.
+// broker, version, demo, bench and torture. cmd/outbox/main.go only calls
+// Main.
 package cli
 
 import (
@@ -9,6 +10,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"strings"
 	"time"
@@ -20,8 +22,9 @@ import (
 // Exit codes.
 const (
 	exitOK    = 0
-	exitFail  = 1
-	exitUsage = 2
+	exitFail  = 1 // the command could not do its job (database down, table missing, …)
+	exitUsage = 2 // what was typed is wrong: a flag, a value, a URL
+	exitCheck = 3 // status --check ran and found a problem
 )
 
 type env struct {
@@ -40,6 +43,8 @@ func commands() []command {
 		{"relay", "deliver events to a broker until SIGINT/SIGTERM", runRelay},
 		{"status", "counts by status, oldest pending age, blocked keys", runStatus},
 		{"dead", "dead letters: list, show, retry, purge", runDead},
+		{"broker", "set the broker up for the relay (a JetStream stream capturing the topics)", runBroker},
+		{"version", "the module version and VCS revision of this build", runVersion},
 		{"demo", "the embedded end-to-end story (SQLite + embedded NATS)", runDemo},
 		{"bench", "measure delivery against the raw SQL limit, in one run", runBench},
 		{"torture", "soak: relays under a seeded fault schedule, checked for loss, phantoms, order", runTorture},
@@ -55,12 +60,18 @@ Commands:
 Every command takes --help. --db (or OUTBOX_DB) is one of:
   ` + wire.DBSchemes + `
 --broker (or OUTBOX_BROKER): ` + wire.BrokerSchemes + `
+outbox --version prints the build's version.
+Exit codes: 0 done; 1 failed (see the message); 2 bad flags, values or URLs;
+3 status --check found a problem.
 `
 
 // Main runs the command line args (without the program name) and returns
 // the process exit code.
 func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	e := env{stdout: stdout, stderr: stderr}
+	if len(args) > 0 && (args[0] == "--version" || args[0] == "-version") {
+		args = append([]string{"version"}, args[1:]...)
+	}
 	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
 		var b strings.Builder
 		for _, c := range commands() {
@@ -88,6 +99,8 @@ func report(e env, name string, err error) int {
 		return exitOK
 	case errors.Is(err, flag.ErrHelp):
 		return exitOK
+	case errors.Is(err, errCheckFailed):
+		return exitCheck
 	case errors.Is(err, wire.ErrUsage):
 		fmt.Fprintf(e.stderr, "outbox %s: %s\n", name, oneLine(strings.TrimPrefix(err.Error(), "usage: ")))
 		return exitUsage
@@ -108,20 +121,28 @@ type flags struct {
 	db, table, schema, config string
 	usage                     string
 	positional                []string
+	noStore                   bool // the command opens no database: no --db, --table, --schema
 }
 
 // posArgs returns the positional arguments, wherever they stood.
 func (f *flags) posArgs() []string { return f.positional }
 
 func newFlags(e env, name, usage string) *flags {
-	f := &flags{FlagSet: flag.NewFlagSet(name, flag.ContinueOnError)}
-	f.SetOutput(io.Discard)
-	f.Usage = func() {}
+	f := newBareFlags(e, name, usage)
+	f.noStore = false
 	f.StringVar(&f.db, "db", os.Getenv("OUTBOX_DB"), "database URL (or OUTBOX_DB): "+wire.DBSchemes)
 	f.StringVar(&f.table, "table", store.DefaultTable, "outbox table name")
 	f.StringVar(&f.schema, "schema", "", "PostgreSQL schema / MySQL database of the table (default: the connection's)")
+	return f
+}
+
+// newBareFlags is newFlags for a command that opens no database: only
+// --config and the command's own flags.
+func newBareFlags(_ env, name, usage string) *flags {
+	f := &flags{FlagSet: flag.NewFlagSet(name, flag.ContinueOnError), usage: usage, noStore: true}
+	f.SetOutput(io.Discard)
+	f.Usage = func() {}
 	f.StringVar(&f.config, "config", "", "file of `name = value` lines setting any of these flags (command-line flags win)")
-	f.usage = usage
 	return f
 }
 
@@ -136,7 +157,7 @@ func (f *flags) parse(e env, args []string) error {
 				f.printHelp(e.stdout)
 				return flag.ErrHelp
 			}
-			return fmt.Errorf("%w: %v (see `outbox %s --help`)", wire.ErrUsage, err, f.Name())
+			return fmt.Errorf("%w: %s (see `outbox %s --help`)", wire.ErrUsage, dashDash(err.Error()), f.Name())
 		}
 		if f.NArg() == 0 {
 			break
@@ -150,14 +171,50 @@ func (f *flags) parse(e env, args []string) error {
 			return err
 		}
 	}
+	if f.noStore {
+		return nil
+	}
+	return f.checkNames()
+}
+
+// dashDash writes the flag package's "-name" as "--name", the form the
+// help and the README use.
+func dashDash(msg string) string {
+	for _, p := range []string{"for flag -", "not defined: -", "needs an argument: -"} {
+		msg = strings.Replace(msg, p, p+"-", 1)
+	}
+	return msg
+}
+
+// maxTable is the longest table name store.Options accepts.
+const maxTable = 50
+
+// checkNames refuses a bad --table or --schema before anything is opened:
+// it is a typing error (exit 2), and an empty --table would otherwise fall
+// back to the default table while every message named "".
+func (f *flags) checkNames() error {
+	if err := store.ValidateName("table", f.table); err != nil {
+		return fmt.Errorf("%w: --table %q: use lower-case letters, digits and _, at most 50, not starting with a digit (default %s)", wire.ErrUsage, f.table, store.DefaultTable)
+	}
+	if len(f.table) > maxTable {
+		return fmt.Errorf("%w: --table %q is longer than %d characters: the derived names (%s_archive, %s_migrations) must fit in 63", wire.ErrUsage, f.table, maxTable, f.table, f.table)
+	}
+	if f.schema != "" {
+		if err := store.ValidateName("schema", f.schema); err != nil {
+			return fmt.Errorf("%w: --schema %q: use lower-case letters, digits and _, at most 63, not starting with a digit", wire.ErrUsage, f.schema)
+		}
+	}
 	return nil
 }
 
 func (f *flags) printHelp(w io.Writer) {
 	fmt.Fprintf(w, "Usage: outbox %s\n\nFlags:\n", f.usage)
-	f.SetOutput(w)
+	var b strings.Builder
+	f.SetOutput(&b)
 	f.PrintDefaults()
 	f.SetOutput(io.Discard)
+	// The flag package lists "-name"; the messages and the README say "--name".
+	io.WriteString(w, strings.ReplaceAll("\n"+b.String(), "\n  -", "\n  --")[1:])
 }
 
 // applyConfig sets flags not given on the command line from a file of
@@ -203,4 +260,64 @@ func (f *flags) openStore(ctx context.Context, opts store.Options) (store.Store,
 	ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
 	defer cancel()
 	return wire.OpenStore(ctx, f.db, opts)
+}
+
+// openExisting is openStore for the commands that only read or repair a
+// table (status, dead, relay): a SQLite file that does not exist is
+// reported, not created empty by opening it.
+func (f *flags) openExisting(ctx context.Context, opts store.Options) (store.Store, error) {
+	if path, ok := sqlitePath(f.db); ok && path != ":memory:" {
+		if _, err := os.Stat(path); errors.Is(err, fs.ErrNotExist) {
+			return nil, fmt.Errorf("SQLite database file %s does not exist: check --db, or create it with `outbox migrate --db %s`", path, wire.Mask(f.db))
+		}
+	}
+	return f.openStore(ctx, opts)
+}
+
+// sqlitePath returns the file a sqlite: URL names, as sqlitestore reads it.
+func sqlitePath(raw string) (string, bool) {
+	scheme, rest, ok := strings.Cut(raw, ":")
+	if !ok || (!strings.EqualFold(scheme, "sqlite") && !strings.EqualFold(scheme, "sqlite3")) {
+		return "", false
+	}
+	path, _, _ := strings.Cut(strings.TrimPrefix(rest, "//"), "?")
+	return path, path != ""
+}
+
+// storeErr names the table and database of a missing-table error, which
+// the stores report without them.
+func (f *flags) storeErr(err error) error {
+	if errors.Is(err, store.ErrNotMigrated) {
+		return notMigrated{err: err, msg: fmt.Sprintf("the outbox table %s does not exist in %s: create it with `outbox migrate --db URL%s` (or check --db, --table, --schema)", f.qualifiedTable(), wire.Mask(f.db), f.tableFlags())}
+	}
+	return err
+}
+
+// tableFlags is the --table/--schema part of a suggested command line.
+func (f *flags) tableFlags() string {
+	var b strings.Builder
+	if f.table != store.DefaultTable {
+		b.WriteString(" --table " + f.table)
+	}
+	if f.schema != "" {
+		b.WriteString(" --schema " + f.schema)
+	}
+	return b.String()
+}
+
+// notMigrated is store.ErrNotMigrated told with the table it looked for.
+type notMigrated struct {
+	err error
+	msg string
+}
+
+func (n notMigrated) Error() string { return n.msg }
+func (n notMigrated) Unwrap() error { return n.err }
+
+// qualifiedTable is the table as the messages name it: schema.table or table.
+func (f *flags) qualifiedTable() string {
+	if f.schema != "" {
+		return f.schema + "." + f.table
+	}
+	return f.table
 }

@@ -5,8 +5,11 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	"sort"
 	"strconv"
+	"strings"
 	"time"
+	"unicode"
 	"unicode/utf8"
 
 	"github.com/outbox-go/outbox"
@@ -17,7 +20,7 @@ import (
 const deadUsage = `dead list  [--topic T] [--key K] [--after ID] [--limit N] [--json]
        outbox dead show ID [--json]
        outbox dead retry ID... | --all | --topic T | --key K
-       outbox dead purge --older-than DURATION [--topic T] (deletes dead events for good)`
+       outbox dead purge --older-than DURATION (deletes dead events for good; 0s: all of them)`
 
 func runDead(ctx context.Context, e env, args []string) error {
 	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" {
@@ -29,13 +32,38 @@ func runDead(ctx context.Context, e env, args []string) error {
 	}
 	sub, args := args[0], args[1:]
 	f := newFlags(e, "dead "+sub, deadUsage)
-	topic := f.String("topic", "", "only events of this topic")
-	key := f.String("key", "", "only events of this key")
-	asJSON := f.Bool("json", false, "print JSON")
-	after := f.Int64("after", 0, "list: ids after this one (paging)")
-	limit := f.Int("limit", 50, "list: at most this many")
-	all := f.Bool("all", false, "retry: every dead event")
-	olderThan := f.Duration("older-than", -1, "purge: dead events created longer ago than this (e.g. 720h)")
+	// Each subcommand takes only the flags it uses, so a flag that would
+	// be ignored (dead purge --topic) is refused instead.
+	var (
+		topic, key      *string
+		asJSON, all     *bool
+		after           int64
+		limit           int
+		olderThan       time.Duration
+		needsIDs, oneID bool
+	)
+	noString, noBool := "", false
+	topic, key, asJSON, all = &noString, &noString, &noBool, &noBool
+	switch sub {
+	case "list":
+		topic = f.String("topic", "", "only events of this topic")
+		key = f.String("key", "", "only events of this key")
+		f.int64Flag(&after, "after", 0, 0, "ids after this one (paging)")
+		f.intFlag(&limit, "limit", 50, 1, 10_000, "at most this many")
+		asJSON = f.Bool("json", false, "print JSON (every field, the whole last error)")
+	case "show":
+		asJSON = f.Bool("json", false, "print JSON")
+		oneID = true
+	case "retry":
+		topic = f.String("topic", "", "every dead event of this topic")
+		key = f.String("key", "", "every dead event of this key")
+		all = f.Bool("all", false, "every dead event")
+		needsIDs = true
+	case "purge":
+		f.durationFlag(&olderThan, "older-than", 0, 0, "dead events created longer ago than this (e.g. 720h; 0s: all); required")
+	default:
+		return fmt.Errorf("%w: unknown dead command %q: say list, show, retry or purge", wire.ErrUsage, sub)
+	}
 	if err := f.parse(e, args); err != nil {
 		return err
 	}
@@ -47,22 +75,20 @@ func runDead(ctx context.Context, e env, args []string) error {
 		}
 		ids = append(ids, id)
 	}
-	q := store.DeadQuery{IDs: ids, Topic: *topic, Key: *key, AfterID: *after, Limit: *limit}
-	switch sub {
-	case "list", "show", "retry", "purge":
-	default:
-		return fmt.Errorf("%w: unknown dead command %q: say list, show, retry or purge", wire.ErrUsage, sub)
-	}
-	if sub == "show" && len(ids) != 1 {
+	switch {
+	case oneID && len(ids) != 1:
 		return fmt.Errorf("%w: dead show takes one event id", wire.ErrUsage)
-	}
-	if sub == "retry" && len(ids) == 0 && !*all && *topic == "" && *key == "" {
+	case !oneID && !needsIDs && len(ids) > 0:
+		return fmt.Errorf("%w: dead %s takes no event ids (unexpected %q)", wire.ErrUsage, sub, f.posArgs()[0])
+	case needsIDs && len(ids) == 0 && !*all && *topic == "" && *key == "":
 		return fmt.Errorf("%w: dead retry needs event ids, --topic, --key or --all", wire.ErrUsage)
+	case needsIDs && *all && (len(ids) > 0 || *topic != "" || *key != ""):
+		return fmt.Errorf("%w: dead retry --all takes no event ids, --topic or --key", wire.ErrUsage)
+	case sub == "purge" && !isSet(f, "older-than"):
+		return fmt.Errorf("%w: dead purge needs --older-than (0s purges every dead event)", wire.ErrUsage)
 	}
-	if sub == "purge" && *olderThan < 0 {
-		return fmt.Errorf("%w: dead purge needs --older-than (0 purges every dead event)", wire.ErrUsage)
-	}
-	st, err := f.openStore(ctx, f.options())
+	q := store.DeadQuery{IDs: ids, Topic: *topic, Key: *key, AfterID: after, Limit: limit}
+	st, err := f.openExisting(ctx, f.options())
 	if err != nil {
 		return err
 	}
@@ -71,7 +97,7 @@ func runDead(ctx context.Context, e env, args []string) error {
 	case "list":
 		recs, err := st.ListDead(ctx, q)
 		if err != nil {
-			return err
+			return f.storeErr(err)
 		}
 		if *asJSON {
 			return json.NewEncoder(e.stdout).Encode(toJSON(recs))
@@ -80,17 +106,14 @@ func runDead(ctx context.Context, e env, args []string) error {
 			fmt.Fprintln(e.stdout, "no dead events")
 			return nil
 		}
-		fmt.Fprintf(e.stdout, "%-10s %-20s %-20s %-8s %s\n", "ID", "TOPIC", "KEY", "ATTEMPTS", "LAST ERROR")
-		for _, r := range recs {
-			fmt.Fprintf(e.stdout, "%-10d %-20s %-20s %-8d %s\n", r.ID, clip(r.Topic, 20), clip(r.Key, 20), r.Attempts, clip(r.LastError, 80))
-		}
-		if len(recs) == *limit {
+		printDeadList(e, recs)
+		if len(recs) == limit {
 			fmt.Fprintf(e.stdout, "more: outbox dead list --after %d\n", recs[len(recs)-1].ID)
 		}
 	case "show":
 		r, err := st.Get(ctx, ids[0])
 		if err != nil {
-			return err
+			return f.storeErr(err)
 		}
 		if *asJSON {
 			return json.NewEncoder(e.stdout).Encode(toJSON([]store.Record{r})[0])
@@ -99,20 +122,85 @@ func runDead(ctx context.Context, e env, args []string) error {
 	case "retry":
 		n, err := st.RequeueDead(ctx, q)
 		if err != nil {
-			return err
+			return f.storeErr(err)
 		}
 		fmt.Fprintf(e.stdout, "requeued %d dead event(s); a running relay delivers them next\n", n)
 	case "purge":
-		if len(ids) > 0 || *topic != "" || *key != "" {
-			return fmt.Errorf("%w: dead purge selects by --older-than only", wire.ErrUsage)
-		}
-		n, err := st.Purge(ctx, store.PurgeRequest{Status: outbox.StatusDead, OlderThan: *olderThan})
+		n, err := st.Purge(ctx, store.PurgeRequest{Status: outbox.StatusDead, OlderThan: olderThan})
 		if err != nil {
-			return err
+			return f.storeErr(err)
 		}
 		fmt.Fprintf(e.stdout, "purged %d dead event(s)\n", n)
 	}
 	return nil
+}
+
+// The LAST ERROR column wraps at word boundaries instead of being cut, so
+// the reason, which comes after the adapter's prefix, is always shown; an
+// error longer than deadErrLines lines ends in a pointer to `dead show`.
+const (
+	deadErrWidth = 64
+	deadErrLines = 6
+)
+
+func printDeadList(e env, recs []store.Record) {
+	w := e.stdout
+	const row = "%-10s %-20s %-20s %-8s %s\n"
+	indent := strings.Repeat(" ", 10+1+20+1+20+1+8+1)
+	fmt.Fprintf(w, row, "ID", "TOPIC", "KEY", "ATTEMPTS", "LAST ERROR")
+	for _, r := range recs {
+		lines := wrap(printable(r.LastError), deadErrWidth)
+		if len(lines) > deadErrLines {
+			lines = append(lines[:deadErrLines-1], fmt.Sprintf("… (the whole error: outbox dead show %d)", r.ID))
+		}
+		if len(lines) == 0 {
+			lines = []string{""}
+		}
+		fmt.Fprintf(w, row, strconv.FormatInt(r.ID, 10), clip(printable(r.Topic), 20), clip(printable(r.Key), 20), strconv.Itoa(r.Attempts), lines[0])
+		for _, l := range lines[1:] {
+			fmt.Fprintf(w, "%s%s\n", indent, l)
+		}
+	}
+}
+
+// wrap splits s into lines of at most width runes, at spaces where it can.
+func wrap(s string, width int) []string {
+	var lines []string
+	for s != "" {
+		r := []rune(s)
+		if len(r) <= width {
+			lines = append(lines, s)
+			break
+		}
+		cut := width
+		for i := width; i > width/2; i-- {
+			if r[i] == ' ' {
+				cut = i
+				break
+			}
+		}
+		lines = append(lines, strings.TrimRight(string(r[:cut]), " "))
+		s = strings.TrimLeft(string(r[cut:]), " ")
+	}
+	return lines
+}
+
+// printable escapes control characters, which a plain-SQL producer may have
+// put in a topic, key or error, so they cannot rewrite the terminal.
+func printable(s string) string {
+	if !strings.ContainsFunc(s, unicode.IsControl) {
+		return s
+	}
+	var b strings.Builder
+	for _, r := range s {
+		if unicode.IsControl(r) {
+			q := strconv.QuoteRune(r)
+			b.WriteString(q[1 : len(q)-1])
+			continue
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
 }
 
 type recordJSON struct {
@@ -152,16 +240,27 @@ func toJSON(recs []store.Record) []recordJSON {
 
 func printRecord(e env, r store.Record) {
 	w := e.stdout
-	fmt.Fprintf(w, "id              %d\nevent id        %s\nstatus          %s\ntopic           %s\nkey             %s\ntype            %s\n", r.ID, r.EventID, r.Status, r.Topic, r.Key, r.Type)
-	fmt.Fprintf(w, "schema version  %d\ncontent type    %s\nattempts        %d\ncreated         %s\n", r.SchemaVersion, r.ContentType, r.Attempts, r.CreatedAt.Format(time.RFC3339))
-	if r.LastError != "" {
-		fmt.Fprintf(w, "last error      %s\n", r.LastError)
+	fmt.Fprintf(w, "id              %d\nevent id        %s\nstatus          %s\ntopic           %s\nkey             %s\ntype            %s\n", r.ID, r.EventID, r.Status, printable(r.Topic), printable(r.Key), printable(r.Type))
+	if r.AggregateType != "" {
+		fmt.Fprintf(w, "aggregate type  %s\n", printable(r.AggregateType))
 	}
-	for k, v := range r.Headers {
-		fmt.Fprintf(w, "header          %s: %s\n", k, v)
+	fmt.Fprintf(w, "schema version  %d\ncontent type    %s\nattempts        %d\ncreated         %s\n", r.SchemaVersion, printable(r.ContentType), r.Attempts, r.CreatedAt.Format(time.RFC3339))
+	if !r.NextAttemptAt.IsZero() {
+		fmt.Fprintf(w, "next attempt    %s\n", r.NextAttemptAt.Format(time.RFC3339))
+	}
+	if r.LastError != "" {
+		fmt.Fprintf(w, "last error      %s\n", printable(r.LastError))
+	}
+	names := make([]string, 0, len(r.Headers))
+	for k := range r.Headers {
+		names = append(names, k)
+	}
+	sort.Strings(names)
+	for _, k := range names {
+		fmt.Fprintf(w, "header          %s: %s\n", printable(k), printable(r.Headers[k]))
 	}
 	if utf8.Valid(r.Payload) {
-		fmt.Fprintf(w, "payload         %s\n", clip(string(r.Payload), 2000))
+		fmt.Fprintf(w, "payload         %s\n", string(r.Payload))
 	} else {
 		fmt.Fprintf(w, "payload         (%d bytes, binary)\n", len(r.Payload))
 	}

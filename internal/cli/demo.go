@@ -22,6 +22,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/outbox-go/outbox/broker/natsbroker"
 	"github.com/outbox-go/outbox/examples/orders"
 	"github.com/outbox-go/outbox/inbox"
 	"github.com/outbox-go/outbox/internal/wire"
@@ -37,16 +38,20 @@ func runDemo(ctx context.Context, e env, args []string) error {
 	fs := newFlags(e, "demo", "demo [--orders 500] [--keep] [--db URL --broker nats://…]")
 	fs.db = "" // embedded by default, whatever OUTBOX_DB says
 	brokerURL := fs.String("broker", "", "a NATS server instead of the embedded one")
-	n := fs.Int("orders", 500, "orders to pay")
+	var n int
+	fs.intFlag(&n, "orders", 500, 50, 100_000, "orders to pay")
 	keep := fs.Bool("keep", false, "keep the temp directory (SQLite file, NATS store) for a look afterwards")
 	serve := fs.String("serve", "", "after the story, keep running (a new order every second) and serve /status and /healthz on this address, e.g. 127.0.0.1:8080")
 	if err := fs.parse(e, args); err != nil {
 		return err
 	}
-	if *n < 50 || *n > 100_000 {
-		return fmt.Errorf("%w: --orders must be between 50 and 100000", wire.ErrUsage)
+	if len(fs.posArgs()) > 0 {
+		return fmt.Errorf("%w: unexpected argument %q", wire.ErrUsage, fs.posArgs()[0])
 	}
-	d := &demo{out: e.stdout, orders: *n, serve: *serve, dbURL: fs.db, natsURL: *brokerURL, table: "outbox", inboxTable: inbox.DefaultTable}
+	if err := checkBrokerURL(*brokerURL, false); err != nil {
+		return err
+	}
+	d := &demo{out: e.stdout, orders: n, serve: *serve, dbURL: fs.db, natsURL: *brokerURL, table: "outbox", inboxTable: inbox.DefaultTable}
 	if d.dbURL != "" {
 		// Someone else's database: tables of our own, dropped and made anew.
 		d.table, d.inboxTable = "demo_outbox", "demo_inbox"
@@ -146,15 +151,25 @@ func (d *demo) run(ctx context.Context, dir string) error {
 	if err != nil {
 		return err
 	}
-	_ = js.DeleteStream(ctx, "ORDERS") // a stream of an earlier run
-	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "ORDERS", Subjects: []string{"orders.>"}, Storage: jetstream.FileStorage}); err != nil {
+	// The stream the Quick start creates (`outbox broker setup`), kept as
+	// it is on someone else's server: only the story's subject is emptied
+	// and its consumers of an earlier run are removed.
+	if _, err := natsbroker.EnsureStream(ctx, nc, "ORDERS", []string{"orders.>"}); err != nil {
 		return err
+	}
+	ordersStream, err := js.Stream(ctx, "ORDERS")
+	if err != nil {
+		return err
+	}
+	if err := ordersStream.Purge(ctx, jetstream.WithPurgeSubject(orders.Topic)); err != nil {
+		return err
+	}
+	for _, c := range []orders.Consumer{orders.Points, orders.Shipping, orders.Notifications} {
+		if err := ordersStream.DeleteConsumer(ctx, c.Name); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
+			return err
+		}
 	}
 	d.say("database %s (%s), NATS JetStream at %s", wire.Mask(d.dbURL), d.dialect, d.natsURL)
-
-	if err := d.startRelay(); err != nil {
-		return err
-	}
 	defer d.stopRelay()
 
 	// Consumers, with the story's faults.
@@ -240,7 +255,17 @@ func (d *demo) run(ctx context.Context, dir string) error {
 		progress.show(fmt.Sprintf("paid %d/%d · in outbox %d · processed: points %d, shipping %d, notifications %d",
 			paid.Load(), d.orders, s.Pending(), counts["points"], counts["shipping"], counts["notifications"]))
 		if !killTried && paid.Load() >= int64(d.orders)/3 {
+			// The relay starts only now, with a backlog: a relay that keeps
+			// up (PostgreSQL wakes it on every commit) holds each batch
+			// for a millisecond or two, too short to be caught mid-batch.
 			killTried = true
+			if s, err = d.st.Stats(ctx); err != nil {
+				return err
+			}
+			progress.line(fmt.Sprintf("starting the relay with %d events waiting in the outbox", s.Pending()))
+			if err := d.startRelay(); err != nil {
+				return err
+			}
 			inFlight, err := d.killMidBatch(ctx)
 			if err != nil {
 				return err
@@ -287,19 +312,30 @@ func (d *demo) startRelay() error {
 	return nil
 }
 
-// killMidBatch watches closely until the relay holds claimed events, then
-// SIGKILLs it, and returns how many events it held.
+// killMidBatch lets the relay run in slices of a millisecond, freezing it
+// (SIGSTOP) between them to look at the table: once the frozen relay holds
+// claimed events, which it can then neither acknowledge nor release, it
+// SIGKILLs it and returns how many it held. Watching a relay that runs
+// freely missed the moment on PostgreSQL, where a batch is claimed and
+// acknowledged within a millisecond or two and a backlog of hundreds is
+// gone in tens of milliseconds.
 func (d *demo) killMidBatch(ctx context.Context) (int64, error) {
-	until := time.Now().Add(10 * time.Second)
+	p := d.relay.Process
+	// Each look is a Stats query, which took up to 300 ms on a busy
+	// PostgreSQL, so the relay may need many looks to get through its start.
+	until := time.Now().Add(30 * time.Second)
 	for time.Now().Before(until) {
+		_ = p.Signal(syscall.SIGSTOP)
 		s, err := d.st.Stats(ctx)
 		if err != nil {
+			_ = p.Signal(syscall.SIGCONT)
 			return 0, err
 		}
 		if s.Sending > 0 {
 			d.killRelay()
 			return s.Sending, nil
 		}
+		_ = p.Signal(syscall.SIGCONT)
 		time.Sleep(time.Millisecond)
 	}
 	d.killRelay()
@@ -312,6 +348,9 @@ func (d *demo) killRelay() {
 }
 
 func (d *demo) stopRelay() {
+	if d.relay == nil {
+		return
+	}
 	_ = d.relay.Process.Signal(syscall.SIGTERM)
 	select {
 	case <-d.relayDone:

@@ -23,6 +23,6 @@ func runMigrate(ctx context.Context, e env, args []string) error {
 	if err := st.Migrate(ctx); err != nil {
 		return err
 	}
-	fmt.Fprintf(e.stdout, "outbox migrate: table %q is up to date in %s\n", f.table, wire.Mask(f.db))
+	fmt.Fprintf(e.stdout, "outbox migrate: table %s is up to date in %s\n", f.qualifiedTable(), wire.Mask(f.db))
 	return nil
 }

@@ -40,22 +40,22 @@ func runRelay(ctx context.Context, e env, args []string) error {
 	f := newFlags(e, "relay", "relay --db URL --broker URL [flags]")
 	brokerURL := f.String("broker", os.Getenv("OUTBOX_BROKER"), "broker URL (or OUTBOX_BROKER): "+wire.BrokerSchemes)
 	var cfg relay.Config
-	f.IntVar(&cfg.BatchSize, "batch", 500, "events claimed per batch")
-	f.IntVar(&cfg.Workers, "workers", 3, "batches in flight at once")
-	f.DurationVar(&cfg.LeaseFor, "lease", 30*time.Second, "claim lease; renewed while a batch is in flight")
-	f.DurationVar(&cfg.PublishTimeout, "publish-timeout", 10*time.Second, "deadline of each publish")
-	f.DurationVar(&cfg.PollInterval, "poll", 500*time.Millisecond, "poll interval when idle (wake-ups come sooner)")
-	f.IntVar(&cfg.MaxAttempts, "max-attempts", 25, "failed attempts before an event goes DEAD")
-	f.DurationVar(&cfg.BackoffBase, "backoff", time.Second, "first retry delay (doubles, full jitter)")
-	f.DurationVar(&cfg.BackoffMax, "backoff-max", 10*time.Minute, "largest retry delay")
-	f.StringVar(&cfg.Owner, "owner", "", "relay name in leases (default host-pid-random)")
+	f.intFlag(&cfg.BatchSize, "batch", 500, 1, noMax, "events claimed per batch")
+	f.intFlag(&cfg.Workers, "workers", 3, 1, noMax, "batches in flight at once")
+	f.durationFlag(&cfg.LeaseFor, "lease", 30*time.Second, 100*time.Millisecond, "claim lease; renewed while a batch is in flight")
+	f.durationFlag(&cfg.PublishTimeout, "publish-timeout", 10*time.Second, time.Millisecond, "deadline of each publish")
+	f.durationFlag(&cfg.PollInterval, "poll", 500*time.Millisecond, time.Millisecond, "poll interval when idle (wake-ups come sooner)")
+	f.intFlag(&cfg.MaxAttempts, "max-attempts", 25, 1, noMax, "failed attempts before an event goes DEAD")
+	f.durationFlag(&cfg.BackoffBase, "backoff", time.Second, time.Millisecond, "first retry delay (doubles, full jitter)")
+	f.durationFlag(&cfg.BackoffMax, "backoff-max", 10*time.Minute, time.Millisecond, "largest retry delay (at least --backoff)")
+	f.StringVar(&cfg.Owner, "owner", "", "relay name in leases, at most 64 characters (default host-pid-random)")
 	deadKeys := f.String("dead-keys", "hold", "after a DEAD event: hold its key's later events (hold) or let them flow (skip)")
-	keepSent := f.Duration("keep-sent", 0, "keep sent events in the archive table this long (0: delete at once)")
+	var keepSent time.Duration
+	f.durationFlag(&keepSent, "keep-sent", 0, 0, "keep sent events in the archive table this long (0: delete at once)")
 	logLevel := f.String("log", "info", "log level: debug, info, warn, error")
 	if err := f.parse(e, args); err != nil {
 		return err
 	}
-	tuneGC()
 	if len(f.posArgs()) > 0 {
 		return fmt.Errorf("%w: unexpected argument %q", wire.ErrUsage, f.posArgs()[0])
 	}
@@ -67,23 +67,36 @@ func runRelay(ctx context.Context, e env, args []string) error {
 	default:
 		return fmt.Errorf("%w: --dead-keys must be hold or skip, not %q", wire.ErrUsage, *deadKeys)
 	}
+	if cfg.BackoffMax < cfg.BackoffBase {
+		return fmt.Errorf("%w: --backoff-max %s is below --backoff %s: raise --backoff-max or lower --backoff", wire.ErrUsage, cfg.BackoffMax, cfg.BackoffBase)
+	}
+	if len(cfg.Owner) > 64 {
+		return fmt.Errorf("%w: --owner is %d characters long; at most 64", wire.ErrUsage, len(cfg.Owner))
+	}
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
-		return fmt.Errorf("%w: --log must be debug, info, warn or error", wire.ErrUsage)
+		return fmt.Errorf("%w: --log must be debug, info, warn or error, not %q", wire.ErrUsage, *logLevel)
 	}
+	if err := checkBrokerURL(*brokerURL, true); err != nil {
+		return err
+	}
+	if f.db == "" {
+		return fmt.Errorf("%w: no database given: pass --db URL or set OUTBOX_DB (%s)", wire.ErrUsage, wire.DBSchemes)
+	}
+	tuneGC()
 	cfg.Logger = slog.New(slog.NewTextHandler(e.stderr, &slog.HandlerOptions{Level: level}))
 
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	opts := f.options()
-	opts.KeepSent = *keepSent > 0
-	st, err := f.openStore(ctx, opts)
+	opts.KeepSent = keepSent > 0
+	st, err := f.openExisting(ctx, opts)
 	if err != nil {
 		return stoppedOr(ctx, err)
 	}
 	defer st.Close()
 	if _, err := st.Stats(ctx); err != nil { // fail fast on a missing table
-		return stoppedOr(ctx, err)
+		return stoppedOr(ctx, f.storeErr(err))
 	}
 	bctx, cancel := context.WithTimeout(ctx, 15*time.Second)
 	br, err := wire.OpenBroker(bctx, *brokerURL)
@@ -98,11 +111,14 @@ func runRelay(ctx context.Context, e env, args []string) error {
 	}()
 	r, err := relay.New(st, br, cfg)
 	if err != nil {
-		return fmt.Errorf("%w: %v", wire.ErrUsage, strings.TrimPrefix(err.Error(), "relay: "))
+		return fmt.Errorf("%w: %s", wire.ErrUsage, flagNames(strings.TrimPrefix(err.Error(), "relay: ")))
 	}
-	cfg.Logger.Info("outbox relay: started", "owner", r.Owner(), "db", wire.Mask(f.db), "broker", wire.Mask(*brokerURL), "table", f.table)
-	if *keepSent > 0 {
-		go purgeSent(ctx, st, *keepSent, cfg.Logger)
+	cfg.Logger.Info("outbox relay: started", "owner", r.Owner(), "db", wire.Mask(f.db), "broker", wire.Mask(*brokerURL),
+		"table", f.qualifiedTable(), "batch", cfg.BatchSize, "workers", cfg.Workers, "lease", cfg.LeaseFor,
+		"publish_timeout", cfg.PublishTimeout, "poll", cfg.PollInterval, "max_attempts", cfg.MaxAttempts,
+		"backoff", cfg.BackoffBase, "backoff_max", cfg.BackoffMax, "dead_keys", *deadKeys, "keep_sent", keepSent)
+	if keepSent > 0 {
+		go purgeSent(ctx, st, keepSent, cfg.Logger)
 	}
 	done := make(chan struct{})
 	go func() {
@@ -120,6 +136,17 @@ func runRelay(ctx context.Context, e env, args []string) error {
 	cfg.Logger.Info("outbox relay: stopped", "delivered", t.Delivered.Load(), "retried", t.Retried.Load(), "dead", t.Dead.Load())
 	return nil
 }
+
+// relayFlags maps relay.Config's field names, which relay.New's errors
+// use, to the flags that set them.
+var relayFlags = strings.NewReplacer(
+	"BatchSize", "--batch", "Workers", "--workers", "LeaseFor", "--lease", "PublishTimeout", "--publish-timeout",
+	"PollInterval", "--poll", "MaxAttempts", "--max-attempts", "BackoffBase", "--backoff", "BackoffMax", "--backoff-max",
+	"Owner", "--owner", "DeadKeys", "--dead-keys",
+)
+
+// flagNames rewrites a relay.Config error in the CLI's terms.
+func flagNames(msg string) string { return relayFlags.Replace(msg) }
 
 // purgeSent applies the --keep-sent retention every minute.
 func purgeSent(ctx context.Context, st store.Store, keep time.Duration, log *slog.Logger) {

@@ -3,6 +3,8 @@ package cli
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"flag"
 	"fmt"
 	"time"
 
@@ -10,46 +12,107 @@ import (
 	"github.com/outbox-go/outbox/store"
 )
 
+const statusUsage = `status --db URL [--json] [--check [--max-age 5m]]
+
+With --check, exits 3 when the table needs attention, printing one line on
+stderr per reason: dead events, keys held by a dead event, expired leases,
+or a pending event older than --max-age. Exit 0: healthy; 1: the check could
+not run (database unreachable, table missing); 2: bad flags.`
+
+// errCheckFailed is what `status --check` returns when it found a problem
+// (exit code exitCheck); the reasons are already printed.
+var errCheckFailed = errors.New("status check failed")
+
+// defaultMaxAge is --max-age's default: a relay that runs delivers within
+// milliseconds, so a pending event this old means none runs or it is stuck.
+const defaultMaxAge = 5 * time.Minute
+
 // statusJSON is the --json shape of `outbox status`; field names are stable.
 type statusJSON struct {
-	Table                string  `json:"table"`
-	New                  int64   `json:"new"`
-	Sending              int64   `json:"sending"`
-	Retrying             int64   `json:"retrying"`
-	Dead                 int64   `json:"dead"`
-	Sent                 int64   `json:"sent_kept"`
-	ExpiredLeases        int64   `json:"expired_leases"`
-	BlockedKeys          int64   `json:"blocked_keys"`
-	OldestPendingSeconds float64 `json:"oldest_pending_seconds"`
+	Table                string   `json:"table"`
+	New                  int64    `json:"new"`
+	Sending              int64    `json:"sending"`
+	Retrying             int64    `json:"retrying"`
+	Dead                 int64    `json:"dead"`
+	Sent                 int64    `json:"sent_kept"`
+	ExpiredLeases        int64    `json:"expired_leases"`
+	BlockedKeys          int64    `json:"blocked_keys"`
+	OldestPendingSeconds float64  `json:"oldest_pending_seconds"`
+	Problems             []string `json:"problems,omitempty"` // with --check: why it fails
 }
 
 func runStatus(ctx context.Context, e env, args []string) error {
-	f := newFlags(e, "status", "status --db URL [--json]")
+	f := newFlags(e, "status", statusUsage)
 	asJSON := f.Bool("json", false, "print JSON")
+	check := f.Bool("check", false, "exit 3 when events are dead, keys held, leases expired or the oldest pending event is older than --max-age")
+	var maxAge time.Duration
+	f.durationFlag(&maxAge, "max-age", defaultMaxAge, time.Millisecond, "with --check: the oldest pending event may be this old")
 	if err := f.parse(e, args); err != nil {
 		return err
 	}
 	if len(f.posArgs()) > 0 {
 		return fmt.Errorf("%w: unexpected argument %q", wire.ErrUsage, f.posArgs()[0])
 	}
+	if !*check && isSet(f, "max-age") {
+		return fmt.Errorf("%w: --max-age applies to --check: add --check", wire.ErrUsage)
+	}
 	opts := f.options()
 	opts.KeepSent = true // count the archive too
-	st, err := f.openStore(ctx, opts)
+	st, err := f.openExisting(ctx, opts)
 	if err != nil {
 		return err
 	}
 	defer st.Close()
 	s, err := st.Stats(ctx)
 	if err != nil {
-		return err
+		return f.storeErr(err)
+	}
+	var problems []string
+	if *check {
+		problems = checkStats(s, maxAge)
 	}
 	if *asJSON {
 		enc := json.NewEncoder(e.stdout)
 		enc.SetIndent("", "  ")
-		return enc.Encode(statusJSON{f.table, s.New, s.Sending, s.Retrying, s.Dead, s.Sent, s.ExpiredLeases, s.BlockedKeys, s.OldestPending.Seconds()})
+		if err := enc.Encode(statusJSON{f.qualifiedTable(), s.New, s.Sending, s.Retrying, s.Dead, s.Sent, s.ExpiredLeases, s.BlockedKeys, s.OldestPending.Seconds(), problems}); err != nil {
+			return err
+		}
+	} else {
+		printStatus(e, f.qualifiedTable(), wire.Mask(f.db), s)
 	}
-	printStatus(e, f.table, wire.Mask(f.db), s)
-	return nil
+	if len(problems) == 0 {
+		return nil
+	}
+	for _, p := range problems {
+		fmt.Fprintf(e.stderr, "outbox status: check failed: %s\n", p)
+	}
+	return errCheckFailed
+}
+
+// checkStats lists what `status --check` fails on, one line each.
+func checkStats(s store.Stats, maxAge time.Duration) []string {
+	var out []string
+	if s.Dead > 0 {
+		out = append(out, fmt.Sprintf("%d dead event(s): inspect with `outbox dead list`, then `outbox dead retry` or `outbox dead purge`", s.Dead))
+	}
+	if s.BlockedKeys > 0 {
+		out = append(out, fmt.Sprintf("%d key(s) held by a dead event: their later events wait until it is retried or purged", s.BlockedKeys))
+	}
+	if s.ExpiredLeases > 0 {
+		out = append(out, fmt.Sprintf("%d claimed event(s) with an expired lease: a relay died or stalled; a running relay takes them back", s.ExpiredLeases))
+	}
+	if s.Pending() > 0 && s.OldestPending > maxAge {
+		out = append(out, fmt.Sprintf("the oldest pending event is %s old, more than --max-age %s: is a relay running, and can it reach the broker?", s.OldestPending.Round(time.Second), maxAge))
+	}
+	return out
+}
+
+// isSet reports whether the flag name was given on the command line or in
+// --config.
+func isSet(f *flags, name string) bool {
+	set := false
+	f.Visit(func(fl *flag.Flag) { set = set || fl.Name == name })
+	return set
 }
 
 func printStatus(e env, table, db string, s store.Stats) {

@@ -24,12 +24,12 @@ func runTorture(ctx context.Context, e env, args []string) error {
 	f := newFlags(e, "torture", "torture --db URL [--broker nats://…] [--duration 30m] [--seed N] [flags]")
 	brokerURL := f.String("broker", "", "NATS URL (nats://host:4222); empty: an embedded NATS server, which the broker-restart fault restarts")
 	var c torture.Config
-	f.DurationVar(&c.Duration, "duration", 2*time.Minute, "how long the writers write; faults until 4 s before the end")
+	f.durationFlag(&c.Duration, "duration", 2*time.Minute, 10*time.Second, "how long the writers write; faults until 4 s before the end")
 	f.Uint64Var(&c.Seed, "seed", 0, "seed of the fault schedule and the workload (0: random; printed in the summary)")
-	f.IntVar(&c.Relays, "relays", 3, "relay processes")
-	f.IntVar(&c.Writers, "writers", 3, "concurrent writers")
-	f.IntVar(&c.Keys, "keys", 16, "aggregates (event keys)")
-	f.DurationVar(&c.Lease, "lease", 2*time.Second, "the relays' --lease")
+	f.intFlag(&c.Relays, "relays", 3, 1, noMax, "relay processes")
+	f.intFlag(&c.Writers, "writers", 3, 1, noMax, "concurrent writers")
+	f.intFlag(&c.Keys, "keys", 16, 1, noMax, "aggregates (event keys)")
+	f.durationFlag(&c.Lease, "lease", 2*time.Second, 100*time.Millisecond, "the relays' --lease")
 	faults := f.String("faults", "", "comma-separated faults to draw from (default: every one that applies): "+strings.Join(kindNames(), ","))
 	f.BoolVar(&c.PGRestart, "pg-restart", false, "also restart the PostgreSQL cluster (pg_ctlcluster; disrupts every other user of the server)")
 	f.StringVar(&c.HistoryDir, "history", "", "directory for the JSON history, written when a check fails (default: the temp directory)")
@@ -39,14 +39,14 @@ func runTorture(ctx context.Context, e env, args []string) error {
 	if err := f.parse(e, args); err != nil {
 		return err
 	}
-	if f.NArg() > 0 {
-		return fmt.Errorf("%w: unexpected argument %q", wire.ErrUsage, f.Arg(0))
+	if len(f.posArgs()) > 0 {
+		return fmt.Errorf("%w: unexpected argument %q", wire.ErrUsage, f.posArgs()[0])
+	}
+	if err := checkBrokerURL(*brokerURL, false); err != nil {
+		return err
 	}
 	if f.db == "" {
 		return fmt.Errorf("%w: torture needs --db (it creates and drops its own tables there)", wire.ErrUsage)
-	}
-	if c.Duration < 10*time.Second {
-		return fmt.Errorf("%w: --duration must be at least 10s", wire.ErrUsage)
 	}
 	if *faults != "" {
 		kinds, err := torture.ParseKinds(*faults)

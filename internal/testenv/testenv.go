@@ -21,7 +21,7 @@ type Service struct {
 	Default string // URL used when Env is unset
 }
 
-// The services of SERVICES.md.
+// The servers the tests use (README.md, "Two commands").
 var (
 	Postgres = Service{"PostgreSQL", "OUTBOX_TEST_POSTGRES", "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"}
 	MySQL    = Service{"MariaDB/MySQL", "OUTBOX_TEST_MYSQL", "mysql://root@127.0.0.1:3306/test"}
@@ -57,7 +57,7 @@ func Require(t testing.TB, s Service) string {
 // Unavailable fails (CI) or skips (locally) t because s cannot be used.
 func Unavailable(t testing.TB, s Service, err error) {
 	t.Helper()
-	msg := fmt.Sprintf("%s unreachable at %s (%v): start it (see SERVICES.md) or set %s", s.Name, Mask(s.URL()), err, s.Env)
+	msg := fmt.Sprintf("%s unreachable at %s (%v): start it (bash scripts/services.sh starts the local PostgreSQL, MariaDB and NATS) or set %s to its URL", s.Name, Mask(s.URL()), err, s.Env)
 	if InCI() {
 		t.Fatal(msg)
 	}

@@ -1,0 +1,148 @@
+package cli
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// Every bad flag value, URL or name is one line on stderr that names the
+// flag, exit 2, before anything is opened, and no password in the output:
+// the URLs of the cases carry one (s3cret).
+func TestBadFlagsExitTwoNamingTheFlag(t *testing.T) {
+	const (
+		db  = "postgres://u:s3cret@127.0.0.1:1/db"
+		nat = "nats://u:s3cret@127.0.0.1:1"
+	)
+	sqlite := "sqlite:" + filepath.Join(t.TempDir(), "x.db")
+	relay := func(extra ...string) []string {
+		return append([]string{"relay", "--db", db, "--broker", nat}, extra...)
+	}
+	cfg := filepath.Join(t.TempDir(), "bad.conf")
+	writeFile(t, cfg, "batch = 0\n")
+	cases := []struct {
+		args []string
+		want string // the flag the message must name
+	}{
+		{relay("--batch", "0"), "--batch"},
+		{relay("--batch", "-5"), "--batch"},
+		{relay("--batch", "many"), "--batch"},
+		{relay("--workers", "-1"), "--workers"},
+		{relay("--workers", "0"), "--workers"},
+		{relay("--lease", "-1s"), "--lease"},
+		{relay("--lease", "0"), "--lease"},
+		{relay("--lease", "50ms"), "--lease"},
+		{relay("--lease", "soon"), "--lease"},
+		{relay("--poll", "0"), "--poll"},
+		{relay("--max-attempts", "0"), "--max-attempts"},
+		{relay("--publish-timeout", "0"), "--publish-timeout"},
+		{relay("--backoff", "0"), "--backoff"},
+		{relay("--backoff-max", "-1m"), "--backoff-max"},
+		{relay("--backoff", "2m", "--backoff-max", "1m"), "--backoff-max"},
+		{relay("--keep-sent", "-1h"), "--keep-sent"},
+		{relay("--owner", strings.Repeat("x", 65)), "--owner"},
+		{relay("--dead-keys", "maybe"), "--dead-keys"},
+		{relay("--log", "loud"), "--log"},
+		{relay("--config", cfg), "batch"},
+		{relay("extra"), `unexpected argument "extra"`},
+		{relay("--table", ""), "--table"},
+		{relay("--table", "Orders"), "--table"},
+		{relay("--table", strings.Repeat("t", 51)), "--table"},
+		{relay("--schema", "a-b"), "--schema"},
+		{[]string{"relay", "--db", db, "--broker", "nats://"}, "--broker nats:// names no host"},
+		{[]string{"relay", "--db", db, "--broker", "nats://u:s3cret@"}, "names no host"},
+		{[]string{"relay", "--db", db, "--broker", "nats://127.0.0.1:4222,nats://"}, "names no host"},
+		{[]string{"relay", "--db", db}, "no broker given"},
+		{[]string{"relay", "--broker", nat, "--db", ""}, "no database given"},
+		{[]string{"relay", "--db", db, "--broker", "kafka://u:s3cret@127.0.0.1:9092"}, "kafka"},
+		{[]string{"migrate", "--db", sqlite, "--table", ""}, "--table"},
+		{[]string{"migrate", "--db", db, "--table", "1x"}, "--table"},
+		{[]string{"migrate", "--db", db, "--nope"}, "--nope"},
+		{[]string{"status", "--db", db, "--max-age", "1m"}, "--max-age applies to --check"},
+		{[]string{"status", "--db", db, "--check", "--max-age", "0"}, "--max-age"},
+		{[]string{"status", "--db", db, "--check", "--max-age", "-5m"}, "--max-age"},
+		{[]string{"status", "--db", db, "--table", ""}, "--table"},
+		{[]string{"dead", "list", "--db", db, "--limit", "0"}, "--limit"},
+		{[]string{"dead", "list", "--db", db, "--after", "-1"}, "--after"},
+		{[]string{"dead", "list", "--db", db, "--all"}, "--all"},
+		{[]string{"dead", "list", "--db", db, "7"}, "takes no event ids"},
+		{[]string{"dead", "show", "--db", db, "--topic", "x", "7"}, "--topic"},
+		{[]string{"dead", "retry", "--db", db, "--all", "7"}, "--all"},
+		{[]string{"dead", "purge", "--db", db}, "--older-than"},
+		{[]string{"dead", "purge", "--db", db, "--older-than", "-1h"}, "--older-than"},
+		{[]string{"dead", "purge", "--db", db, "--older-than", "1h", "--topic", "orders"}, "--topic"},
+		{[]string{"dead", "purge", "--db", db, "--older-than", "1h", "--key", "k"}, "--key"},
+		{[]string{"dead", "bury", "--db", db}, `unknown dead command "bury"`},
+		{[]string{"broker", "setup", "--broker", "nats://", "--stream", "S", "--subjects", "s"}, "names no host"},
+		{[]string{"broker", "setup", "--broker", nat, "--subjects", "s"}, "--stream"},
+		{[]string{"broker", "setup", "--broker", nat, "--stream", "A.B", "--subjects", "s"}, "--stream"},
+		{[]string{"broker", "setup", "--broker", nat, "--stream", "S"}, "--subjects"},
+		{[]string{"broker", "setup", "--broker", nat, "--stream", "S", "--subjects", "orders paid"}, "--subjects"},
+		{[]string{"broker", "setup", "--broker", nat, "--stream", "S", "--subjects", "a.>.b"}, "--subjects"},
+		{[]string{"broker", "setup", "--broker", nat, "--stream", "S", "--subjects", "a..b"}, "--subjects"},
+		{[]string{"broker", "setup", "--db", db}, "--db"},
+		{[]string{"broker", "teardown"}, `unknown broker command "teardown"`},
+		{[]string{"version", "--verbose"}, "--verbose"},
+		{[]string{"bench", "--db", db, "--broker", nat, "--events", "0"}, "--events"},
+		{[]string{"bench", "--db", db, "--broker", nat, "--duration", "0"}, "--duration"},
+		{[]string{"bench", "--db", db, "--broker", "kafka://u:s3cret@127.0.0.1:9092"}, "kafka"},
+		{[]string{"torture", "--db", db, "--relays", "0"}, "--relays"},
+		{[]string{"torture", "--db", db, "--duration", "1s"}, "--duration"},
+		{[]string{"torture", "--db", db, "--broker", "nats://"}, "names no host"},
+		{[]string{"demo", "--orders", "10"}, "--orders"},
+		{[]string{"demo", "--broker", "nats://u:s3cret@"}, "names no host"},
+	}
+	for _, c := range cases {
+		code, stdout, stderr := runCLI(c.args...)
+		if code != exitUsage {
+			t.Errorf("%q: exit %d, want %d (stderr %q)", c.args, code, exitUsage, stderr)
+		}
+		if strings.Count(stderr, "\n") != 1 || !strings.HasSuffix(stderr, "\n") {
+			t.Errorf("%q: stderr is not one line: %q", c.args, stderr)
+		}
+		if !strings.Contains(stderr, c.want) {
+			t.Errorf("%q: stderr %q does not name %q", c.args, stderr, c.want)
+		}
+		if strings.Contains(stderr+stdout, "s3cret") || strings.Contains(stderr, "goroutine ") {
+			t.Errorf("%q: output leaks the password or a stack: %q %q", c.args, stdout, stderr)
+		}
+	}
+	if _, err := os.Stat(strings.TrimPrefix(sqlite, "sqlite:")); err == nil {
+		t.Errorf("a refused command created %s", sqlite)
+	}
+}
+
+// A value in range is taken as given, also from --config (a refused value
+// would have exited 2 before the relay touched the database, which here is
+// missing, so the exit is 1).
+func TestGoodFlagsPassValidation(t *testing.T) {
+	cfg := filepath.Join(t.TempDir(), "ok.conf")
+	writeFile(t, cfg, "batch = 1\nworkers = 1\nlease = 100ms\npoll = 1ms\nmax-attempts = 1\npublish-timeout = 1ms\nkeep-sent = 0s\nbackoff = 1ms\nbackoff-max = 1ms\n")
+	missing := "sqlite:" + filepath.Join(t.TempDir(), "missing.db")
+	code, _, stderr := runCLI("relay", "--config", cfg, "--db", missing, "--broker", "nats://127.0.0.1:1")
+	if code != exitFail || !strings.Contains(stderr, "does not exist") {
+		t.Errorf("relay with every bound at its minimum: exit %d %q; want 1, the database file does not exist", code, stderr)
+	}
+}
+
+// relay.New's errors name Config fields; the CLI says the flags instead.
+func TestRelayConfigErrorsNameFlags(t *testing.T) {
+	for in, want := range map[string]string{
+		"LeaseFor must be at least 100ms":                     "--lease must be at least 100ms",
+		"BackoffMax must not be below BackoffBase":            "--backoff-max must not be below --backoff",
+		"PollInterval must not be negative (0 means default)": "--poll must not be negative (0 means default)",
+		`Owner "x" is longer than 64 characters`:              `--owner "x" is longer than 64 characters`,
+	} {
+		if got := flagNames(in); got != want {
+			t.Errorf("flagNames(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+func TestHelpSaysDashDash(t *testing.T) {
+	code, out, _ := runCLI("relay", "--help")
+	if code != exitOK || !strings.Contains(out, "\n  --batch n\n") || strings.Contains(out, "\n  -batch") {
+		t.Errorf("relay --help: %d %q", code, out)
+	}
+}

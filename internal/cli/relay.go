@@ -15,6 +15,7 @@ import (
 	"github.com/outbox-go/outbox/internal/wire"
 	"github.com/outbox-go/outbox/relay"
 	"github.com/outbox-go/outbox/store"
+	"github.com/outbox-go/outbox/telemetry"
 )
 
 // stopWithin is the promise to process managers: a graceful stop takes at
@@ -53,6 +54,10 @@ func runRelay(ctx context.Context, e env, args []string) error {
 	var keepSent time.Duration
 	f.durationFlag(&keepSent, "keep-sent", 0, 0, "keep sent events in the archive table this long (0: delete at once)")
 	logLevel := f.String("log", "info", "log level: debug, info, warn, error")
+	metricsAddr := f.String("metrics-addr", "", "serve /metrics, /healthz and /readyz on this address (host:port; a bare :port binds 127.0.0.1); empty: off")
+	var stallAfter, readyGrace time.Duration
+	f.durationFlag(&stallAfter, "stall-after", 5*time.Minute, time.Millisecond, "/readyz fails when the oldest pending event is older than this and nothing was delivered for as long")
+	f.durationFlag(&readyGrace, "ready-grace", 30*time.Second, time.Millisecond, "/readyz fails when the store or the broker has been failing for longer than this")
 	if err := f.parse(e, args); err != nil {
 		return err
 	}
@@ -83,6 +88,10 @@ func runRelay(ctx context.Context, e env, args []string) error {
 	if f.db == "" {
 		return fmt.Errorf("%w: no database given: pass --db URL or set OUTBOX_DB (%s)", wire.ErrUsage, wire.DBSchemes)
 	}
+	listenAddr, err := metricsListenAddr(*metricsAddr)
+	if err != nil {
+		return err
+	}
 	tuneGC()
 	cfg.Logger = slog.New(slog.NewTextHandler(e.stderr, &slog.HandlerOptions{Level: level}))
 
@@ -109,14 +118,26 @@ func runRelay(ctx context.Context, e env, args []string) error {
 		defer cancel()
 		_ = br.Close(cctx)
 	}()
+	var metrics *telemetry.Metrics
+	if listenAddr != "" {
+		metrics = telemetry.NewMetrics()
+		cfg.Hooks = append(cfg.Hooks, metrics)
+	}
 	r, err := relay.New(st, br, cfg)
 	if err != nil {
 		return fmt.Errorf("%w: %s", wire.ErrUsage, flagNames(strings.TrimPrefix(err.Error(), "relay: ")))
 	}
+	if listenAddr != "" {
+		stopServing, err := serveTelemetry(listenAddr, r, st, metrics, stallAfter, readyGrace, cfg.Logger)
+		if err != nil {
+			return err
+		}
+		defer stopServing()
+	}
 	cfg.Logger.Info("outbox relay: started", "owner", r.Owner(), "db", wire.Mask(f.db), "broker", wire.Mask(*brokerURL),
 		"table", f.qualifiedTable(), "batch", cfg.BatchSize, "workers", cfg.Workers, "lease", cfg.LeaseFor,
 		"publish_timeout", cfg.PublishTimeout, "poll", cfg.PollInterval, "max_attempts", cfg.MaxAttempts,
-		"backoff", cfg.BackoffBase, "backoff_max", cfg.BackoffMax, "dead_keys", *deadKeys, "keep_sent", keepSent)
+		"backoff", cfg.BackoffBase, "backoff_max", cfg.BackoffMax, "dead_keys", *deadKeys, "keep_sent", keepSent, "metrics_addr", listenAddr)
 	if keepSent > 0 {
 		go purgeSent(ctx, st, keepSent, cfg.Logger)
 	}

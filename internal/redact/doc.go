@@ -48,13 +48,15 @@
 // to the first '@' before any '/', as libpq does), and people paste
 // passwords with '@' or '/' too. A strict URL parser then splits in the
 // wrong place and shows the password's tail as a host, port or path. Here
-// the userinfo ends at the LAST '@' that is followed by a host list (host
-// names, IP addresses, ports, commas, brackets) and then '/', '?', '#' or
-// the end; an '@' before the first '?' wins over one after it, so that
-// ?application_name=me@box in the query of a URL that has userinfo does not
-// count. The price: in a URL whose query holds an '@' and whose authority
-// has no userinfo but a port (postgres://h:5432/db?x=a@b), the text from the
-// port to that '@' is masked although it is no secret.
+// the userinfo ends at the LAST '@' that is followed by a host and is not in
+// the query, an '@' being in the query when a parameter's name= stands
+// between it and the '?' before it (so ?application_name=me@box does not
+// count). Failing that, libpq's rule applies (the first '@' if no '/' comes
+// first), and failing that, when what precedes the first '/' or '?' cannot
+// be a host list, the last '@' followed by a host. The prices, both
+// over-masking, never a leak: an '@' in the path (a database named a@b)
+// makes what precedes it count as userinfo, and a password holding
+// "?name=" together with an '@' or '/' can still be read as a query.
 //
 // Drivers echo such a URL in forms that cannot be parsed back (nats.go:
 // parse "nats://u:p": invalid port ":p"). [Text] therefore also takes the

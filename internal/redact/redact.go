@@ -29,13 +29,7 @@ func Secrets(raw string) []string {
 	for _, sp := range connSpans(raw) {
 		v := raw[sp.start:sp.end]
 		add(v)
-		if d, err := url.PathUnescape(v); err == nil {
-			add(d)
-		}
-		if d, err := url.QueryUnescape(v); err == nil {
-			add(d)
-		}
-		add(unbackslash(v))
+		add(sp.enc.decode(v))
 	}
 	return out
 }
@@ -78,8 +72,40 @@ type redactedError struct {
 func (e *redactedError) Error() string { return e.msg }
 func (e *redactedError) Unwrap() error { return e.err }
 
-// span is the byte range [start, end) of a secret.
-type span struct{ start, end int }
+// span is the byte range [start, end) of a secret, and how its value is
+// encoded there.
+type span struct {
+	start, end int
+	enc        encoding
+}
+
+// encoding says how a secret's text decodes to the value a driver uses.
+type encoding uint8
+
+const (
+	asWritten    encoding = iota // MySQL DSN password, text found in a message
+	percentPath                  // URL userinfo
+	percentQuery                 // URL query value ('+' is a space)
+	backslashed                  // libpq keyword value
+)
+
+// decode returns the value the text v of a secret encoded by e stands for.
+func (e encoding) decode(v string) string {
+	var err error
+	d := v
+	switch e {
+	case percentPath:
+		d, err = url.PathUnescape(v)
+	case percentQuery:
+		d, err = url.QueryUnescape(v)
+	case backslashed:
+		d = unbackslash(v)
+	}
+	if err != nil {
+		return v
+	}
+	return d
+}
 
 // apply replaces each span of s with Mask, merging overlaps.
 func apply(s string, spans []span) string {

@@ -17,6 +17,8 @@ var (
 	// mysqlAt finds the '@' between a go-sql-driver DSN's credentials and
 	// its address: user:pass@tcp(host:3306)/db, user:pass@/db.
 	mysqlAt = regexp.MustCompile(`@(?:[A-Za-z0-9]+\(|/)`)
+	// queryParam finds a parameter's name= in a query (from its '?').
+	queryParam = regexp.MustCompile(`[?&][A-Za-z_][A-Za-z0-9_.\-]*=`)
 	// mysqlAddr is what follows that '@' in a whole DSN.
 	mysqlAddr = regexp.MustCompile(`^@(?:[A-Za-z0-9]+\(|/)`)
 )
@@ -61,7 +63,7 @@ func secretName(name string) bool {
 func connSpans(raw string) []span {
 	if loc := schemeStart.FindStringIndex(raw); loc != nil && loc[0] == 0 {
 		var spans []span
-		starts := schemeStart.FindAllStringIndex(raw, -1)
+		starts := urlStarts(raw, ",")
 		for i, st := range starts {
 			end := len(raw)
 			if i+1 < len(starts) {
@@ -77,18 +79,35 @@ func connSpans(raw string) []span {
 	if slash := strings.LastIndexByte(raw, '/'); slash >= 0 {
 		if at := strings.LastIndexByte(raw[:slash], '@'); at >= 0 && mysqlAddr.MatchString(raw[at:]) {
 			if c := strings.IndexByte(raw[:at], ':'); c >= 0 && c+1 < at {
-				spans = append(spans, span{c + 1, at})
+				spans = append(spans, span{c + 1, at, asWritten})
 			}
 		}
 	}
 	return spans
 }
 
+// urlStarts finds where URLs begin in s: at its start, or after one of the
+// bytes in after (any byte but those a URL's userinfo puts before "//",
+// when after is empty), so that a password "//x" is not taken for a URL.
+func urlStarts(s, after string) [][]int {
+	var starts [][]int
+	for _, m := range schemeStart.FindAllStringIndex(s, -1) {
+		if m[0] > 0 {
+			c := s[m[0]-1]
+			if after != "" && strings.IndexByte(after, c) < 0 || after == "" && strings.IndexByte(":/@%", c) >= 0 {
+				continue
+			}
+		}
+		starts = append(starts, m)
+	}
+	return starts
+}
+
 // textSpans finds the secrets in a message: in its URLs, then in the
 // name=value pairs and MySQL DSNs outside them.
 func textSpans(msg string) []span {
 	var spans, urls []span
-	starts := schemeStart.FindAllStringIndex(msg, -1)
+	starts := urlStarts(msg, "")
 	for i, st := range starts {
 		end := len(msg)
 		if i+1 < len(starts) {
@@ -97,7 +116,7 @@ func textSpans(msg string) []span {
 		if t := strings.IndexAny(msg[st[1]:end], " \t\r\n\"'`<>"); t >= 0 {
 			end = st[1] + t
 		}
-		urls = append(urls, span{st[0], end})
+		urls = append(urls, span{st[0], end, asWritten})
 		spans = append(spans, urlSpans(msg, st[0], end)...)
 	}
 	inURL := func(i int) bool {
@@ -116,7 +135,7 @@ func textSpans(msg string) []span {
 		}
 		from := strings.LastIndexAny(msg[:at], " \t\r\n\"'`") + 1
 		if c := strings.IndexByte(msg[from:at], ':'); c >= 0 && from+c+1 < at {
-			spans = append(spans, span{from + c + 1, at})
+			spans = append(spans, span{from + c + 1, at, asWritten})
 		}
 	}
 	return spans
@@ -135,10 +154,10 @@ func urlSpans(s string, start, end int) []span {
 		ui := rest[:at]
 		if c := strings.IndexByte(ui, ':'); c >= 0 {
 			if c+1 < at {
-				spans = append(spans, span{p + c + 1, p + at})
+				spans = append(spans, span{p + c + 1, p + at, percentPath})
 			}
 		} else if tokenSchemes[scheme] && at > 0 {
-			spans = append(spans, span{p, p + at})
+			spans = append(spans, span{p, p + at, percentPath})
 		}
 		hostStart = at + 1
 	}
@@ -151,42 +170,42 @@ func urlSpans(s string, start, end int) []span {
 }
 
 // userinfoEnd returns the index of the '@' that ends the userinfo of rest
-// (a URL after its "scheme://"), or -1. It is the last '@' followed by
-// something that can start a host list, looked for first before the first
-// '/' (as Go's net/url does), preferring one before the first '?'; then, for
-// a password holding a '/', further on, but past the first '?' only when
-// what precedes the first '/' cannot be a host list on its own.
+// (a URL after its "scheme://"), or -1: the last '@' that is followed by a
+// host and is not in the query, an '@' being in the query when a
+// parameter's name= stands between it and the '?' before it
+// (?application_name=me@box).
+// When there is none it is libpq's: the first '@' if no '/' comes before
+// it; and failing that, when what precedes the first '/' or '?' cannot be a
+// host list, the last '@' followed by a host, wherever it stands.
 func userinfoEnd(rest string) int {
-	slash := strings.IndexByte(rest, '/')
-	if slash < 0 {
-		slash = len(rest)
-	}
-	qm := strings.IndexByte(rest, '?')
-	if qm < 0 {
-		qm = len(rest)
-	}
-	last := func(limit int) int {
-		for j := limit - 1; j >= 0; j-- {
-			if rest[j] == '@' && hostAfter(rest[j+1:]) {
-				return j
-			}
+	last := -1
+	for j := len(rest) - 1; j >= 0; j-- {
+		if rest[j] != '@' || !hostAfter(rest[j+1:]) {
+			continue
 		}
-		return -1
+		if last < 0 {
+			last = j
+		}
+		if q := strings.LastIndexByte(rest[:j], '?'); q >= 0 && queryParam.MatchString(rest[q:j]) {
+			continue
+		}
+		if strings.HasPrefix(rest[j+1:], "?") && last > j {
+			// No host, then the query holding the later '@': rather
+			// the password "@?…=" than a query with an '@' after an
+			// empty host.
+			return last
+		}
+		return j
 	}
-	if at := last(min(slash, qm)); at >= 0 {
-		return at
+	if i := strings.IndexAny(rest, "@/"); i >= 0 && rest[i] == '@' {
+		return i
 	}
-	if at := last(slash); at >= 0 {
-		return at
+	auth := rest
+	if i := strings.IndexAny(rest, "/?"); i >= 0 {
+		auth = rest[:i]
 	}
-	if slash == len(rest) {
-		return -1
-	}
-	if at := last(qm); at > slash {
-		return at
-	}
-	if !validHostList(rest[:slash]) {
-		return last(len(rest))
+	if !validHostList(auth) {
+		return last
 	}
 	return -1
 }
@@ -254,7 +273,7 @@ func querySpans(s string, start, end int) []span {
 				name = d
 			}
 			if secretName(name) {
-				spans = append(spans, span{a + eq + 1, b})
+				spans = append(spans, span{a + eq + 1, b, percentQuery})
 			}
 		}
 		a = b + 1
@@ -312,7 +331,7 @@ func valueSpan(s string, v, end int, inQuery bool) span {
 			}
 			i++
 		}
-		return span{v + 1, min(i, end)}
+		return span{v + 1, min(i, end), backslashed}
 	}
 	i := v
 	for i < end {
@@ -325,7 +344,7 @@ func valueSpan(s string, v, end int, inQuery bool) span {
 		}
 		i++
 	}
-	return span{v, min(i, end)}
+	return span{v, min(i, end), backslashed}
 }
 
 // knownSpans finds where one of the secrets stands as a whole value in a
@@ -341,7 +360,7 @@ func knownSpans(msg string, secrets []string) []span {
 			a := i + j
 			b := a + len(sec)
 			if wholeSecretAt(msg, a, b) {
-				spans = append(spans, span{a, b})
+				spans = append(spans, span{a, b, asWritten})
 			}
 			i = a + 1
 		}

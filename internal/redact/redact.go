@@ -34,6 +34,23 @@ func Secrets(raw string) []string {
 	return out
 }
 
+// Userinfo returns the userinfo of the URL raw as written (the text before
+// the '@' that ends it, by the rule of the package doc), and whether raw
+// is a URL with one. Callers compare it with their driver's reading to
+// refuse a URL whose password the driver would split elsewhere.
+func Userinfo(raw string) (string, bool) {
+	loc := schemeStart.FindStringIndex(raw)
+	if loc == nil || loc[0] != 0 {
+		return "", false
+	}
+	rest := raw[loc[1]:]
+	at := userinfoEnd(rest)
+	if at < 0 {
+		return "", false
+	}
+	return rest[:at], true
+}
+
 // Text returns msg with every secret masked: those in the URLs, name=value
 // pairs and MySQL DSNs it contains, and those of the connection strings
 // raws where they stand as a whole value in a userinfo or name=value

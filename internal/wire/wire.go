@@ -32,7 +32,8 @@ const DBSchemes = "postgres://user:pass@host:5432/db, mysql://user:pass@host:330
 // BrokerSchemes lists the --broker URL forms built in.
 const BrokerSchemes = "nats://host:4222"
 
-// OpenStore opens the store a --db URL names.
+// OpenStore opens the store a --db URL names. Its errors never show the
+// URL's secrets: its own messages mask the URL, the drivers' are scrubbed.
 func OpenStore(ctx context.Context, raw string, opts store.Options) (store.Store, error) {
 	if raw == "" {
 		return nil, fmt.Errorf("%w: no database given: pass --db URL or set OUTBOX_DB (%s)", ErrUsage, DBSchemes)
@@ -59,7 +60,7 @@ func OpenStore(ctx context.Context, raw string, opts store.Options) (store.Store
 	case "sqlite", "sqlite3", "file":
 		st, err = sqlitestore.Open(ctx, raw, sqlitestore.Config{Options: opts})
 	default:
-		return nil, fmt.Errorf("%w: unknown database scheme %q; use one of: %s", ErrUsage, scheme, DBSchemes)
+		return nil, fmt.Errorf("%w: unknown database scheme %q; use one of: %s", ErrUsage, Mask(scheme), DBSchemes)
 	}
 	if err != nil {
 		return nil, ScrubError(err, raw)
@@ -67,12 +68,23 @@ func OpenStore(ctx context.Context, raw string, opts store.Options) (store.Store
 	return st, nil
 }
 
-// OpenBroker connects to the broker a --broker URL names.
+// OpenBroker connects to the broker a --broker URL names. Its errors never
+// show the URL's secrets: its own messages mask the URL, the adapter's are
+// scrubbed.
 func OpenBroker(ctx context.Context, raw string) (broker.Broker, error) {
 	if raw == "" {
 		return nil, fmt.Errorf("%w: no broker given: pass --broker URL or set OUTBOX_BROKER (%s)", ErrUsage, BrokerSchemes)
 	}
 	u, err := url.Parse(raw)
+	if err != nil && strings.Contains(raw, "://") {
+		// Most often a password with an unencoded reserved character:
+		// say so rather than "not a URL".
+		for _, one := range strings.Split(raw, ",") {
+			if err := checkUserinfo("broker", strings.TrimSpace(one), goUserinfo); err != nil {
+				return nil, err
+			}
+		}
+	}
 	if err != nil || u.Scheme == "" {
 		return nil, fmt.Errorf("%w: broker URL %q is not a URL; use one of: %s", ErrUsage, Mask(raw), BrokerSchemes)
 	}
@@ -146,7 +158,9 @@ func goUserinfo(rest string) (string, bool) {
 }
 
 // SQLDB opens a --db URL through database/sql with the driver its store
-// expects, and names the dialect: "postgres", "mysql" or "sqlite".
+// expects, and names the dialect: "postgres", "mysql" or "sqlite". Its
+// errors never show the URL's secrets; errors of the *sql.DB's own calls
+// may (pass them through ScrubError).
 func SQLDB(raw string) (*sql.DB, string, error) {
 	scheme, _, _ := strings.Cut(raw, ":")
 	var driver, dsn, dialect string
@@ -167,11 +181,11 @@ func SQLDB(raw string) (*sql.DB, string, error) {
 		driver, dialect = "sqlite", "sqlite"
 		dsn, err = sqlitestore.DSN(raw)
 	default:
-		return nil, "", fmt.Errorf("%w: unknown database scheme %q; use one of: %s", ErrUsage, scheme, DBSchemes)
+		return nil, "", fmt.Errorf("%w: unknown database scheme %q; use one of: %s", ErrUsage, Mask(scheme), DBSchemes)
 	}
 	if err != nil {
 		return nil, "", ScrubError(fmt.Errorf("%w: %v", ErrUsage, err), raw)
 	}
 	db, err := sql.Open(driver, dsn)
-	return db, dialect, ScrubError(err, raw, dsn)
+	return db, dialect, ScrubError(err, dsn)
 }

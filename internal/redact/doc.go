@@ -53,10 +53,11 @@
 // between it and the '?' before it (so ?application_name=me@box does not
 // count). Failing that, libpq's rule applies (the first '@' if no '/' comes
 // first), and failing that, when what precedes the first '/' or '?' cannot
-// be a host list, the last '@' followed by a host. The prices, both
-// over-masking, never a leak: an '@' in the path (a database named a@b)
-// makes what precedes it count as userinfo, and a password holding
-// "?name=" together with an '@' or '/' can still be read as a query.
+// be a host list, the last '@' followed by a host. The prices: an '@' in
+// the path (a database named a@b) makes what precedes it count as userinfo
+// and be masked; and a password that looks like a port followed by a query
+// (u:12?x=y@h) is read as one, so it is not masked. The fuzz targets stop
+// at that second case.
 //
 // Drivers echo such a URL in forms that cannot be parsed back (nats.go:
 // parse "nats://u:p": invalid port ":p"). [Text] therefore also takes the

@@ -28,7 +28,7 @@ func alnum(c byte) bool {
 // printable is visible ASCII: what a password typed or generated holds.
 func printable(c byte) bool { return c > ' ' && c < 0x7f }
 
-// forms builds a connection string carrying secret in one of the positions
+// form builds a connection string carrying secret in one of the positions
 // redact knows, and the same string with the secret masked. ok is false
 // when the form cannot carry that secret well-formed.
 func form(n uint8, user, secret, host, db string) (raw, want string, ok bool) {

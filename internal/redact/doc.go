@@ -56,7 +56,7 @@
 // be a host list, the last '@' followed by a host. The prices: an '@' in
 // the path (a database named a@b) makes what precedes it count as userinfo
 // and be masked; and a password that looks like a port followed by a query
-// (u:12?x=y@h) is read as one, so it is not masked. The fuzz targets stop
+// (u:12/a?x=y@h) is read as one, so it is not masked. The fuzz targets stop
 // at that second case.
 //
 // Drivers echo such a URL in forms that cannot be parsed back (nats.go:

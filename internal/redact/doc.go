@@ -15,10 +15,12 @@
 //   - the value of a query parameter or a keyword (host=… password=…) whose
 //     name, lowercased and with '_', '-' and '.' removed, contains pass, pwd,
 //     secret, token, credential, apikey, accesskey, privatekey or signature,
-//     or is exactly key, sig, jwt, nkey or seed (password, sslpassword,
+//     or is exactly sig, jwt, nkey or seed (password, sslpassword,
 //     sasl_password, auth_token, client_secret, api_key, access_key,
 //     X-Amz-Signature, …). Names ending in file or path are exempt
 //     (passfile, token_file): they name where a secret is, not the secret;
+//     so is key alone, which names an event's ordering key in outbox
+//     messages (key=order-42);
 //   - the password of a go-sql-driver/mysql DSN (user:SECRET@tcp(host)/db).
 //
 // A secret becomes [Mask]; every other byte of the input stays where it was,

@@ -158,7 +158,7 @@ func TestSecretName(t *testing.T) {
 	for name, want := range map[string]bool{
 		"password": true, "PASSWORD": true, "sslpassword": true, "passwd": true, "pwd": true, "sasl_password": true,
 		"token": true, "auth_token": true, "client_secret": true, "api_key": true, "apikey": true, "access_key": true,
-		"X-Amz-Signature": true, "private_key": true, "key": true, "nkey": true, "credentials": true,
+		"X-Amz-Signature": true, "private_key": true, "key": false, "partition_key": false, "nkey": true, "credentials": true,
 		"user": false, "host": false, "sslmode": false, "sslkey": false, "passfile": false, "token_file": false, "dbname": false, "keepalives": false,
 	} {
 		if got := secretName(name); got != want {

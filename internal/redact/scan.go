@@ -30,7 +30,7 @@ var tokenSchemes = map[string]bool{"nats": true, "tls": true, "ws": true, "wss":
 // normalized form contains one; secretNames when it is one.
 var (
 	secretWords = []string{"pass", "pwd", "secret", "token", "credential", "apikey", "accesskey", "privatekey", "signature"}
-	secretNames = map[string]bool{"key": true, "sig": true, "jwt": true, "nkey": true, "seed": true}
+	secretNames = map[string]bool{"sig": true, "jwt": true, "nkey": true, "seed": true}
 )
 
 // secretName reports whether a query parameter or keyword named name holds

@@ -59,7 +59,8 @@
 // the path (a database named a@b) makes what precedes it count as userinfo
 // and be masked; and a password that looks like a port followed by a query
 // (u:12/a?x=y@h) is read as one, so it is not masked. The fuzz targets stop
-// at that second case.
+// at that second case, and at a password holding ",x://", which reads as
+// the next URL of a comma-separated list.
 //
 // Drivers echo such a URL in forms that cannot be parsed back (nats.go:
 // parse "nats://u:p": invalid port ":p"). [Text] therefore also takes the

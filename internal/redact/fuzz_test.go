@@ -140,10 +140,28 @@ func FuzzSecretMasked(f *testing.F) {
 		}
 		// What pgx says about the same connection: no secret, unchanged.
 		msg := fmt.Sprintf("failed to connect to `user=%s database=%s`: %s:5432 (%s): dial error: dial tcp %s:5432: connect: connection refused", user, db, host, host, host)
+		if standsWhole(msg, secret) {
+			return // the message itself holds the secret as a whole value ("database=0`:" for the secret "0`:"): masked by design
+		}
 		if got := Text(msg, raw); got != msg {
 			t.Fatalf("Text(%q, %q) changed a message without a secret:\n got %q", msg, raw, got)
 		}
 	})
+}
+
+// standsWhole reports whether secret occurs in msg as a whole value in a
+// secret position.
+func standsWhole(msg, secret string) bool {
+	for i := 0; ; i++ {
+		j := strings.Index(msg[i:], secret)
+		if j < 0 {
+			return false
+		}
+		i += j
+		if wholeSecretAt(msg, i, i+len(secret)) {
+			return true
+		}
+	}
 }
 
 // FuzzNoSecret: a message with no '@' and no '=' has no secret position,
@@ -209,8 +227,8 @@ func FuzzUnencodedPassword(f *testing.F) {
 		host = keep(host, func(c byte) bool { return alnum(c) || c == '.' || c == '-' }, "h")
 		db = keep(db, func(c byte) bool { return alnum(c) || c == '_' }, "db")
 		secret = keep(secret, func(c byte) bool { return printable(c) && strings.IndexByte("'\"`<>", c) < 0 }, "")
-		if secret == "" || strings.Contains(secret, Mask) || queryParam.MatchString(secret) {
-			return // a password holding "?name=" or "&name=" reads as a query: see userinfoEnd
+		if secret == "" || strings.Contains(secret, Mask) || queryParam.MatchString(secret) || strings.Contains(secret, "://") {
+			return // a password holding "?name=" or "&name=" reads as a query (see userinfoEnd), one holding ",x://" as the next URL of a list
 		}
 		raw := scheme + "://" + user + ":" + secret + "@" + host + ":5432/" + db
 		public := scheme + "://" + user + ":" + Mask + "@" + host + ":5432/" + db

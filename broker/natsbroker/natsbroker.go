@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"net/url"
-	"strings"
 	"sync"
 	"time"
 
@@ -15,6 +13,7 @@ import (
 
 	outbox "github.com/outbox-go/outbox"
 	"github.com/outbox-go/outbox/broker"
+	"github.com/outbox-go/outbox/internal/redact"
 )
 
 // Defaults for Config fields left at zero.
@@ -148,7 +147,9 @@ func Dial(url string, cfg Config) (*Broker, error) {
 	}, cfg.ConnectOptions...)
 	nc, err := nats.Connect(url, opts...)
 	if err != nil {
-		return nil, fmt.Errorf("natsbroker: connect to %s: %w; check that nats-server runs there with JetStream enabled (-js)", maskURL(url), err)
+		// nats.go's own errors may quote the URL (a parse error does):
+		// redact the whole message, knowing the URL's secrets.
+		return nil, redact.Error(fmt.Errorf("natsbroker: connect to %s: %w; check that nats-server runs there with JetStream enabled (-js)", redact.URL(url), err), url)
 	}
 	b, err := newBroker(nc, cfg, true)
 	if err != nil {
@@ -159,7 +160,7 @@ func Dial(url string, cfg Config) (*Broker, error) {
 	defer cancel()
 	if _, err := b.js.AccountInfo(ctx); errors.Is(err, jetstream.ErrJetStreamNotEnabled) || errors.Is(err, jetstream.ErrJetStreamNotEnabledForAccount) {
 		nc.Close()
-		return nil, fmt.Errorf("natsbroker: %s: %w; start nats-server with -js, or enable JetStream for this account", maskURL(url), err)
+		return nil, fmt.Errorf("natsbroker: %s: %w; start nats-server with -js, or enable JetStream for this account", redact.URL(url), err)
 	}
 	return b, nil
 }
@@ -171,16 +172,6 @@ func reconnectDelay(attempts int) time.Duration {
 	d := 100 * time.Millisecond << min(max(attempts-1, 0), 6)
 	d = min(d, 5*time.Second)
 	return d + rand.N(d/5+1)
-}
-
-func maskURL(raw string) string {
-	parts := strings.Split(raw, ",")
-	for i, p := range parts {
-		if u, err := url.Parse(strings.TrimSpace(p)); err == nil && u.User != nil {
-			parts[i] = u.Redacted()
-		}
-	}
-	return strings.Join(parts, ",")
 }
 
 // Conn returns the connection the Broker publishes on.

@@ -26,6 +26,7 @@ import (
 	outbox "github.com/outbox-go/outbox"
 	"github.com/outbox-go/outbox/broker"
 	"github.com/outbox-go/outbox/broker/natsbroker"
+	"github.com/outbox-go/outbox/internal/redact"
 	"github.com/outbox-go/outbox/relay"
 	"github.com/outbox-go/outbox/store"
 )
@@ -138,7 +139,7 @@ func (c *Config) defaults() error {
 		return errors.New("bench: OpenStore and SQLDB are required")
 	}
 	if !strings.HasPrefix(c.BrokerURL, "nats://") {
-		return fmt.Errorf("bench: --broker must be a nats:// URL for now, not %q", c.BrokerURL)
+		return fmt.Errorf("bench: --broker must be a nats:// URL for now, not %q", redact.URL(c.BrokerURL))
 	}
 	return nil
 }
@@ -172,7 +173,7 @@ func Run(ctx context.Context, c Config) (Result, error) {
 	}
 	nc, err := nats.Connect(c.BrokerURL)
 	if err != nil {
-		return res, fmt.Errorf("bench: nats: %w", err)
+		return res, redact.Error(fmt.Errorf("bench: connect to NATS at %s: %w", redact.URL(c.BrokerURL), err), c.BrokerURL)
 	}
 	defer nc.Close()
 	js, err := jetstream.New(nc)

@@ -2,6 +2,7 @@ package bench_test
 
 import (
 	"context"
+	"net"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -78,4 +79,33 @@ func TestRunWithRelayProcesses(t *testing.T) {
 		t.Errorf("implausible result %+v", res)
 	}
 	t.Log(res.Summary(c))
+}
+
+// TestRunErrorsHideSecrets: `outbox bench --broker kafka://u:pw@…` used to
+// print the password; no broker URL's secret reaches an error.
+func TestRunErrorsHideSecrets(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := l.Addr().String()
+	l.Close()
+	for _, c := range []struct{ broker, says string }{
+		{"kafka://alice:S3CRET@h1:9092,h2:9092", "kafka://alice:xxxxx@h1:9092,h2:9092"},
+		{"nats://S3CRET@" + closed, "nats://xxxxx@" + closed},
+		{"nats://alice:S3CRET@" + closed, "nats://alice:xxxxx@" + closed},
+	} {
+		var out strings.Builder
+		_, err := bench.Run(context.Background(), bench.Config{
+			DBURL: teststores.URL(t, "postgres"), BrokerURL: c.broker, Events: 10, Out: &out,
+			OpenStore: wire.OpenStore, SQLDB: wire.SQLDB,
+		})
+		if err == nil {
+			t.Fatalf("bench with --broker %s succeeded", c.says)
+		}
+		t.Log(err)
+		if msg := err.Error() + out.String(); strings.Contains(msg, "S3CRET") || !strings.Contains(msg, c.says) {
+			t.Errorf("--broker %s: %q; want it to name %s and hide the secret", c.says, msg, c.says)
+		}
+	}
 }

@@ -28,9 +28,13 @@ type relayProcs struct {
 func startRelays(ctx context.Context, c Config, table string) (*relayProcs, error) {
 	p := &relayProcs{}
 	for i := 0; i < c.Relays; i++ {
-		args := append([]string{"relay", "--db", c.DBURL, "--broker", c.BrokerURL, "--table", table,
+		args := append([]string{"relay", "--table", table,
 			"--batch", strconv.Itoa(c.Batch), "--workers", strconv.Itoa(c.Workers), "--log", "warn"}, c.RelayArgs...)
 		cmd := c.RelayCommand(ctx, args)
+		// The URLs go in the environment, not the arguments: any local
+		// user can read a process's arguments (ps), and they may hold a
+		// password.
+		cmd.Env = append(cmd.Environ(), "OUTBOX_DB="+c.DBURL, "OUTBOX_BROKER="+c.BrokerURL)
 		var buf bytes.Buffer
 		cmd.Stdout, cmd.Stderr = &buf, &buf
 		if err := cmd.Start(); err != nil {

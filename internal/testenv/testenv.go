@@ -12,6 +12,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/outbox-go/outbox/internal/redact"
 )
 
 // Service names a server the tests need.
@@ -83,14 +85,5 @@ func dial(raw string) error {
 	return c.Close()
 }
 
-// Mask hides a URL's password.
-func Mask(raw string) string {
-	u, err := url.Parse(raw)
-	if err != nil || u.User == nil {
-		return raw
-	}
-	if _, ok := u.User.Password(); ok {
-		u.User = url.UserPassword(u.User.Username(), "xxxxx")
-	}
-	return u.String()
-}
+// Mask hides a URL's secrets (see internal/redact).
+func Mask(raw string) string { return redact.URL(raw) }

@@ -18,6 +18,7 @@ import (
 
 	"github.com/outbox-go/outbox/inbox"
 	"github.com/outbox-go/outbox/inbox/natsmsg"
+	"github.com/outbox-go/outbox/internal/redact"
 )
 
 // transport is what the run needs from a broker: a fresh destination, the
@@ -89,7 +90,7 @@ func openNATS(ctx context.Context, brokerURL, dir string) (transport, error) {
 	nc, err := nats.Connect(t.url, nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond), nats.Name("outbox torture consumer"))
 	if err != nil {
 		t.Close()
-		return nil, fmt.Errorf("torture: connect to NATS at %s: %w", t.url, err)
+		return nil, redact.Error(fmt.Errorf("torture: connect to NATS at %s: %w", redact.URL(t.url), err), t.url)
 	}
 	t.nc = nc
 	if t.js, err = jetstream.New(nc); err != nil {

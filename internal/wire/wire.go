@@ -16,6 +16,7 @@ import (
 
 	"github.com/outbox-go/outbox/broker"
 	"github.com/outbox-go/outbox/broker/natsbroker"
+	"github.com/outbox-go/outbox/internal/redact"
 	"github.com/outbox-go/outbox/store"
 	"github.com/outbox-go/outbox/store/mysqlstore"
 	"github.com/outbox-go/outbox/store/pgstore"
@@ -31,7 +32,8 @@ const DBSchemes = "postgres://user:pass@host:5432/db, mysql://user:pass@host:330
 // BrokerSchemes lists the --broker URL forms built in.
 const BrokerSchemes = "nats://host:4222"
 
-// OpenStore opens the store a --db URL names.
+// OpenStore opens the store a --db URL names. Its errors never show the
+// URL's secrets: its own messages mask the URL, the drivers' are scrubbed.
 func OpenStore(ctx context.Context, raw string, opts store.Options) (store.Store, error) {
 	if raw == "" {
 		return nil, fmt.Errorf("%w: no database given: pass --db URL or set OUTBOX_DB (%s)", ErrUsage, DBSchemes)
@@ -46,34 +48,58 @@ func OpenStore(ctx context.Context, raw string, opts store.Options) (store.Store
 	)
 	switch strings.ToLower(scheme) {
 	case "postgres", "postgresql":
+		if err := checkUserinfo("database", raw, libpqUserinfo); err != nil {
+			return nil, err
+		}
 		st, err = pgstore.Open(ctx, raw, pgstore.Config{Options: opts})
 	case "mysql", "mariadb":
+		if err := checkUserinfo("database", raw, goUserinfo); err != nil {
+			return nil, err
+		}
 		st, err = mysqlstore.Open(ctx, raw, mysqlstore.Config{Options: opts})
 	case "sqlite", "sqlite3", "file":
 		st, err = sqlitestore.Open(ctx, raw, sqlitestore.Config{Options: opts})
 	default:
-		return nil, fmt.Errorf("%w: unknown database scheme %q; use one of: %s", ErrUsage, scheme, DBSchemes)
+		return nil, fmt.Errorf("%w: unknown database scheme %q; use one of: %s", ErrUsage, Mask(scheme), DBSchemes)
 	}
 	if err != nil {
-		return nil, scrub(err, raw)
+		return nil, ScrubError(err, raw)
 	}
 	return st, nil
 }
 
-// OpenBroker connects to the broker a --broker URL names.
+// OpenBroker connects to the broker a --broker URL names. Its errors never
+// show the URL's secrets: its own messages mask the URL, the adapter's are
+// scrubbed.
 func OpenBroker(ctx context.Context, raw string) (broker.Broker, error) {
 	if raw == "" {
 		return nil, fmt.Errorf("%w: no broker given: pass --broker URL or set OUTBOX_BROKER (%s)", ErrUsage, BrokerSchemes)
 	}
 	u, err := url.Parse(raw)
+	if err != nil && strings.Contains(raw, "://") {
+		// Most often a password with an unencoded reserved character:
+		// say so rather than "not a URL".
+		for _, one := range strings.Split(raw, ",") {
+			if err := checkUserinfo("broker", strings.TrimSpace(one), goUserinfo); err != nil {
+				return nil, err
+			}
+		}
+	}
 	if err != nil || u.Scheme == "" {
 		return nil, fmt.Errorf("%w: broker URL %q is not a URL; use one of: %s", ErrUsage, Mask(raw), BrokerSchemes)
 	}
 	switch strings.ToLower(u.Scheme) {
 	case "nats", "tls":
+		// nats.go splits the list at commas and reads each URL with
+		// net/url.
+		for _, one := range strings.Split(raw, ",") {
+			if err := checkUserinfo("broker", strings.TrimSpace(one), goUserinfo); err != nil {
+				return nil, err
+			}
+		}
 		b, err := natsbroker.Dial(raw, natsbroker.Config{})
 		if err != nil {
-			return nil, scrub(err, raw)
+			return nil, ScrubError(err, raw)
 		}
 		return b, nil
 	case "kafka", "amqp", "amqps", "redis", "rediss", "mqtt", "mqtts", "http", "https", "rocketmq":
@@ -83,53 +109,83 @@ func OpenBroker(ctx context.Context, raw string) (broker.Broker, error) {
 	}
 }
 
-// Mask hides the password in a URL, for logs and errors.
-func Mask(raw string) string {
-	u, err := url.Parse(raw)
-	if err != nil || u.User == nil {
-		return raw
+// Mask hides the secrets of a URL or DSN (passwords, tokens, secret query
+// parameters and keywords), for logs and errors; see internal/redact.
+func Mask(raw string) string { return redact.URL(raw) }
+
+// ScrubError returns err with the secrets in its message masked: those of
+// any URL, DSN or password=… pair it contains, and those of the connection
+// strings raws where they stand whole in a secret position. It unwraps to
+// err, so errors.Is(err, ErrUsage) still holds; nil stays nil.
+func ScrubError(err error, raws ...string) error { return redact.Error(err, raws...) }
+
+// checkUserinfo refuses a URL whose userinfo the driver would end at
+// another '@' than redact does (an unencoded @, /, ? or # in the
+// password): the driver would then show a piece of the password as a host
+// or port in its errors, where nothing can recognize it as a secret.
+func checkUserinfo(what, raw string, driver func(rest string) (string, bool)) error {
+	_, rest, ok := strings.Cut(raw, "://")
+	if !ok {
+		return nil
 	}
-	if _, ok := u.User.Password(); !ok {
-		return raw
+	ours, have := redact.Userinfo(raw)
+	theirs, they := driver(rest)
+	if have == they && ours == theirs {
+		return nil
 	}
-	u.User = url.UserPassword(u.User.Username(), "xxxxx")
-	return u.String()
+	return fmt.Errorf("%w: the password in the %s URL %s holds a character that ends a URL's password (@ / ? or #): percent-encode it (@ as %%40, / as %%2F, ? as %%3F, # as %%23)", ErrUsage, what, Mask(raw))
 }
 
-// scrub removes a password that a driver may have echoed into err.
-func scrub(err error, raw string) error {
-	u, perr := url.Parse(raw)
-	if perr != nil || u.User == nil {
-		return err
+// libpqUserinfo is where pgx, like libpq, ends a URL's userinfo: at the
+// first '@', if no '/' comes before it.
+func libpqUserinfo(rest string) (string, bool) {
+	if i := strings.IndexAny(rest, "@/"); i >= 0 && rest[i] == '@' {
+		return rest[:i], true
 	}
-	pw, ok := u.User.Password()
-	if !ok || pw == "" || !strings.Contains(err.Error(), pw) {
-		return err
+	return "", false
+}
+
+// goUserinfo is where net/url (go-sql-driver's URL form here, nats.go)
+// ends it: at the last '@' before the first '#', '?' or '/'.
+func goUserinfo(rest string) (string, bool) {
+	if i := strings.IndexAny(rest, "#?/"); i >= 0 {
+		rest = rest[:i]
 	}
-	return errors.New(strings.ReplaceAll(err.Error(), pw, "xxxxx"))
+	if i := strings.LastIndexByte(rest, '@'); i >= 0 {
+		return rest[:i], true
+	}
+	return "", false
 }
 
 // SQLDB opens a --db URL through database/sql with the driver its store
-// expects, and names the dialect: "postgres", "mysql" or "sqlite".
+// expects, and names the dialect: "postgres", "mysql" or "sqlite". Its
+// errors never show the URL's secrets; errors of the *sql.DB's own calls
+// may (pass them through ScrubError).
 func SQLDB(raw string) (*sql.DB, string, error) {
 	scheme, _, _ := strings.Cut(raw, ":")
 	var driver, dsn, dialect string
 	var err error
 	switch strings.ToLower(scheme) {
 	case "postgres", "postgresql":
+		if err := checkUserinfo("database", raw, libpqUserinfo); err != nil {
+			return nil, "", err
+		}
 		driver, dsn, dialect = "pgx", raw, "postgres"
 	case "mysql", "mariadb":
+		if err := checkUserinfo("database", raw, goUserinfo); err != nil {
+			return nil, "", err
+		}
 		driver, dialect = "mysql", "mysql"
 		dsn, err = mysqlstore.DSN(raw)
 	case "sqlite", "sqlite3", "file":
 		driver, dialect = "sqlite", "sqlite"
 		dsn, err = sqlitestore.DSN(raw)
 	default:
-		return nil, "", fmt.Errorf("%w: unknown database scheme %q; use one of: %s", ErrUsage, scheme, DBSchemes)
+		return nil, "", fmt.Errorf("%w: unknown database scheme %q; use one of: %s", ErrUsage, Mask(scheme), DBSchemes)
 	}
 	if err != nil {
-		return nil, "", fmt.Errorf("%w: %v", ErrUsage, err)
+		return nil, "", ScrubError(fmt.Errorf("%w: %v", ErrUsage, err), raw)
 	}
 	db, err := sql.Open(driver, dsn)
-	return db, dialect, err
+	return db, dialect, ScrubError(err, dsn)
 }

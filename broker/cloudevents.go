@@ -160,24 +160,25 @@ func invalid(field string, sentinel error, why string) error {
 // isUUID reports whether s is a UUID in its canonical 36-character form,
 // the form outbox.Validate requires and package inbox parses.
 func isUUID(s string) bool {
-	if len(s) != 36 {
+	if len(s) != 36 || s[8] != '-' || s[13] != '-' || s[18] != '-' || s[23] != '-' {
 		return false
 	}
-	for i := 0; i < 36; i++ {
-		c := s[i]
-		switch i {
-		case 8, 13, 18, 23:
-			if c != '-' {
-				return false
-			}
-		default:
-			if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F') {
+	for _, seg := range [...]string{s[:8], s[9:13], s[14:18], s[19:23], s[24:]} {
+		for i := 0; i < len(seg); i++ {
+			if !isHex[seg[i]] {
 				return false
 			}
 		}
 	}
 	return true
 }
+
+var isHex = func() (t [256]bool) {
+	for _, c := range "0123456789abcdefABCDEF" {
+		t[c] = true
+	}
+	return t
+}()
 
 // clipValue shortens a value quoted in an error message.
 func clipValue(s string) string {

@@ -70,20 +70,29 @@ func IsReservedHeader(t Transport, name string) bool {
 // control character or a leading or trailing space, or a name t reserves
 // ("" means any transport). These are the rules outbox.Validate applies at
 // enqueue; adapters apply them to rows written by plain SQL and return the
-// error as Permanent. It wraps outbox.ErrInvalidHeader or
-// outbox.ErrReservedHeader.
+// error as Permanent. It wraps outbox.ErrInvalidMessage and
+// outbox.ErrInvalidHeader or outbox.ErrReservedHeader.
 func CheckHeaders(t Transport, h map[string]string) error {
-	bits := t.bits()
 	for k, v := range h {
-		if why := eventrule.CheckHeaderName(k); why != "" {
-			return fmt.Errorf("header %q: %w: %s", k, outbox.ErrInvalidHeader, why)
+		if err := CheckHeader(t, k, v); err != nil {
+			return err
 		}
-		if why := eventrule.CheckHeaderValue(v); why != "" {
-			return fmt.Errorf("header %q: %w: %s", k, outbox.ErrInvalidHeader, why)
-		}
-		if r, ok := eventrule.Reserved(bits, k); ok {
-			return fmt.Errorf("header %q: %w: %s reserves it: %s; %s", k, outbox.ErrReservedHeader, (r.Owners & bits).Names(), r.Why, r.Fix)
-		}
+	}
+	return nil
+}
+
+// CheckHeader is CheckHeaders for one header, for adapters that check each
+// header as they copy it.
+func CheckHeader(t Transport, name, value string) error {
+	if why := eventrule.CheckHeaderName(name); why != "" {
+		return fmt.Errorf("header %q: %w: %s (%w)", name, outbox.ErrInvalidHeader, why, outbox.ErrInvalidMessage)
+	}
+	if why := eventrule.CheckHeaderValue(value); why != "" {
+		return fmt.Errorf("header %q: %w: %s (%w)", name, outbox.ErrInvalidHeader, why, outbox.ErrInvalidMessage)
+	}
+	bits := t.bits()
+	if r, ok := eventrule.Reserved(bits, name); ok {
+		return fmt.Errorf("header %q: %w: %s reserves it: %s; %s (%w)", name, outbox.ErrReservedHeader, (r.Owners & bits).Names(), r.Why, r.Fix, outbox.ErrInvalidMessage)
 	}
 	return nil
 }

@@ -56,7 +56,7 @@ func (bt *batch) message(events []outbox.Event, i int) (*nats.Msg, error) {
 		}
 		bt.validTopic = e.Topic // a batch's events mostly share their topic
 	}
-	if err := broker.CheckEvent(broker.NATS, e); err != nil {
+	if err := broker.CheckCloudEvent(e); err != nil {
 		return nil, broker.Permanentf("natsbroker: event %s: %w; fix the row, then retry the event (outbox dead retry)", e.EventID, err)
 	}
 	bt.attrs = broker.AppendCloudEventAttributes(bt.attrs[:0], e, bt.source)
@@ -65,6 +65,9 @@ func (bt *batch) message(events []outbox.Event, i int) (*nats.Msg, error) {
 	bt.values = bt.values[:0]
 	size := headerFrame // the header block as nats.go writes it
 	for k, v := range e.Headers {
+		if err := broker.CheckHeader(broker.NATS, k, v); err != nil {
+			return nil, broker.Permanentf("natsbroker: event %s: %w; fix the row's headers, then retry the event (outbox dead retry)", e.EventID, err)
+		}
 		h[k] = bt.value(v)
 		size += len(k) + len(v) + headerLineExtra
 	}

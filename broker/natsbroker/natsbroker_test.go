@@ -141,6 +141,7 @@ func harness(name, url string, admin *nats.Conn, storage jetstream.StorageType) 
 			return dial(t, url, natsbroker.Config{}), &streamReceiver{stream: stream}
 		},
 		MaxPayload: int(admin.MaxPayload()),
+		Transport:  broker.NATS,
 	}
 }
 
@@ -243,12 +244,26 @@ func TestHeaderMapping(t *testing.T) {
 	e.SchemaVersion = 3
 	e.ContentType = "application/json; charset=utf-8"
 	e.Headers = map[string]string{
-		"traceparent": "00-abc-def-01", "Tenant": "acme ✓",
-		// Reserved names, only reachable by bypassing outbox.Validate: dropped.
-		"Nats-Rollup": "all", "CE-ID": "forged", "ce-type": "forged",
+		"traceparent": "00-abc-def-01", "Tenant": "acme ✓", "X-Request-Id": "req-1",
+		// Reserved by other transports only: NATS delivers them.
+		"x-death": "kept", "ce_type": "kept",
 	}
-	if res := b.Publish(ctxFor(t, 10*time.Second), []outbox.Event{e}); res[0] != nil {
+	// Names NATS reserves, only reachable by bypassing outbox.Validate:
+	// each event carrying one is refused, never sent with it dropped.
+	var forged []outbox.Event
+	for _, name := range []string{"Nats-Rollup", "CE-ID", "ce-type", "Content-Type", "Status", "description"} {
+		f := event(subject, 1)
+		f.Headers = map[string]string{name: "forged"}
+		forged = append(forged, f)
+	}
+	res := b.Publish(ctxFor(t, 10*time.Second), append([]outbox.Event{e}, forged...))
+	if res[0] != nil {
 		t.Fatal(res[0])
+	}
+	for i, err := range res[1:] {
+		if !broker.IsPermanent(err) || !errors.Is(err, outbox.ErrReservedHeader) {
+			t.Errorf("header %v: %v; want a permanent error wrapping outbox.ErrReservedHeader", forged[i].Headers, err)
+		}
 	}
 	m, err := stream.GetMsg(ctxFor(t, 5*time.Second), 1)
 	if err != nil {
@@ -267,6 +282,9 @@ func TestHeaderMapping(t *testing.T) {
 		"ce-aggregatetype":   "Order",
 		"traceparent":        "00-abc-def-01",
 		"Tenant":             "acme ✓",
+		"X-Request-Id":       "req-1",
+		"x-death":            "kept",
+		"ce_type":            "kept",
 	}
 	got := make(map[string]string)
 	for k, v := range m.Header {

@@ -124,10 +124,23 @@ var Rules = []Rule{
 	{Name: "expect", Owners: HTTP, Why: "Expect changes how HTTP sends the body", Fix: fixSetByLib},
 }
 
+// byTransport holds, for each set of transports, the rules of those
+// transports, so that an adapter looks only at its own few.
+var byTransport = func() (out [All + 1][]*Rule) {
+	for t := range out {
+		for i := range Rules {
+			if Rules[i].Owners&Transport(t) != 0 {
+				out[t] = append(out[t], &Rules[i])
+			}
+		}
+	}
+	return out
+}()
+
 // Reserved returns the first rule of a transport in t that reserves name.
 func Reserved(t Transport, name string) (*Rule, bool) {
-	for i := range Rules {
-		if r := &Rules[i]; r.Owners&t != 0 && r.Matches(name) {
+	for _, r := range byTransport[t&All] {
+		if r.Matches(name) {
 			return r, true
 		}
 	}

@@ -46,7 +46,9 @@ func TestValidateRefuses(t *testing.T) {
 		{"leading space in a header value", func(m *outbox.Message) { m.Headers = map[string]string{"h": " v"} }, outbox.ErrInvalidHeader, `Headers["h"]`, "trim them"},
 		{"trailing space in a header value", func(m *outbox.Message) { m.Headers = map[string]string{"h": "v "} }, outbox.ErrInvalidHeader, `Headers["h"]`, "trim them"},
 		{"invalid UTF-8 in a header value", func(m *outbox.Message) { m.Headers = map[string]string{"h": "\xff"} }, outbox.ErrInvalidHeader, `Headers["h"]`, "base64"},
-		{"headers too large", func(m *outbox.Message) { m.Headers = map[string]string{"h": strings.Repeat("v", outbox.MaxHeaderBytes)} }, outbox.ErrInvalidHeader, "Headers", "keep them under"},
+		{"headers too large", func(m *outbox.Message) {
+			m.Headers = map[string]string{"h": strings.Repeat("v", outbox.MaxHeaderBytes)}
+		}, outbox.ErrInvalidHeader, "Headers", "keep them under"},
 		{"payload too large", func(m *outbox.Message) { m.Payload = make([]byte, outbox.DefaultMaxPayload+1) }, outbox.ErrPayloadTooLarge, "Payload", "1048577 bytes"},
 
 		// Reserved names, each with the transport that owns it.

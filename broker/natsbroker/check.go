@@ -117,3 +117,14 @@ func subjectProblem(s string) string {
 	}
 	return ""
 }
+
+var _ broker.Describer = (*Broker)(nil)
+
+// Features declares the server's max_payload as the largest message
+// (payload and headers together; 0 before the first connection). The
+// ordering unit is OrderNone: JetStream may store a later message of a key
+// whose earlier one failed in the same batch. The in-flight bound is
+// Config.MaxPending, which the Broker enforces itself, so none is declared.
+func (b *Broker) Features() broker.Features {
+	return broker.Features{MaxMessage: int(b.nc.MaxPayload())}
+}

@@ -10,12 +10,13 @@ import (
 var (
 	ErrInvalidMessage  = errors.New("outbox: invalid message")
 	ErrEmptyTopic      = errors.New("outbox: topic is empty")
+	ErrEmptyType       = errors.New("outbox: type is empty")
 	ErrFieldTooLong    = errors.New("outbox: field too long")
 	ErrPayloadTooLarge = errors.New("outbox: payload too large")
 	ErrInvalidHeader   = errors.New("outbox: invalid header")
 	ErrReservedHeader  = errors.New("outbox: reserved header name")
 	ErrInvalidEventID  = errors.New("outbox: event id is not a UUID")
-	ErrInvalidText     = errors.New("outbox: text is not valid UTF-8")
+	ErrInvalidText     = errors.New("outbox: text is not a valid CloudEvents string")
 	// ErrSchemaViolation: the payload is not valid JSON or does not match
 	// the JSON Schema registered for its (Type, SchemaVersion); see package
 	// eventschema.

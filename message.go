@@ -20,7 +20,8 @@ const (
 // DefaultContentType is the content type of a Message that names none.
 const DefaultContentType = "application/json"
 
-// Message is one event to deliver. Only Topic is required.
+// Message is one event to deliver. Topic and Type are required. Text fields
+// are valid UTF-8 without control characters (CloudEvents strings).
 type Message struct {
 	// EventID is the stable identity consumers deduplicate on. A UUIDv7 is
 	// generated when empty; a given one must be a UUID.
@@ -31,7 +32,8 @@ type Message struct {
 	// Key is the aggregate id: events with the same Key are delivered in
 	// order. Empty means unordered. At most 255 characters.
 	Key string
-	// Type says what happened ("OrderPaid"). At most 255 characters.
+	// Type says what happened ("OrderPaid"): the CloudEvents type, which
+	// CloudEvents requires. Required, at most 255 characters.
 	Type string
 	// AggregateType says to what kind of thing it happened ("Order").
 	AggregateType string
@@ -41,8 +43,11 @@ type Message struct {
 	Payload []byte
 	// ContentType says how to read Payload; default application/json.
 	ContentType string
-	// Headers are delivered as message headers. Names reserved for
-	// transports (Nats-*, ce_*, x-*, …) are refused.
+	// Headers are delivered as message headers, names and values unchanged.
+	// Names are HTTP tokens (letters, digits, !#$%&'*+-.^_`|~); values
+	// hold no control characters and no leading or trailing space. Names a
+	// transport owns (Content-Type, ce-*, Nats-*, Status, …; see
+	// IsReservedHeader and broker.ReservedHeaders) are refused.
 	Headers map[string]string
 	// AvailableAt delays delivery until then; zero means now. A delayed
 	// keyed event holds the later events of its key.

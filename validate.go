@@ -2,20 +2,20 @@ package outbox
 
 import (
 	"fmt"
-	"strings"
 	"unicode/utf8"
 
 	"github.com/google/uuid"
+
+	"github.com/outbox-go/outbox/internal/eventrule"
 )
 
 // Column limits shared by every store.
 const (
-	MaxTopicLen        = 255      // characters in Topic
-	MaxKeyLen          = 255      // characters in Key
-	MaxTypeLen         = 255      // characters in Type, AggregateType and ContentType
-	MaxHeaderBytes     = 64 << 10 // all header names and values together
-	DefaultMaxPayload  = 1 << 20  // default Limits.MaxPayload: 1 MiB
-	maxHeaderNameBytes = 255
+	MaxTopicLen       = 255      // characters in Topic
+	MaxKeyLen         = 255      // characters in Key
+	MaxTypeLen        = 255      // characters in Type, AggregateType and ContentType
+	MaxHeaderBytes    = 64 << 10 // all header names and values together
+	DefaultMaxPayload = 1 << 20  // default Limits.MaxPayload: 1 MiB
 )
 
 // Limits bound what Validate accepts.
@@ -31,19 +31,12 @@ func (l Limits) maxPayload() int {
 	return l.MaxPayload
 }
 
-// reservedHeaderPrefixes are header names the transports own: a user header
-// must never override them (lower-case, compared case-insensitively).
-var reservedHeaderPrefixes = []string{"nats-", "ce_", "ce-", "x-", "cloudevents:", "cloudevents_", "webhook-", "content-type", "kafka_", "amqp"}
-
-// IsReservedHeader reports whether name belongs to a transport.
+// IsReservedHeader reports whether a transport owns name (compared
+// ignoring ASCII case): the union of broker.ReservedHeaders over every
+// transport, which Validate refuses in Message.Headers.
 func IsReservedHeader(name string) bool {
-	n := strings.ToLower(name)
-	for _, p := range reservedHeaderPrefixes {
-		if strings.HasPrefix(n, p) {
-			return true
-		}
-	}
-	return false
+	_, ok := eventrule.Reserved(eventrule.All, name)
+	return ok
 }
 
 // Validate checks every message before anything is written. It returns the
@@ -64,17 +57,25 @@ func validateOne(i int, limits Limits, m *Message) error {
 	if m.Topic == "" {
 		return bad("Topic", ErrEmptyTopic, "set Message.Topic to the destination (Kafka topic, NATS subject, routing key, …)")
 	}
-	for _, f := range []struct {
+	for _, f := range [...]struct {
 		name, val string
 		max       int
 	}{{"Topic", m.Topic, MaxTopicLen}, {"Key", m.Key, MaxKeyLen}, {"Type", m.Type, MaxTypeLen},
 		{"AggregateType", m.AggregateType, MaxTypeLen}, {"ContentType", m.ContentType, MaxTypeLen}} {
-		if !utf8.ValidString(f.val) || strings.ContainsRune(f.val, 0) {
-			return bad(f.name, ErrInvalidText, "use valid UTF-8 without NUL bytes")
+		switch p, r, at := eventrule.CheckText(f.val); p {
+		case eventrule.TextInvalidUTF8:
+			return bad(f.name, ErrInvalidText, fmt.Sprintf("byte %d is not valid UTF-8; use valid UTF-8 text", at))
+		case eventrule.TextControl:
+			return bad(f.name, ErrInvalidText, fmt.Sprintf("it holds the control character %U at byte %d; CloudEvents attributes exclude U+0000–U+001F and U+007F–U+009F (TAB, CR and LF included): remove it", r, at))
+		case eventrule.TextNoncharacter:
+			return bad(f.name, ErrInvalidText, fmt.Sprintf("it holds the Unicode noncharacter %U at byte %d, which CloudEvents attributes exclude: remove it", r, at))
 		}
 		if n := utf8.RuneCountInString(f.val); n > f.max {
 			return bad(f.name, ErrFieldTooLong, fmt.Sprintf("it has %d characters; keep it to %d", n, f.max))
 		}
+	}
+	if m.Type == "" {
+		return bad("Type", ErrEmptyType, `say what happened, e.g. Type: "OrderPaid"; CloudEvents requires a non-empty type, and consumers route on it`)
 	}
 	if max := limits.maxPayload(); len(m.Payload) > max {
 		return bad("Payload", ErrPayloadTooLarge, fmt.Sprintf("it is %d bytes, the limit is %d; store large data elsewhere and send a reference, or raise the store's MaxPayload", len(m.Payload), max))
@@ -85,25 +86,19 @@ func validateOne(i int, limits Limits, m *Message) error {
 		}
 	}
 	if m.SchemaVersion < 0 {
-		return bad("SchemaVersion", ErrInvalidMessage, "use 0 (stored as 1) or a positive version")
+		return bad("SchemaVersion", ErrInvalidMessage, fmt.Sprintf("it is %d; use 0 (stored as 1) or a positive version", m.SchemaVersion))
 	}
 	total := 0
 	for k, v := range m.Headers {
-		field := fmt.Sprintf("Headers[%q]", k)
 		total += len(k) + len(v)
-		switch {
-		case k == "":
-			return bad("Headers", ErrInvalidHeader, "header names must not be empty")
-		case len(k) > maxHeaderNameBytes:
-			return bad(field, ErrInvalidHeader, fmt.Sprintf("header names are at most %d bytes", maxHeaderNameBytes))
-		case !utf8.ValidString(k) || !utf8.ValidString(v):
-			return bad(field, ErrInvalidHeader, "header names and values must be valid UTF-8; base64-encode binary values")
-		case strings.ContainsAny(k, "\r\n\x00") || strings.ContainsAny(v, "\r\n\x00"):
-			return bad(field, ErrInvalidHeader, "header names and values must not contain CR, LF or NUL")
-		case strings.ContainsAny(k, " \t:"):
-			return bad(field, ErrInvalidHeader, "header names must not contain spaces, tabs or colons")
-		case IsReservedHeader(k):
-			return bad(field, ErrReservedHeader, "names starting with Nats-, ce_, ce-, x-, webhook-, kafka_, amqp or cloudEvents belong to the transports; choose another name")
+		if why := eventrule.CheckHeaderName(k); why != "" {
+			return bad(fmt.Sprintf("Headers[%q]", k), ErrInvalidHeader, why)
+		}
+		if why := eventrule.CheckHeaderValue(v); why != "" {
+			return bad(fmt.Sprintf("Headers[%q]", k), ErrInvalidHeader, why)
+		}
+		if r, ok := eventrule.Reserved(eventrule.All, k); ok {
+			return bad(fmt.Sprintf("Headers[%q]", k), ErrReservedHeader, fmt.Sprintf("reserved by %s: %s; %s", r.Owners.Names(), r.Why, r.Fix))
 		}
 	}
 	if total > MaxHeaderBytes {

@@ -73,6 +73,23 @@ type KeyOrdered interface {
 	KeyOrdered() bool
 }
 
+// Checker is an optional ability: the adapter can tell at enqueue whether
+// it will be able to deliver a message (the broker's size limit, its topic
+// syntax), so that the producer hears of a message the broker would refuse
+// while it can still fix it, instead of the event going DEAD at the relay.
+// Use it as the store's check:
+//
+//	store.Options{Check: b.Check} // b is a natsbroker.Broker
+//
+// Check sees the message as the store will write it (EventID set,
+// SchemaVersion at least 1, ContentType set) after outbox.Validate passed
+// it, and returns nil or a *outbox.ValidationError naming the field and
+// the fix. It must be safe for concurrent use. The adapter refuses the same
+// events at publish (as Permanent), for rows that did not pass through it.
+type Checker interface {
+	Check(outbox.Message) error
+}
+
 // Headers the relay and adapters set for consumers, in the CloudEvents
 // vocabulary. Adapters map them to their transport's binding.
 const (

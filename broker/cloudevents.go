@@ -2,12 +2,14 @@ package broker
 
 import (
 	"errors"
+	"fmt"
 	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
 
 	outbox "github.com/outbox-go/outbox"
+	"github.com/outbox-go/outbox/internal/eventrule"
 )
 
 // CloudEvents context attribute names, without a transport prefix. Each
@@ -17,7 +19,7 @@ const (
 	AttrID              = "id"              // Event.EventID
 	AttrSource          = "source"          // the adapter's configured source; SourceDefault when none
 	AttrSpecVersion     = "specversion"     // always SpecVersion
-	AttrType            = "type"            // Event.Type; left out when empty
+	AttrType            = "type"            // Event.Type; required (CheckCloudEvent refuses an empty one)
 	AttrTime            = "time"            // Event.CreatedAt in RFC 3339 (UTC); left out when zero
 	AttrDataContentType = "datacontenttype" // Event.ContentType; outbox.DefaultContentType when empty
 	// AttrPartitionKey is the CloudEvents partitioning extension: the
@@ -86,6 +88,110 @@ func AppendCloudEventAttributes(dst []Attribute, e *outbox.Event, source string)
 	return dst
 }
 
+// CheckCloudEvent returns why e cannot be sent as a valid CloudEvent, or
+// nil: an id that is not a UUID, an empty type, a type, key (partitionkey),
+// aggregate type or content type that is not a CloudEvents string (invalid
+// UTF-8, a control character U+0000–U+001F or U+007F–U+009F, a Unicode
+// noncharacter), or a negative schema version. outbox.Validate refuses the
+// same at enqueue; rows written by plain SQL can still carry them, and an
+// adapter returns the error as Permanent, so the event goes DEAD with the
+// reason instead of reaching consumers as an invalid event. The error names
+// the field and its column and wraps outbox.ErrInvalidMessage and a more
+// specific sentinel. It reads each string once and allocates nothing for a
+// valid event.
+func CheckCloudEvent(e *outbox.Event) error {
+	if !isUUID(e.EventID) {
+		if e.EventID == "" {
+			return invalid("id (event_id)", outbox.ErrInvalidEventID, "it is empty; leave event_id out of the INSERT so the database sets a UUID")
+		}
+		return invalid("id (event_id)", outbox.ErrInvalidEventID, fmt.Sprintf("%q is not a UUID in the form xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx, which consumers (package inbox) deduplicate on", clipValue(e.EventID)))
+	}
+	if e.Type == "" {
+		return invalid("type (event_type)", outbox.ErrEmptyType, "CloudEvents requires a non-empty type; set event_type to what happened, e.g. 'OrderPaid'")
+	}
+	for _, f := range [...]struct{ name, val string }{
+		{"type (event_type)", e.Type}, {"partitionkey (event_key)", e.Key},
+		{"aggregatetype (aggregate_type)", e.AggregateType}, {"datacontenttype (content_type)", e.ContentType},
+	} {
+		if err := checkString(f.name, f.val); err != nil {
+			return err
+		}
+	}
+	if e.SchemaVersion < 0 {
+		return invalid("schemaversion (schema_version)", outbox.ErrInvalidMessage, fmt.Sprintf("it is %d; use 1 or a positive version", e.SchemaVersion))
+	}
+	return nil
+}
+
+// CheckEvent is CheckCloudEvent followed by CheckHeaders(t, e.Headers):
+// whether e can be sent over t as a valid CloudEvent with its user headers
+// unchanged.
+func CheckEvent(t Transport, e *outbox.Event) error {
+	if err := CheckCloudEvent(e); err != nil {
+		return err
+	}
+	return CheckHeaders(t, e.Headers)
+}
+
+// CheckSource returns why source cannot be the CloudEvents source
+// attribute, or nil; "" stands for SourceDefault. Adapters check their
+// configured source once, when they are built.
+func CheckSource(source string) error {
+	return checkString("source", source)
+}
+
+func checkString(field, s string) error {
+	switch p, r, at := eventrule.CheckText(s); p {
+	case eventrule.TextInvalidUTF8:
+		return invalid(field, outbox.ErrInvalidText, fmt.Sprintf("byte %d is not valid UTF-8", at))
+	case eventrule.TextControl:
+		return invalid(field, outbox.ErrInvalidText, fmt.Sprintf("it holds the control character %U at byte %d, which CloudEvents strings exclude (U+0000–U+001F, U+007F–U+009F); remove it", r, at))
+	case eventrule.TextNoncharacter:
+		return invalid(field, outbox.ErrInvalidText, fmt.Sprintf("it holds the Unicode noncharacter %U at byte %d, which CloudEvents strings exclude; remove it", r, at))
+	}
+	return nil
+}
+
+// invalid is the error of a CloudEvents attribute that cannot be sent.
+func invalid(field string, sentinel error, why string) error {
+	return fmt.Errorf("not a valid CloudEvent: %s: %w: %s (%w)", field, sentinel, why, outbox.ErrInvalidMessage)
+}
+
+// isUUID reports whether s is a UUID in its canonical 36-character form,
+// the form outbox.Validate requires and package inbox parses.
+func isUUID(s string) bool {
+	if len(s) != 36 || s[8] != '-' || s[13] != '-' || s[18] != '-' || s[23] != '-' {
+		return false
+	}
+	for _, seg := range [...]string{s[:8], s[9:13], s[14:18], s[19:23], s[24:]} {
+		for i := 0; i < len(seg); i++ {
+			if !isHex[seg[i]] {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+var isHex = func() (t [256]bool) {
+	for _, c := range "0123456789abcdefABCDEF" {
+		t[c] = true
+	}
+	return t
+}()
+
+// clipValue shortens a value quoted in an error message.
+func clipValue(s string) string {
+	if len(s) <= 60 {
+		return s
+	}
+	cut := 60
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + "…"
+}
+
 // PercentEncode encodes a CloudEvents attribute value for a header, as the
 // HTTP and NATS bindings require: space, double quote, percent and every
 // byte outside printable ASCII (U+0021–U+007E) become %XY with upper-case
@@ -115,6 +221,18 @@ func PercentEncode(s string) string {
 		b.WriteByte(c)
 	}
 	return b.String()
+}
+
+// PercentEncodedLen is len(PercentEncode(s)), without encoding: for
+// adapters that size a message before they build it.
+func PercentEncodedLen(s string) int {
+	n := len(s)
+	for i := 0; i < len(s); i++ {
+		if needsPercent(s[i]) {
+			n += 2
+		}
+	}
+	return n
 }
 
 func needsPercent(c byte) bool {

@@ -37,3 +37,38 @@ func ExampleCloudEventAttributes() {
 	// partitionkey=order-42
 	// schemaversion=2
 }
+
+// A row written by plain SQL skips outbox.Validate; the adapter checks it
+// again before sending, and the relay buries it with the reason.
+func ExampleCheckEvent() {
+	row := outbox.Event{ID: 7, Message: outbox.Message{
+		EventID: "0193a8c2-7f4e-7b2a-9c1d-2e3f4a5b6c7d", Topic: "orders", Key: "order-42", Type: "",
+	}}
+	fmt.Println(broker.CheckEvent(broker.NATS, &row))
+	row.Type = "OrderPaid"
+	row.Headers = map[string]string{"X-Request-Id": "r-1"}
+	fmt.Println(broker.CheckEvent(broker.NATS, &row))
+	row.Headers = map[string]string{"Status": "100"}
+	fmt.Println(errors.Is(broker.CheckEvent(broker.NATS, &row), outbox.ErrReservedHeader))
+	// Output:
+	// not a valid CloudEvent: type (event_type): outbox: type is empty: CloudEvents requires a non-empty type; set event_type to what happened, e.g. 'OrderPaid' (outbox: invalid message)
+	// <nil>
+	// true
+}
+
+// The header names one transport reserves.
+func ExampleReservedHeaders() {
+	for _, r := range broker.ReservedHeaders(broker.NATS) {
+		name := r.Name
+		if r.Prefix {
+			name += "*"
+		}
+		fmt.Println(name)
+	}
+	// Output:
+	// content-type
+	// ce-*
+	// nats-*
+	// status
+	// description
+}

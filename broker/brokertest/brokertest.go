@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -26,10 +27,17 @@ type Harness struct {
 	// removes it in t.Cleanup. The suite closes the Broker itself; closing
 	// it again in the harness's cleanup is fine.
 	New func(t *testing.T, topic string) (broker.Broker, Receiver)
-	// MaxPayload is the largest payload the broker accepts. The suite
-	// publishes MaxPayload+1 bytes and expects a permanent error for that
-	// event alone. Zero skips that check.
+	// MaxPayload is the largest message the broker accepts, counting the
+	// payload and the headers. The suite publishes a payload of
+	// MaxPayload+1 bytes, and one that fits alone but not with a large
+	// user header, and expects a permanent error for each, alone. Zero
+	// skips those checks.
 	MaxPayload int
+	// Transport names the reserved header names the adapter refuses (see
+	// broker.ReservedHeaders); "" means every transport's. The suite
+	// publishes events carrying each of them, as rows written by plain SQL
+	// can, and expects a permanent error for each, alone.
+	Transport broker.Transport
 	// Restart, when set, restarts the broker's server (same address, same
 	// storage). The suite then checks that the Broker it already holds
 	// recovers by itself within about 10 seconds.
@@ -77,6 +85,9 @@ func Run(t *testing.T, h Harness) {
 		{"EmptyBatch", s.emptyBatch},
 		{"Batch500InOrder", s.batch500},
 		{"OversizePermanent", s.oversize},
+		{"OversizeWithHeadersPermanent", s.oversizeWithHeaders},
+		{"ReservedHeaderPermanent", s.reservedHeaders},
+		{"InvalidEventPermanent", s.invalidEvents},
 		{"ContextEnded", s.contextEnded},
 		{"Close", s.close},
 		{"Concurrent", s.concurrent},
@@ -253,15 +264,17 @@ func (s suite) roundTrip(t *testing.T) {
 	events[0].Payload = allBytes()
 	events[0].Key = "order-42"
 	events[0].Type = "OrderPaid"
-	events[0].Headers = map[string]string{"trace": "00-abc-01", "tenant": "ünïcödé ✓ 日本", "empty": "", "Mixed-Case": "Value With Spaces"}
+	events[0].Headers = map[string]string{"trace": "00-abc-01", "tenant": "ünïcödé ✓ 日本", "empty": "", "Mixed-Case": "Value With Spaces",
+		"X-Request-Id": "req-7", "x-b3-traceid": "80f198ee56343ba864fe8b2a57d3eff7"}
 	events[1].Payload = []byte("héllo wörld — 日本語 🚀 \"quoted\" 100%")
 	events[1].ContentType = "text/plain; charset=utf-8"
 	events[1].Key = "ключ 1 with space & \"quotes\" 100%"
 	events[1].Type = "Type with spaces, ünïcode & 100%"
 	events[2].Payload = []byte{}
 	events[2].Key = ""
-	events[2].Type = ""
+	events[2].Type = "t" // the one attribute CloudEvents requires besides id, source and specversion
 	events[2].AggregateType = ""
+	events[2].SchemaVersion = 0
 	events[3].Payload = []byte(`{"id":42,"note":"json"}`)
 	events[3].ContentType = "application/json"
 	events[3].Key = strings.Repeat("k", outbox.MaxKeyLen)
@@ -349,6 +362,125 @@ func (s suite) oversize(t *testing.T) {
 		}
 	}
 	s.expectNothing(t, r)
+}
+
+// onlyRefused publishes good, bad[0], good, bad[1], …, good, each on a key
+// of its own, and checks that every bad event, and only those, got a
+// permanent error wrapping want, and that the good ones arrived in order.
+func (s suite) onlyRefused(t *testing.T, b broker.Broker, r Receiver, topic string, bad []outbox.Event, want error, what []string) {
+	t.Helper()
+	var events []outbox.Event
+	var good []outbox.Event
+	for i := 0; i <= len(bad); i++ {
+		g := newEvent(topic, 2*i)
+		g.Key = fmt.Sprintf("good-%d", i)
+		events = append(events, g)
+		good = append(good, g)
+		if i < len(bad) {
+			events = append(events, bad[i])
+		}
+	}
+	res := b.Publish(ctxFor(t, 30*time.Second), events)
+	if len(res) != len(events) {
+		t.Fatalf("%s: Publish returned %d results for %d events", s.h.Name, len(res), len(events))
+	}
+	for i, err := range res {
+		if i%2 == 0 {
+			if err != nil {
+				t.Errorf("%s: a good event next to the bad ones failed: %v", s.h.Name, err)
+			}
+			continue
+		}
+		switch {
+		case err == nil:
+			t.Errorf("%s: %s: confirmed; want a permanent error", s.h.Name, what[i/2])
+		case !broker.IsPermanent(err):
+			t.Errorf("%s: %s: %v; want a permanent error (the relay would retry it forever)", s.h.Name, what[i/2], err)
+		case want != nil && !errors.Is(err, want):
+			t.Errorf("%s: %s: %v; want it to wrap %v", s.h.Name, what[i/2], err, want)
+		}
+	}
+	got := s.receive(t, r, len(good))
+	for i, m := range got {
+		if d := same(good[i], m); d != "" {
+			t.Errorf("%s: message %d: %s", s.h.Name, i, d)
+		}
+	}
+	s.expectNothing(t, r)
+}
+
+// badEvent returns a valid event on a key of its own, for a check to spoil.
+func badEvent(topic string, i int) outbox.Event {
+	e := newEvent(topic, 2*i+1)
+	e.Key = fmt.Sprintf("bad-%d", i) // a key of its own: an adapter may hold a failed key's later events
+	return e
+}
+
+func (s suite) oversizeWithHeaders(t *testing.T) {
+	if s.h.MaxPayload <= 0 {
+		t.Skip("Harness.MaxPayload not set")
+	}
+	b, r, topic := s.open(t)
+	e := badEvent(topic, 0)
+	e.Payload = bytes.Repeat([]byte{'x'}, s.h.MaxPayload-100) // fits alone
+	e.Headers = map[string]string{"big": strings.Repeat("h", 200)}
+	s.onlyRefused(t, b, r, topic, []outbox.Event{e}, nil, []string{"a payload that fits alone but not with its headers"})
+}
+
+func (s suite) reservedHeaders(t *testing.T) {
+	b, r, topic := s.open(t)
+	var bad []outbox.Event
+	var what []string
+	for i, rh := range broker.ReservedHeaders(s.h.Transport) {
+		name := rh.Name
+		if rh.Prefix {
+			name += "x"
+		}
+		if i%2 == 1 { // names are reserved in any case
+			name = strings.ToUpper(name[:1]) + name[1:]
+		}
+		e := badEvent(topic, i)
+		e.Headers = map[string]string{"ok": "1", name: "v"}
+		if !strings.ContainsAny(name, ":") { // only AMQP's cloudEvents: prefix is not a token
+			bad = append(bad, e)
+			what = append(what, fmt.Sprintf("reserved header %q", name))
+		}
+	}
+	if len(bad) == 0 {
+		t.Fatalf("%s: broker.ReservedHeaders(%q) lists nothing", s.h.Name, s.h.Transport)
+	}
+	s.onlyRefused(t, b, r, topic, bad, outbox.ErrReservedHeader, what)
+}
+
+func (s suite) invalidEvents(t *testing.T) {
+	b, r, topic := s.open(t)
+	cases := []struct {
+		what string
+		edit func(*outbox.Event)
+	}{
+		{"an empty type", func(e *outbox.Event) { e.Type = "" }},
+		{"a TAB in the type", func(e *outbox.Event) { e.Type = "Order\tPaid" }},
+		{"a C1 control character in the type", func(e *outbox.Event) { e.Type = "Order\u0085Paid" }},
+		{"a line feed in the key", func(e *outbox.Event) { e.Key = "order\n42" }},
+		{"DEL in the aggregate type", func(e *outbox.Event) { e.AggregateType = "Order\x7f" }},
+		{"a NUL in the content type", func(e *outbox.Event) { e.ContentType = "text/plain\x00" }},
+		{"invalid UTF-8 in the type", func(e *outbox.Event) { e.Type = "Order\xffPaid" }},
+		{"a negative schema version", func(e *outbox.Event) { e.SchemaVersion = -1 }},
+		{"an event id that is not a UUID", func(e *outbox.Event) { e.EventID = "not-a-uuid" }},
+		{"an empty event id", func(e *outbox.Event) { e.EventID = "" }},
+		{"a CR LF in a header value", func(e *outbox.Event) { e.Headers = map[string]string{"h": "a\r\nNats-Rollup: all"} }},
+		{"a header value with a trailing space", func(e *outbox.Event) { e.Headers = map[string]string{"h": "v "} }},
+		{"a space in a header name", func(e *outbox.Event) { e.Headers = map[string]string{"a b": "v"} }},
+		{"a non-ASCII header name", func(e *outbox.Event) { e.Headers = map[string]string{"tënant": "v"} }},
+	}
+	bad := make([]outbox.Event, len(cases))
+	what := make([]string, len(cases))
+	for i, c := range cases {
+		bad[i] = badEvent(topic, i)
+		c.edit(&bad[i])
+		what[i] = c.what
+	}
+	s.onlyRefused(t, b, r, topic, bad, outbox.ErrInvalidMessage, what)
 }
 
 func (s suite) contextEnded(t *testing.T) {

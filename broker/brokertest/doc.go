@@ -14,7 +14,11 @@
 // The suite checks what the relay relies on (see broker.Broker): payloads,
 // identity and user headers arrive unchanged; a batch gets exactly one
 // result per event and arrives in order; an oversize event is refused with
-// a permanent error without failing its neighbours; an ended context or a
+// a permanent error without failing its neighbours, and so is an event that
+// fits only without its headers, one that is not a valid CloudEvent (no
+// type, a control character in its type or key, a negative schema version)
+// or one that carries a header the Harness.Transport reserves, while
+// ordinary headers such as X-Request-Id arrive; an ended context or a
 // closed broker yields errors promptly, never a false confirmation and never
 // a permanent error (which would bury events); Close is idempotent;
 // concurrent Publish calls are safe; and, when the harness can restart the

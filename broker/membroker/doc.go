@@ -11,8 +11,11 @@
 //   - SetHook(fn) lets a test decide per event: a non-nil error from fn is
 //     that event's result (wrap it with broker.Permanent for a poison event).
 //   - SetLatency(d) delays every Publish call, honouring its context.
-//   - A payload over Config.MaxPayload gets a permanent error, as a real
-//     broker's size limit would.
+//   - A payload plus user headers over Config.MaxPayload gets a permanent
+//     error, as a real broker's size limit would; so does an event that is
+//     not a valid CloudEvent (no type, a control character in its key) or
+//     carries a header a transport reserves, as every real adapter refuses
+//     them (broker.CheckEvent).
 //
 // Events reads what was delivered (deep copies); Wait blocks until enough
 // has arrived. The broker passes the broker/brokertest suite.

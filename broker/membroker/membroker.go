@@ -29,9 +29,9 @@ var (
 
 // Config configures a Broker. The zero value is ready to use.
 type Config struct {
-	// MaxPayload is the largest payload in bytes the broker accepts; a
-	// larger one gets a permanent error. Default outbox.DefaultMaxPayload
-	// (1 MiB).
+	// MaxPayload is the largest payload plus user headers (names and
+	// values), in bytes, the broker accepts; a larger event gets a permanent
+	// error. Default outbox.DefaultMaxPayload (1 MiB).
 	MaxPayload int
 	// KeyOrdered makes the broker offer broker.KeyOrdered: once an event
 	// fails, the later events of its key in the same Publish call fail too
@@ -75,6 +75,7 @@ var (
 	_ broker.KeyOrdered      = (*Broker)(nil)
 	_ broker.Describer       = (*Broker)(nil)
 	_ broker.ResultPublisher = (*Broker)(nil)
+	_ broker.Checker         = (*Broker)(nil)
 )
 
 // New returns an empty, running Broker.
@@ -100,8 +101,11 @@ func New(cfg Config) (*Broker, error) {
 func (b *Broker) KeyOrdered() bool { return b.cfg.KeyOrdered }
 
 // Publish records each event under its topic, in order, unless an injected
-// failure, the size limit, a closed broker or ctx decides otherwise. It
-// returns one result per event.
+// failure, the size limit, a closed broker or ctx decides otherwise. Like
+// a real adapter it refuses, as permanent, an event that is not a valid
+// CloudEvent or carries a header any transport reserves
+// (broker.CheckEvent with every transport's names, what outbox.Validate
+// refuses at enqueue). It returns one result per event.
 func (b *Broker) Publish(ctx context.Context, events []outbox.Event) []error {
 	res := b.PublishResults(ctx, events)
 	errs := make([]error, len(res))
@@ -199,8 +203,11 @@ func (b *Broker) publishOne(e *outbox.Event, failedKeys map[string]bool) error {
 	if b.cfg.KeyOrdered && e.Key != "" && failedKeys[e.Key] {
 		return ErrHeld
 	}
-	if len(e.Payload) > b.cfg.MaxPayload {
-		return broker.Permanentf("membroker: event %s has a %d-byte payload, above MaxPayload %d", e.EventID, len(e.Payload), b.cfg.MaxPayload)
+	if err := broker.CheckEvent("", e); err != nil {
+		return broker.Permanentf("membroker: event %s: %w", e.EventID, err)
+	}
+	if n := size(&e.Message); n > b.cfg.MaxPayload {
+		return broker.Permanentf("membroker: event %s: its payload plus user headers take %d bytes, above MaxPayload %d", e.EventID, n, b.cfg.MaxPayload)
 	}
 	if b.failN > 0 {
 		b.failN--
@@ -215,6 +222,26 @@ func (b *Broker) publishOne(e *outbox.Event, failedKeys map[string]bool) error {
 		}
 	}
 	return nil
+}
+
+// Check implements broker.Checker: it refuses a message whose payload plus
+// user headers exceed Config.MaxPayload, as Publish would.
+func (b *Broker) Check(m outbox.Message) error {
+	if n := size(&m); n > b.cfg.MaxPayload {
+		return &outbox.ValidationError{Field: "Payload", Err: outbox.ErrPayloadTooLarge,
+			Fix: fmt.Sprintf("with its headers it takes %d bytes, above the broker's MaxPayload of %d", n, b.cfg.MaxPayload)}
+	}
+	return nil
+}
+
+// size is what counts against Config.MaxPayload: the payload and the user
+// headers' names and values, as a real broker counts its headers too.
+func size(m *outbox.Message) int {
+	n := len(m.Payload)
+	for k, v := range m.Headers {
+		n += len(k) + len(v)
+	}
+	return n
 }
 
 // Close makes every later Publish fail with ErrClosed. Recorded events stay

@@ -71,7 +71,7 @@ func TestConformanceKeyOrdered(t *testing.T) {
 func events(n int, key string) []outbox.Event {
 	out := make([]outbox.Event, n)
 	for i := range out {
-		out[i] = outbox.Event{ID: int64(i + 1), Message: outbox.Message{EventID: outbox.NewEventID(), Topic: "t", Key: key, Payload: []byte{byte(i)}}}
+		out[i] = outbox.Event{ID: int64(i + 1), Message: outbox.Message{EventID: outbox.NewEventID(), Topic: "t", Key: key, Type: "T", Payload: []byte{byte(i)}}}
 	}
 	return out
 }

@@ -15,7 +15,7 @@
 //	ce-id               EventID
 //	ce-source           Config.Source (default "outbox")
 //	ce-specversion      1.0
-//	ce-type             Type (left out when empty)
+//	ce-type             Type
 //	ce-time             CreatedAt, RFC 3339 in UTC (left out when zero)
 //	ce-datacontenttype  ContentType (default application/json)
 //	ce-partitionkey     Key (CloudEvents partitioning extension; left out when empty)
@@ -23,19 +23,32 @@
 //	ce-aggregatetype    AggregateType (outbox extension; left out when empty)
 //	<user headers>      Headers, names and values as given
 //
-// User headers whose names start with "Nats-" or "ce-" (any case) are not
-// sent: they would change JetStream's behaviour or the event's identity.
-// outbox.Validate refuses them at Enqueue, so only rows written by other
-// means can carry them.
+// User headers are sent unchanged. The names NATS reserves
+// (broker.ReservedHeaders(broker.NATS): Content-Type, ce-*, Nats-*, Status,
+// Description) are never sent as user headers: they would switch a
+// CloudEvents reader to structured mode, overwrite the event's identity,
+// steer JetStream, or make nats.go take the message for a control message.
+// outbox.Validate refuses them at Enqueue; a row written by plain SQL that
+// carries one is refused (permanent), not sent with the header dropped.
 //
 // # Errors
 //
-// Permanent (the relay buries the event at once): no JetStream stream
-// captures the subject (ErrNoStream, confirmed by asking JetStream, so a
-// stream that is merely restarting is not mistaken for a missing one); a
-// message larger than the server's max_payload or the stream's
-// max_msg_size; a topic that is not a valid NATS subject; an event without
-// an EventID; a header value with CR, LF or NUL.
+// Permanent (the relay buries the event at once, with the reason): no
+// JetStream stream captures the subject (ErrNoStream, confirmed by asking
+// JetStream, so a stream that is merely restarting is not mistaken for a
+// missing one); a payload that does not fit the server's max_payload
+// together with its headers (wrapping nats.ErrMaxPayload and
+// outbox.ErrPayloadTooLarge), or the stream's max_msg_size; a topic that is
+// not a subject one can publish to (ErrInvalidSubject: empty, a space or
+// control character, an empty token, a * or > wildcard token); an event
+// that is not a valid CloudEvent or carries a header NATS cannot send
+// unchanged or reserves (broker.CheckCloudEvent, broker.CheckHeaders).
+//
+// Broker.Check (broker.Checker) refuses the topic and size problems at
+// enqueue, where the producer can still fix them: pass it as
+// store.Options.Check. It counts the headers the event will carry, so a
+// payload of exactly max_payload (1 MiB by default, the store's default
+// limit too) is refused there instead of going DEAD at the relay.
 //
 // Everything else is transient and retried by the relay: a missing PubAck
 // at the deadline, a lost connection, a closed Broker.

@@ -9,6 +9,7 @@ import (
 	outbox "github.com/outbox-go/outbox"
 	"github.com/outbox-go/outbox/broker"
 	"github.com/outbox-go/outbox/broker/natsbroker"
+	"github.com/outbox-go/outbox/store"
 )
 
 // Dial a NATS server with JetStream and publish a batch. A stream must
@@ -38,4 +39,19 @@ func Example() {
 			fmt.Println("retry later:", err)
 		}
 	}
+}
+
+// Refuse at enqueue what NATS would refuse at the relay: a topic that is
+// not a subject one can publish to, or a payload that does not fit
+// max_payload with its headers. Not run by go test: it needs a server.
+func ExampleBroker_Check() {
+	b, err := natsbroker.Dial("nats://127.0.0.1:4222", natsbroker.Config{})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer b.Close(context.Background())
+	opts := store.Options{Check: b.Check} // pass to pgstore.Config{Options: opts}, …
+	err = opts.Check(outbox.Message{Topic: "orders paid", Type: "OrderPaid"})
+	fmt.Println(err)
+	// outbox: message 0: Topic: topic is not a NATS subject one can publish to; byte 6 is a space or control character (' '), …
 }

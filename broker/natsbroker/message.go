@@ -1,8 +1,6 @@
 package natsbroker
 
 import (
-	"strings"
-
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -18,7 +16,8 @@ import (
 // the relay's CPU, and most of its garbage.
 type batch struct {
 	source     string // ce-source, percent-encoded once
-	validTopic string // the last topic validSubject accepted
+	maxPayload int    // the server's max_payload; 0 while unknown
+	validTopic string // the last topic subjectProblem accepted
 	msg        nats.Msg
 	header     nats.Header
 	values     []string
@@ -27,10 +26,11 @@ type batch struct {
 
 func (b *Broker) newBatch() *batch {
 	return &batch{
-		source: b.source,
-		header: make(nats.Header, 16),
-		values: make([]string, 0, 16),
-		attrs:  make([]broker.Attribute, 0, 9),
+		source:     b.source,
+		maxPayload: int(b.nc.MaxPayload()),
+		header:     make(nats.Header, 16),
+		values:     make([]string, 0, 16),
+		attrs:      make([]broker.Attribute, 0, 9),
 	}
 }
 
@@ -43,36 +43,47 @@ func (bt *batch) value(v string) []string {
 }
 
 // message builds the NATS message for events[i]. It is valid until the
-// next call.
+// next call. An event that cannot be sent as a valid CloudEvent, whose
+// topic is not a subject one can publish to, that carries a header NATS
+// reserves, or that does not fit the server's max_payload with its headers
+// gets a permanent error: only rows written by plain SQL (or a store
+// without Broker.Check) can reach here like that.
 func (bt *batch) message(events []outbox.Event, i int) (*nats.Msg, error) {
 	e := &events[i]
-	if e.EventID == "" {
-		return nil, broker.Permanentf("natsbroker: event %d has no EventID, which JetStream deduplicates on (Nats-Msg-Id); the outbox table gives every row one by default", e.ID)
+	if e.Topic != bt.validTopic {
+		if why := subjectProblem(e.Topic); why != "" {
+			return nil, broker.Permanentf("natsbroker: event %s: topic %q: %w: %s; fix the row's topic, then retry the event (outbox dead retry)", e.EventID, e.Topic, ErrInvalidSubject, why)
+		}
+		bt.validTopic = e.Topic // a batch's events mostly share their topic
 	}
-	if e.Topic != bt.validTopic && !validSubject(e.Topic) {
-		return nil, broker.Permanentf("natsbroker: event %s: topic %q is not a NATS subject one can publish to (dot-separated non-empty tokens, no spaces, no * or > wildcards); fix the topic", e.EventID, e.Topic)
+	if err := broker.CheckCloudEvent(e); err != nil {
+		return nil, broker.Permanentf("natsbroker: event %s: %w; fix the row, then retry the event (outbox dead retry)", e.EventID, err)
 	}
-	bt.validTopic = e.Topic // a batch's events mostly share their topic
 	bt.attrs = broker.AppendCloudEventAttributes(bt.attrs[:0], e, bt.source)
 	h := bt.header
 	clear(h)
 	bt.values = bt.values[:0]
+	size := headerFrame // the header block as nats.go writes it
 	for k, v := range e.Headers {
-		if k == "" || strings.ContainsAny(k, "\r\n\x00: \t") || strings.ContainsAny(v, "\r\n\x00") {
-			return nil, broker.Permanentf("natsbroker: event %s: header %q cannot be sent as a NATS header (empty name, or CR, LF, NUL, colon or space in it)", e.EventID, k)
-		}
-		if hasPrefixFold(k, "nats-") || hasPrefixFold(k, HeaderPrefix) {
-			continue // would steer JetStream or overwrite the event's identity
+		if err := broker.CheckHeader(broker.NATS, k, v); err != nil {
+			return nil, broker.Permanentf("natsbroker: event %s: %w; fix the row's headers, then retry the event (outbox dead retry)", e.EventID, err)
 		}
 		h[k] = bt.value(v)
+		size += len(k) + len(v) + headerLineExtra
 	}
 	h[jetstream.MsgIDHeader] = bt.value(e.EventID)
+	size += len(jetstream.MsgIDHeader) + len(e.EventID) + headerLineExtra
 	for _, a := range bt.attrs {
 		v := a.Value
 		if a.Name != broker.AttrSource { // bt.source is encoded already
 			v = broker.PercentEncode(v)
 		}
-		h[headerName(a.Name)] = bt.value(v)
+		name := headerName(a.Name)
+		h[name] = bt.value(v)
+		size += len(name) + len(v) + headerLineExtra
+	}
+	if bt.maxPayload > 0 && len(e.Payload)+size > bt.maxPayload {
+		return nil, broker.Permanent(tooLarge(e.EventID, len(e.Payload), size, bt.maxPayload))
 	}
 	bt.msg = nats.Msg{Subject: e.Topic, Data: e.Payload, Header: h}
 	return &bt.msg, nil
@@ -95,21 +106,4 @@ func headerName(name string) string {
 		return h
 	}
 	return HeaderPrefix + name
-}
-
-// hasPrefixFold is strings.HasPrefix ignoring ASCII case.
-func hasPrefixFold(s, prefix string) bool {
-	return len(s) >= len(prefix) && strings.EqualFold(s[:len(prefix)], prefix)
-}
-
-func validSubject(s string) bool {
-	if s == "" || strings.ContainsAny(s, " \t\r\n\x00") {
-		return false
-	}
-	for tok := range strings.SplitSeq(s, ".") {
-		if tok == "" || tok == "*" || tok == ">" {
-			return false
-		}
-	}
-	return true
 }

@@ -73,6 +73,9 @@ func (c Config) withDefaults() (Config, error) {
 	if c.Source == "" {
 		c.Source = broker.SourceDefault
 	}
+	if err := broker.CheckSource(c.Source); err != nil {
+		return c, fmt.Errorf("natsbroker: Config.Source %q: %w", c.Source, err)
+	}
 	return c, nil
 }
 
@@ -182,10 +185,13 @@ func (b *Broker) Conn() *nats.Conn { return b.nc }
 func (b *Broker) sendError(e *outbox.Event, err error) error {
 	switch {
 	case errors.Is(err, nats.ErrMaxPayload):
-		return broker.Permanentf("natsbroker: event %s: %d-byte payload plus headers is above the server's max_payload of %d bytes; store large data elsewhere and send a reference, or raise max_payload: %w",
-			e.EventID, len(e.Payload), b.nc.MaxPayload(), err)
+		// message sized the event against the max_payload of the server
+		// the batch began with; the connection moved to a smaller one
+		return broker.Permanent(tooLarge(e.EventID, len(e.Payload), headerSize(e, b.source), int(b.nc.MaxPayload())))
 	case errors.Is(err, nats.ErrBadSubject):
-		return broker.Permanentf("natsbroker: event %s: topic %q is not a valid NATS subject: %w", e.EventID, e.Topic, err)
+		return broker.Permanentf("natsbroker: event %s: topic %q: %w: %w", e.EventID, e.Topic, ErrInvalidSubject, err)
+	case errors.Is(err, nats.ErrBadHeaderMsg):
+		return broker.Permanentf("natsbroker: event %s: nats.go refused its headers: %w", e.EventID, err)
 	}
 	return nil
 }

@@ -141,6 +141,7 @@ func harness(name, url string, admin *nats.Conn, storage jetstream.StorageType) 
 			return dial(t, url, natsbroker.Config{}), &streamReceiver{stream: stream}
 		},
 		MaxPayload: int(admin.MaxPayload()),
+		Transport:  broker.NATS,
 	}
 }
 
@@ -243,12 +244,26 @@ func TestHeaderMapping(t *testing.T) {
 	e.SchemaVersion = 3
 	e.ContentType = "application/json; charset=utf-8"
 	e.Headers = map[string]string{
-		"traceparent": "00-abc-def-01", "Tenant": "acme ✓",
-		// Reserved names, only reachable by bypassing outbox.Validate: dropped.
-		"Nats-Rollup": "all", "CE-ID": "forged", "ce-type": "forged",
+		"traceparent": "00-abc-def-01", "Tenant": "acme ✓", "X-Request-Id": "req-1",
+		// Reserved by other transports only: NATS delivers them.
+		"x-death": "kept", "ce_type": "kept",
 	}
-	if res := b.Publish(ctxFor(t, 10*time.Second), []outbox.Event{e}); res[0] != nil {
+	// Names NATS reserves, only reachable by bypassing outbox.Validate:
+	// each event carrying one is refused, never sent with it dropped.
+	var forged []outbox.Event
+	for _, name := range []string{"Nats-Rollup", "CE-ID", "ce-type", "Content-Type", "Status", "description"} {
+		f := event(subject, 1)
+		f.Headers = map[string]string{name: "forged"}
+		forged = append(forged, f)
+	}
+	res := b.Publish(ctxFor(t, 10*time.Second), append([]outbox.Event{e}, forged...))
+	if res[0] != nil {
 		t.Fatal(res[0])
+	}
+	for i, err := range res[1:] {
+		if !broker.IsPermanent(err) || !errors.Is(err, outbox.ErrReservedHeader) {
+			t.Errorf("header %v: %v; want a permanent error wrapping outbox.ErrReservedHeader", forged[i].Headers, err)
+		}
 	}
 	m, err := stream.GetMsg(ctxFor(t, 5*time.Second), 1)
 	if err != nil {
@@ -267,6 +282,9 @@ func TestHeaderMapping(t *testing.T) {
 		"ce-aggregatetype":   "Order",
 		"traceparent":        "00-abc-def-01",
 		"Tenant":             "acme ✓",
+		"X-Request-Id":       "req-1",
+		"x-death":            "kept",
+		"ce_type":            "kept",
 	}
 	got := make(map[string]string)
 	for k, v := range m.Header {
@@ -532,4 +550,72 @@ func silentSubject(t *testing.T, url, prefix string) string {
 		t.Fatal(err)
 	}
 	return subject
+}
+
+// A payload of exactly max_payload cannot fit with its headers: Check
+// refuses it at enqueue, and a row that skipped Check is permanent at
+// publish with a reason naming both sizes. The largest payload Check
+// accepts is stored.
+func TestMaxPayloadCountsTheHeaders(t *testing.T) {
+	t.Parallel()
+	url := testenv.Require(t, testenv.NATS)
+	admin := connect(t, url)
+	js, _ := jetstream.New(admin)
+	subject := uniqueName("maxpayload")
+	createStream(t, js, subject, jetstream.MemoryStorage)
+	b := dial(t, url, natsbroker.Config{})
+	limit := int(b.Conn().MaxPayload())
+
+	m := outbox.Message{Topic: subject, Key: "k", Type: "T", Payload: make([]byte, limit),
+		Headers: map[string]string{"X-Request-Id": "r-1"}}.Normalized()
+	err := b.Check(m)
+	var ve *outbox.ValidationError
+	if !errors.As(err, &ve) || ve.Field != "Payload" || !errors.Is(err, outbox.ErrPayloadTooLarge) || !strings.Contains(err.Error(), "max_payload") {
+		t.Fatalf("Check of a %d-byte payload = %v; want a Payload ValidationError naming max_payload", limit, err)
+	}
+	e := outbox.Event{ID: 1, CreatedAt: time.Now(), Message: m}
+	res := b.Publish(ctxFor(t, 10*time.Second), []outbox.Event{e})
+	if !broker.IsPermanent(res[0]) || !errors.Is(res[0], nats.ErrMaxPayload) || !strings.Contains(res[0].Error(), "bytes of headers") {
+		t.Fatalf("publish of a %d-byte payload = %v; want a permanent error counting the headers", limit, res[0])
+	}
+
+	// The largest payload Check accepts goes through.
+	lo, hi := 0, limit // Check accepts lo, refuses hi
+	for hi-lo > 1 {
+		mid := (lo + hi) / 2
+		m.Payload = make([]byte, mid)
+		if b.Check(m) == nil {
+			lo = mid
+		} else {
+			hi = mid
+		}
+	}
+	m.Payload = make([]byte, lo)
+	e = outbox.Event{ID: 2, CreatedAt: time.Now(), Message: m}
+	if res := b.Publish(ctxFor(t, 10*time.Second), []outbox.Event{e}); res[0] != nil {
+		t.Fatalf("the largest payload Check accepts (%d bytes of %d) was refused: %v", lo, limit, res[0])
+	}
+	t.Logf("max_payload %d: Check accepts payloads up to %d bytes with these headers", limit, lo)
+	if limit-lo > 400 {
+		t.Errorf("Check leaves %d bytes for headers of a small event; it should count them, not guess", limit-lo)
+	}
+}
+
+func TestCheckRefusesSubjectsAtEnqueue(t *testing.T) {
+	t.Parallel()
+	srv := testnats.Start(t)
+	b := dial(t, srv.URL(), natsbroker.Config{})
+	for _, topic := range []string{"orders paid", "orders.*", "orders.>", "orders..paid", "orders."} {
+		err := b.Check(outbox.Message{Topic: topic, Type: "T"}.Normalized())
+		var ve *outbox.ValidationError
+		if !errors.As(err, &ve) || ve.Field != "Topic" || !errors.Is(err, natsbroker.ErrInvalidSubject) {
+			t.Errorf("Check(topic %q) = %v; want a Topic ValidationError wrapping ErrInvalidSubject", topic, err)
+		}
+	}
+	if err := b.Check(outbox.Message{Topic: "orders.paid", Type: "T", Headers: map[string]string{"X-Request-Id": "r"}}.Normalized()); err != nil {
+		t.Errorf("Check of a good message = %v", err)
+	}
+	if err := b.Check(outbox.Message{Topic: "orders.paid", Type: "T", Headers: map[string]string{"Status": "100"}}.Normalized()); !errors.Is(err, outbox.ErrReservedHeader) {
+		t.Errorf("Check with a Status header = %v; want ErrReservedHeader", err)
+	}
 }

@@ -10,8 +10,11 @@
 // native AMQP types (integers, timestamps). Without them it falls back to
 // the message properties: message-id for the event id, type, timestamp.
 // The content type is the content-type property. Other cloudEvents
-// attributes land in Message.Extensions; x-* headers (RabbitMQ's own, such
-// as x-death) are dropped; the rest are the producer's own headers.
+// attributes land in Message.Extensions; the names AMQP reserves
+// (broker.ReservedHeaders(broker.AMQP): RabbitMQ's x-death, x-delay, CC,
+// BCC, JMS* and the like, which an outbox producer cannot send) are
+// dropped; the rest, X-Request-Id included, are the producer's own
+// headers.
 //
 // A missing or malformed id, schema version or time is an error wrapping
 // inbox.ErrMissingEventID or inbox.ErrMalformedHeader: retrying will not
@@ -68,8 +71,8 @@ func FromDelivery(d amqp.Delivery) (inbox.Message, error) {
 			attr = lower[len(lp):]
 		case strings.HasPrefix(lower, lpAlt):
 			attr = lower[len(lpAlt):]
-		case strings.HasPrefix(lower, "x-"):
-			continue
+		case broker.IsReservedHeader(broker.AMQP, name):
+			continue // RabbitMQ's or JMS's own (x-death, CC, …): not the producer's
 		default:
 			if s, ok := text(v); ok {
 				b.Header(name, s)

@@ -41,10 +41,11 @@ func TestFromDeliveryRoundTrip(t *testing.T) {
 	e := outbox.Event{ID: 7, CreatedAt: created, Message: outbox.Message{
 		EventID: id, Topic: "orders", Key: "订单 42", Type: "Order Paid",
 		AggregateType: "Order", SchemaVersion: 2, ContentType: "application/json",
-		Payload: []byte(`{"id":42}`), Headers: map[string]string{"tenant": "acme"},
+		Payload: []byte(`{"id":42}`), Headers: map[string]string{"tenant": "acme", "X-Request-Id": "r-1"},
 	}}
 	d := relayDelivery(e)
 	d.Headers["x-death"] = []any{amqp.Table{"count": int64(1)}}
+	d.Headers["CC"] = []any{"audit"}
 	got, err := amqpmsg.FromDelivery(d)
 	if err != nil {
 		t.Fatal(err)
@@ -54,8 +55,8 @@ func TestFromDeliveryRoundTrip(t *testing.T) {
 		got.Topic != "orders" || string(got.Payload) != `{"id":42}` || !got.Time.Equal(created) {
 		t.Errorf("FromDelivery = %+v", got)
 	}
-	if len(got.Headers) != 1 || got.Headers["tenant"] != "acme" {
-		t.Errorf("Headers = %v, want only tenant=acme", got.Headers)
+	if len(got.Headers) != 2 || got.Headers["tenant"] != "acme" || got.Headers["X-Request-Id"] != "r-1" {
+		t.Errorf("Headers = %v, want only tenant=acme and X-Request-Id=r-1", got.Headers)
 	}
 }
 

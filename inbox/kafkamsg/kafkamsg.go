@@ -8,8 +8,10 @@
 // ce_aggregatetype, with UTF-8 values. The event key is ce_partitionkey,
 // else the record key; the content type is the content-type header, else
 // ce_datacontenttype. Header names match case-insensitively. Other ce_
-// attributes land in Message.Extensions; the rest are the producer's own
-// headers.
+// attributes land in Message.Extensions; the other names Kafka reserves
+// (broker.ReservedHeaders(broker.Kafka): Spring's kafka_* and __TypeId__,
+// which an outbox producer cannot send) are dropped; the rest are the
+// producer's own headers.
 //
 // A missing or malformed id, schema version or time is an error wrapping
 // inbox.ErrMissingEventID or inbox.ErrMalformedHeader: retrying will not
@@ -61,6 +63,8 @@ func FromParts(topic string, key []byte, headers []kgo.RecordHeader, value []byt
 			if !haveCT {
 				contentType, haveCT = string(h.Value), true
 			}
+		case broker.IsReservedHeader(broker.Kafka, h.Key):
+			// Spring's own (kafka_*, __TypeId__, …): not the producer's
 		default:
 			b.Header(h.Key, string(h.Value))
 		}

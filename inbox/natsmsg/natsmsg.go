@@ -8,8 +8,9 @@
 // each percent-decoded as the binding requires. The event id falls back to
 // JetStream's Nats-Msg-Id when ce-id is absent. Header names match
 // case-insensitively, as NATS header names are case-insensitive. Other
-// ce- attributes land in Message.Extensions; Nats-* headers are dropped; the
-// rest are the producer's own headers.
+// ce- attributes land in Message.Extensions; the other names NATS reserves
+// (broker.ReservedHeaders(broker.NATS): Nats-*, Status, Description) are
+// dropped; the rest are the producer's own headers.
 //
 // A missing or malformed id, schema version or time is an error wrapping
 // inbox.ErrMissingEventID or inbox.ErrMalformedHeader: retrying will not
@@ -92,12 +93,12 @@ func FromHeader(subject string, h nats.Header, data []byte) (inbox.Message, erro
 			if msgID == "" {
 				msgID, msgIDHeader = vals[0], name
 			}
-		case strings.HasPrefix(lower, "nats-"):
-			// JetStream's own control headers.
 		case lower == "content-type":
 			if contentType == "" {
 				contentType = vals[0]
 			}
+		case broker.IsReservedHeader(broker.NATS, name):
+			// JetStream's own (Nats-*) and nats.go's status headers.
 		default:
 			b.Header(name, vals[0])
 		}

@@ -38,9 +38,12 @@ func TestFromMsgRoundTrip(t *testing.T) {
 	e := outbox.Event{ID: 7, CreatedAt: created, Message: outbox.Message{
 		EventID: id, Topic: "orders.paid", Key: "订单 42", Type: "Order Paid",
 		AggregateType: "Order", SchemaVersion: 2, ContentType: "application/json",
-		Payload: []byte(`{"id":42}`), Headers: map[string]string{"tenant": "acme"},
+		Payload: []byte(`{"id":42}`), Headers: map[string]string{"tenant": "acme", "X-Request-Id": "r-1"},
 	}}
-	got, err := natsmsg.FromMsg(&nats.Msg{Subject: e.Topic, Header: relayHeader(e), Data: e.Payload})
+	h := relayHeader(e)
+	h["Status"] = []string{"100"} // nats.go's status, not the producer's header
+	h["Nats-Expected-Stream"] = []string{"ORDERS"}
+	got, err := natsmsg.FromMsg(&nats.Msg{Subject: e.Topic, Header: h, Data: e.Payload})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -49,8 +52,8 @@ func TestFromMsgRoundTrip(t *testing.T) {
 		got.Topic != "orders.paid" || string(got.Payload) != `{"id":42}` || !got.Time.Equal(created) {
 		t.Errorf("FromMsg = %+v", got)
 	}
-	if len(got.Headers) != 1 || got.Headers["tenant"] != "acme" {
-		t.Errorf("Headers = %v, want only tenant=acme", got.Headers)
+	if len(got.Headers) != 2 || got.Headers["tenant"] != "acme" || got.Headers["X-Request-Id"] != "r-1" {
+		t.Errorf("Headers = %v, want only tenant=acme and X-Request-Id=r-1", got.Headers)
 	}
 	if len(got.Extensions) != 0 {
 		t.Errorf("Extensions = %v, want none", got.Extensions)

@@ -108,7 +108,7 @@ func TestStoreCheckPlainError(t *testing.T) {
 	if err := st.Migrate(ctx); err != nil {
 		t.Fatal(err)
 	}
-	err = st.Enqueue(ctx, outbox.Message{Topic: "t"}, outbox.Message{Topic: "t", Key: "bad"})
+	err = st.Enqueue(ctx, outbox.Message{Topic: "t", Type: "T"}, outbox.Message{Topic: "t", Key: "bad", Type: "T"})
 	var ve *outbox.ValidationError
 	if !errors.As(err, &ve) || ve.Index != 1 || !errors.Is(err, errNope) || !errors.Is(err, outbox.ErrInvalidMessage) {
 		t.Fatalf("err = %v, want a ValidationError at index 1 wrapping errNope", err)

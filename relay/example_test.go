@@ -24,8 +24,8 @@ func Example() {
 	defer st.Close()
 	_ = st.Migrate(ctx)
 	_ = st.Enqueue(ctx,
-		outbox.Message{Topic: "orders.paid", Key: "order-1", Payload: []byte("first")},
-		outbox.Message{Topic: "orders.paid", Key: "order-1", Payload: []byte("second")},
+		outbox.Message{Topic: "orders.paid", Key: "order-1", Type: "OrderPaid", Payload: []byte("first")},
+		outbox.Message{Topic: "orders.paid", Key: "order-1", Type: "OrderShipped", Payload: []byte("second")},
 	)
 
 	br, _ := membroker.New(membroker.Config{}) // natsbroker.Dial(…) in production

@@ -43,7 +43,7 @@ func TestCoalescedWakeUpsStillDeliverPromptly(t *testing.T) {
 	const burst = 5
 	start := time.Now()
 	for i := range burst {
-		if err := writer.Enqueue(ctx, outbox.Message{Topic: "t", Key: fmt.Sprintf("k%d", i), Payload: []byte("{}")}); err != nil {
+		if err := writer.Enqueue(ctx, outbox.Message{Topic: "t", Key: fmt.Sprintf("k%d", i), Type: "T", Payload: []byte("{}")}); err != nil {
 			t.Fatal(err)
 		}
 		time.Sleep(3 * time.Millisecond)

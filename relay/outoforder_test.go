@@ -26,7 +26,7 @@ func TestOutOfOrderCommitIsNotSkipped(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer held.Rollback()
-			late := outbox.Message{Topic: "t", Key: "late", Payload: []byte("committed last, lowest id")}
+			late := outbox.Message{Topic: "t", Key: "late", Type: "T", Payload: []byte("committed last, lowest id")}
 			if err := o.Store.EnqueueTx(ctx, held, late); err != nil {
 				t.Fatal(err)
 			}

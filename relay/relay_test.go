@@ -285,7 +285,7 @@ func TestOutOfAttemptsGoesDead(t *testing.T) {
 			}
 			return nil
 		})
-		if err := st.Enqueue(context.Background(), outbox.Message{Topic: "t", Key: "flaky"}, outbox.Message{Topic: "t", Key: "fine"}); err != nil {
+		if err := st.Enqueue(context.Background(), outbox.Message{Topic: "t", Key: "flaky", Type: "T"}, outbox.Message{Topic: "t", Key: "fine", Type: "T"}); err != nil {
 			t.Fatal(err)
 		}
 		cfg := fastConfig()

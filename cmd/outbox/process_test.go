@@ -253,7 +253,7 @@ func TestPoisonEventAndDeadRetry(t *testing.T) {
 	ctx := context.Background()
 	good := keyedWorkload(t, o.Store, s.Topic("orders"), 200, 10)
 	orphan := "orphan" + s.Subject + ".x"
-	if err := o.Store.Enqueue(ctx, outbox.Message{Topic: orphan, Key: "agg-0", Payload: []byte("poison")}); err != nil {
+	if err := o.Store.Enqueue(ctx, outbox.Message{Topic: orphan, Key: "agg-0", Type: "Poison", Payload: []byte("poison")}); err != nil {
 		t.Fatal(err)
 	}
 	r := startRelay(t, relayArgs(o, natsURL)...)

@@ -3,6 +3,9 @@ package cli
 import (
 	"bytes"
 	"context"
+	"io"
+	"net"
+	"net/http"
 	"strings"
 	"sync"
 	"testing"
@@ -93,3 +96,58 @@ func TestRelayLogsEffectiveSettings(t *testing.T) {
 type writerFunc func([]byte) (int, error)
 
 func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
+
+// outbox relay --metrics-addr serves the metrics and health endpoints of
+// the running relay.
+func TestRelayServesMetricsAndHealth(t *testing.T) {
+	natsURL := testnats.Shared(t)
+	o := teststores.Open(t, "sqlite", store.Options{})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan int)
+	var stderr bytes.Buffer
+	var mu sync.Mutex
+	w := writerFunc(func(p []byte) (int, error) { mu.Lock(); defer mu.Unlock(); return stderr.Write(p) })
+	go func() {
+		done <- Main(ctx, []string{"relay", "--db", o.URL, "--table", o.Opts.Table, "--broker", natsURL, "--metrics-addr", addr}, &bytes.Buffer{}, w)
+	}()
+	get := func(path string) (int, string) {
+		resp, err := http.Get("http://" + addr + path)
+		if err != nil {
+			return 0, err.Error()
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		if code, _ := get("/healthz"); code == 200 {
+			break
+		}
+		if time.Now().After(deadline) {
+			mu.Lock()
+			t.Fatalf("/healthz never answered: %s", stderr.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if code, body := get("/readyz"); code != 200 || body != "ready\n" {
+		t.Errorf("/readyz = %d %q", code, body)
+	}
+	code, body := get("/metrics")
+	for _, want := range []string{"outbox_pending_events 0", "outbox_broker_up 1", "outbox_store_up 1", "go_goroutines"} {
+		if code != 200 || !strings.Contains(body, want) {
+			t.Errorf("/metrics (%d) lacks %q", code, want)
+		}
+	}
+	cancel()
+	if code := <-done; code != exitOK {
+		mu.Lock()
+		t.Errorf("relay exit %d: %s", code, stderr.String())
+	}
+}

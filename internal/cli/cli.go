@@ -86,6 +86,12 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	for _, c := range commands() {
 		if c.name == args[0] {
 			err := c.run(ctx, e, args[1:])
+			if err != nil {
+				// A last net under every message: whatever a command
+				// forgot to scrub, no URL the user gave is printed with
+				// its secret.
+				err = wire.ScrubError(err, connectionArgs(args[1:])...)
+			}
 			return report(e, c.name, err)
 		}
 	}
@@ -108,6 +114,24 @@ func report(e env, name string, err error) int {
 		fmt.Fprintf(e.stderr, "outbox %s: %s\n", name, oneLine(err.Error()))
 		return exitFail
 	}
+}
+
+// connectionArgs returns the values given to --db and --broker (either
+// spelling, = or a separate argument) and OUTBOX_DB and OUTBOX_BROKER.
+func connectionArgs(args []string) []string {
+	out := []string{os.Getenv("OUTBOX_DB"), os.Getenv("OUTBOX_BROKER")}
+	for i, a := range args {
+		name, value, hasValue := strings.Cut(strings.TrimLeft(a, "-"), "=")
+		if !strings.HasPrefix(a, "-") || (name != "db" && name != "broker") {
+			continue
+		}
+		if hasValue {
+			out = append(out, value)
+		} else if i+1 < len(args) {
+			out = append(out, args[i+1])
+		}
+	}
+	return out
 }
 
 func oneLine(s string) string {

@@ -144,7 +144,7 @@ func (d *demo) run(ctx context.Context, dir string) error {
 	}
 	nc, err := nats.Connect(d.natsURL)
 	if err != nil {
-		return err
+		return wire.ScrubError(err, d.natsURL)
 	}
 	defer nc.Close()
 	js, err := jetstream.New(nc)
@@ -169,7 +169,7 @@ func (d *demo) run(ctx context.Context, dir string) error {
 			return err
 		}
 	}
-	d.say("database %s (%s), NATS JetStream at %s", wire.Mask(d.dbURL), d.dialect, d.natsURL)
+	d.say("database %s (%s), NATS JetStream at %s", wire.Mask(d.dbURL), d.dialect, wire.Mask(d.natsURL))
 	defer d.stopRelay()
 
 	// Consumers, with the story's faults.
@@ -301,7 +301,10 @@ func (d *demo) startRelay() error {
 	if err != nil {
 		return err
 	}
-	d.relay = exec.Command(self, "relay", "--db", d.dbURL, "--table", d.table, "--broker", d.natsURL, "--lease", "2s", "--batch", "20", "--poll", "100ms", "--log", "error")
+	// The URLs go through the environment, not the arguments, which any
+	// local user can read (ps).
+	d.relay = exec.Command(self, "relay", "--table", d.table, "--lease", "2s", "--batch", "20", "--poll", "100ms", "--log", "error")
+	d.relay.Env = append(os.Environ(), "OUTBOX_DB="+d.dbURL, "OUTBOX_BROKER="+d.natsURL)
 	d.relay.Stderr = os.Stderr
 	if err := d.relay.Start(); err != nil {
 		return fmt.Errorf("starting the relay process: %w", err)

@@ -142,6 +142,13 @@ func harness(name, url string, admin *nats.Conn, storage jetstream.StorageType) 
 		},
 		MaxPayload: int(admin.MaxPayload()),
 		Transport:  broker.NATS,
+		AddTopic: func(t *testing.T, _ broker.Broker, topic string) brokertest.Receiver {
+			js, err := jetstream.New(admin)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return &streamReceiver{stream: createStream(t, js, topic, storage)}
+		},
 	}
 }
 

@@ -122,28 +122,6 @@ func EncodeHeaders(h map[string]string) string {
 	return string(b)
 }
 
-// DecodeHeaders parses the headers column. A row written by hand with
-// non-string values keeps their JSON text.
-func DecodeHeaders(s []byte) (map[string]string, error) {
-	if len(s) == 0 || string(s) == "{}" || string(s) == "null" {
-		return nil, nil
-	}
-	var raw map[string]json.RawMessage
-	if err := json.Unmarshal(s, &raw); err != nil {
-		return nil, fmt.Errorf("store: headers column is not a JSON object: %w", err)
-	}
-	out := make(map[string]string, len(raw))
-	for k, v := range raw {
-		var str string
-		if err := json.Unmarshal(v, &str); err == nil {
-			out[k] = str
-		} else {
-			out[k] = string(v)
-		}
-	}
-	return out, nil
-}
-
 // MaxErrorLen bounds last_error: enough for any broker's message.
 const MaxErrorLen = 2000
 

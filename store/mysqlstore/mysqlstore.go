@@ -460,22 +460,24 @@ LIMIT ?`
 
 type scanner interface{ Scan(dest ...any) error }
 
-func scanEvent(row scanner, e *outbox.Event, extra ...any) error {
+// scanEvent reads one row into e. broken is why the row breaks the table
+// contract (its headers cannot be decoded; e.Headers is then nil): the row
+// was read, and the caller decides what to do with it.
+func scanEvent(row scanner, e *outbox.Event, extra ...any) (broken, err error) {
 	var headers []byte
 	var created sql.NullString
 	dest := append([]any{&e.ID, &e.EventID, &e.Topic, &e.Key, &e.Type, &e.AggregateType, &e.SchemaVersion, &e.Payload, &e.ContentType, &headers, &e.Attempts, &created}, extra...)
 	if err := row.Scan(dest...); err != nil {
-		return err
+		return nil, err
 	}
-	var err error
 	if e.CreatedAt, err = epoch(created); err != nil {
-		return err
+		return nil, err
 	}
 	if e.Payload == nil {
 		e.Payload = []byte{}
 	}
-	e.Headers, err = store.DecodeHeaders(headers)
-	return err
+	e.Headers, broken = store.DecodeHeaders(headers)
+	return broken, nil
 }
 
 // epoch parses UNIX_TIMESTAMP's decimal text ("1700000000.123456"); NULL and
@@ -532,11 +534,19 @@ func (s *Store) Claim(ctx context.Context, req store.ClaimRequest) (store.Claim,
 	}
 	var events []outbox.Event
 	var now int64
+	var bad map[int64]error // rows that cannot be decoded, by id: claimed, then buried
 	for rows.Next() {
 		var e outbox.Event
-		if err := scanEvent(rows, &e, &now); err != nil {
+		broken, err := scanEvent(rows, &e, &now)
+		if err != nil {
 			rows.Close()
 			return c, wrap("claim", err)
+		}
+		if broken != nil {
+			if bad == nil {
+				bad = map[int64]error{}
+			}
+			bad[e.ID] = broken
 		}
 		events = append(events, e)
 	}
@@ -604,6 +614,9 @@ func (s *Store) Claim(ctx context.Context, req store.ClaimRequest) (store.Claim,
 		[]any{events[0].ID, req.Lease.Owner, req.Lease.Epoch}, &until)
 	if t, terr := epoch(until); err == nil && terr == nil && !t.IsZero() {
 		c.Until = t
+	}
+	if c.Events, err = store.Screen(ctx, c.Lease, c.Events, bad, req.HoldDeadKeys, s.Bury, s.Release); err != nil {
+		return store.Claim{Lease: req.Lease}, fmt.Errorf("mysqlstore: claim: %w", err)
 	}
 	return c, nil
 }
@@ -840,7 +853,9 @@ func scanRecord(row scanner, extra ...any) (store.Record, error) {
 	var r store.Record
 	var status string
 	var next, until, sent sql.NullString
-	if err := scanEvent(row, &r.Event, append([]any{&status, &r.LastError, &next, &r.LeaseOwner, &until, &sent}, extra...)...); err != nil {
+	// A row whose headers break the contract is still shown (its
+	// last_error says why once a claim buried it), without headers.
+	if _, err := scanEvent(row, &r.Event, append([]any{&status, &r.LastError, &next, &r.LeaseOwner, &until, &sent}, extra...)...); err != nil {
 		return r, err
 	}
 	r.Status = outbox.Status(status)

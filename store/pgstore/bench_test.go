@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	outbox "github.com/outbox-go/outbox"
+	"github.com/outbox-go/outbox/store"
 	"github.com/outbox-go/outbox/store/pgstore"
 )
 
@@ -215,4 +216,133 @@ func BenchmarkNotifyInterval(b *testing.B) {
 	for i, v := range variants {
 		b.ReportMetric(cost(took[i+2]), "%outbox-"+v.name)
 	}
+}
+
+// BenchmarkContractCheckCost measures what each candidate CHECK constraint
+// of the table contract costs a one-row business transaction that enqueues
+// one event (EnqueuePgxTx, a statement of its own), 8 concurrent writers:
+// the same transaction against one table without any and one table per
+// candidate, alternating round by round, each reported as its cost in
+// points over the table without checks ("none" runs twice, as the noise
+// floor). Notifications are off in every variant, so only the constraint
+// differs.
+func BenchmarkContractCheckCost(b *testing.B) {
+	pool, _ := openPool(b)
+	ctx := context.Background()
+	variants := contractCandidates
+	stores := make([]*pgstore.Store, len(variants))
+	for i, v := range variants {
+		stores[i] = candidateStore(b, pool, pool, v.check)
+	}
+	orders := uniqueTable("bench_") + "_orders"
+	if _, err := pool.Exec(ctx, "CREATE TABLE "+orders+" (id BIGSERIAL PRIMARY KEY, customer TEXT NOT NULL, amount_cents BIGINT NOT NULL, status TEXT NOT NULL)"); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { pool.Exec(context.Background(), "DROP TABLE IF EXISTS "+orders) })
+	payload := []byte(`{"order_id":42,"customer":"c-7","amount_cents":1999,"status":"PAID"}`)
+	insert := "INSERT INTO " + orders + " (customer, amount_cents, status) VALUES ($1, $2, 'PAID')"
+	tx := func(kind int, i int64) error {
+		return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+			if _, err := tx.Exec(ctx, insert, "c-7", 1999); err != nil {
+				return err
+			}
+			return stores[kind].EnqueuePgxTx(ctx, tx, outbox.Message{Topic: "orders", Key: fmt.Sprintf("order-%d", i), Type: "OrderPaid", Payload: payload})
+		})
+	}
+	took := make([]time.Duration, len(variants))
+	const per = 250 // transactions per variant and round: short rounds, so drift hits all alike
+	rounds := max(b.N/per, 1)
+	b.ResetTimer()
+	for round := 0; round < rounds; round++ {
+		for k := range took {
+			kind := (k + round) % len(took) // rotate who goes first
+			took[kind] += runWriters(b, pool, per, func(i int64) error { return tx(kind, i) })
+		}
+	}
+	b.StopTimer()
+	b.ReportMetric(float64(per*rounds)/took[0].Seconds(), "tx/s-none")
+	for i, v := range variants[1:] {
+		b.ReportMetric(100*(took[i+1].Seconds()/took[0].Seconds()-1), "%"+v.name)
+	}
+}
+
+// BenchmarkContractCheckInsert isolates what BenchmarkContractCheckCost
+// measures from the commit's flush, whose time varies widely on a shared
+// machine: one writer enqueues one event per statement with
+// synchronous_commit off, against the same candidate tables in alternating
+// rounds, and it reports each candidate's extra time per INSERT in
+// microseconds over the table without checks ("none-again" is the noise
+// floor). Compare it with a one-row business transaction's time.
+func BenchmarkContractCheckInsert(b *testing.B) {
+	pool, _ := openPool(b)
+	ctx := context.Background()
+	pc := pool.Config().Copy()
+	pc.ConnConfig.RuntimeParams["synchronous_commit"] = "off"
+	pc.MaxConns = 1
+	fast, err := pgxpool.NewWithConfig(ctx, pc)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer fast.Close()
+	variants := contractCandidates
+	stores := make([]*pgstore.Store, len(variants))
+	for i, v := range variants {
+		stores[i] = candidateStore(b, pool, fast, v.check)
+	}
+	payload := []byte(`{"order_id":42,"customer":"c-7","amount_cents":1999,"status":"PAID"}`)
+	took := make([]time.Duration, len(variants))
+	const per = 200
+	rounds := max(b.N/per, 1)
+	b.ResetTimer()
+	for round := 0; round < rounds; round++ {
+		for k := range took {
+			kind := (k + round) % len(took)
+			start := time.Now()
+			for i := 0; i < per; i++ {
+				if err := stores[kind].Enqueue(ctx, outbox.Message{Topic: "orders", Key: fmt.Sprintf("order-%d", i), Type: "OrderPaid", Payload: payload}); err != nil {
+					b.Fatal(err)
+				}
+			}
+			took[kind] += time.Since(start)
+		}
+	}
+	b.StopTimer()
+	n := float64(per * rounds)
+	b.ReportMetric(took[0].Seconds()/n*1e6, "µs/insert-none")
+	for i, v := range variants[1:] {
+		b.ReportMetric((took[i+1].Seconds()-took[0].Seconds())/n*1e6, "µs+"+v.name)
+	}
+}
+
+// contractCandidates are the CHECK constraints the contract benchmarks
+// compare; "none" twice, as the noise floor.
+var contractCandidates = []struct{ name, check string }{
+	{"none", ""},
+	{"none-again", ""},
+	{"status-in", "status IN ('NEW', 'SENDING', 'SENT', 'DEAD')"},
+	{"status-new-dead", "status IN ('NEW', 'DEAD')"},
+	{"event-type", "event_type <> ''"},
+	{"schema-version", "schema_version >= 0"},
+	{"headers-object", "jsonb_typeof(headers) = 'object'"},
+	{"headers-strings", `jsonb_typeof(headers) = 'object' AND NOT jsonb_path_exists(headers, '$.* ? (@.type() != "string")')`},
+	{"control-chars", `(topic || event_key || event_type) !~ '[\x01-\x1f\x7f-\x9f]'`},
+	{"all-cheap", "status IN ('NEW', 'SENDING', 'SENT', 'DEAD') AND event_type <> '' AND schema_version >= 0 AND jsonb_typeof(headers) = 'object'"},
+}
+
+// candidateStore is a Store over pool on a fresh migrated table (created
+// through admin) with the CHECK check added, unless check is empty.
+func candidateStore(b *testing.B, admin, pool *pgxpool.Pool, check string) *pgstore.Store {
+	b.Helper()
+	_, table := migratedStore(b, admin, "bench_", pgstore.Config{DisableNotify: true})
+	if check != "" {
+		if _, err := admin.Exec(context.Background(), "ALTER TABLE "+table+" ADD CONSTRAINT "+table+"_candidate CHECK ("+check+")"); err != nil {
+			b.Fatal(err)
+		}
+	}
+	st, err := pgstore.New(pool, pgstore.Config{DisableNotify: true, Options: store.Options{Table: table}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { st.Close() })
+	return st
 }

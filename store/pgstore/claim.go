@@ -159,6 +159,7 @@ RETURNING lease_until, n`
 	// relay's CPU); rows are scanned in place.
 	c.Events = make([]outbox.Event, 0, n)
 	var headers []byte
+	var bad map[int64]error // rows that cannot be decoded, by id
 	for rows.Next() {
 		c.Events = append(c.Events, outbox.Event{})
 		e := &c.Events[len(c.Events)-1]
@@ -168,8 +169,11 @@ RETURNING lease_until, n`
 		}
 		var err error
 		if e.Headers, err = store.DecodeHeaders(headers); err != nil {
-			rows.Close()
-			return store.Claim{}, err
+			// The claim stands: the row is buried below, under its lease.
+			if bad == nil {
+				bad = map[int64]error{}
+			}
+			bad[e.ID] = err
 		}
 	}
 	if err := rows.Err(); err != nil {
@@ -192,6 +196,9 @@ RETURNING lease_until, n`
 	}
 	if len(c.Events) < req.Limit {
 		s.caughtUp()
+	}
+	if c.Events, err = store.Screen(ctx, c.Lease, c.Events, bad, req.HoldDeadKeys, s.Bury, s.Release); err != nil {
+		return store.Claim{}, fmt.Errorf("pgstore: claim: %w", err)
 	}
 	return c, nil
 }

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -518,6 +519,7 @@ func (s *Store) Claim(ctx context.Context, req store.ClaimRequest) (store.Claim,
 // again may find more.
 func (s *Store) claimOnce(ctx context.Context, look *sql.Stmt, req store.ClaimRequest) (c store.Claim, again bool, err error) {
 	c = store.Claim{Lease: req.Lease}
+	var bad map[int64]error // rows that break the contract, by id
 	gen := s.claimGen.Load()
 	now, err := s.now(ctx)
 	if err != nil {
@@ -547,13 +549,25 @@ func (s *Store) claimOnce(ctx context.Context, look *sql.Stmt, req store.ClaimRe
 	err = s.query(ctx, s.claimSQL, func(rows *sql.Rows) error {
 		var e outbox.Event
 		var headers []byte
+		var version any // SQLite keeps what a producer wrote: text in an INTEGER column stays text
 		var created, until int64
-		if err := rows.Scan(&e.ID, &e.EventID, &e.Topic, &e.Key, &e.Type, &e.AggregateType, &e.SchemaVersion, &e.Payload, &e.ContentType, &headers, &e.Attempts, &created, &until); err != nil {
+		if err := rows.Scan(&e.ID, &e.EventID, &e.Topic, &e.Key, &e.Type, &e.AggregateType, &version, &e.Payload, &e.ContentType, &headers, &e.Attempts, &created, &until); err != nil {
 			return err
 		}
-		var err error
-		if e.Headers, err = store.DecodeHeaders(headers); err != nil {
-			return err
+		// A row that breaks the contract is claimed all the same, and
+		// buried below under the claim's lease.
+		var broken error
+		e.SchemaVersion, broken = schemaVersion(version)
+		if h, err := store.DecodeHeaders(headers); err != nil {
+			broken = err
+		} else {
+			e.Headers = h
+		}
+		if broken != nil {
+			if bad == nil {
+				bad = map[int64]error{}
+			}
+			bad[e.ID] = broken
 		}
 		e.CreatedAt = micros(created)
 		c.Until = micros(until)
@@ -568,7 +582,27 @@ func (s *Store) claimOnce(ctx context.Context, look *sql.Stmt, req store.ClaimRe
 	}
 	s.claimGen.Add(1)
 	sort.Slice(c.Events, func(i, j int) bool { return c.Events[i].ID < c.Events[j].ID })
+	if c.Events, err = store.Screen(ctx, c.Lease, c.Events, bad, req.HoldDeadKeys, s.Bury, s.Release); err != nil {
+		return store.Claim{Lease: req.Lease}, false, fmt.Errorf("sqlitestore: claim: %w", err)
+	}
 	return c, false, nil
+}
+
+// schemaVersion reads the schema_version column, which SQLite's type
+// affinity leaves as text when a producer wrote something that is not a
+// number ('v2'): that row breaks the table contract.
+func schemaVersion(v any) (int, error) {
+	switch x := v.(type) {
+	case int64:
+		if x >= math.MinInt32 && x <= math.MaxInt32 {
+			return int(x), nil
+		}
+	case float64:
+		if x == math.Trunc(x) && x >= math.MinInt32 && x <= math.MaxInt32 {
+			return int(x), nil
+		}
+	}
+	return 0, store.BadRow("schema_version is not an integer: it holds %q; use 0 or a positive version", fmt.Sprint(v))
 }
 
 // now reads the database clock once, in µs.
@@ -770,16 +804,20 @@ func scanRecord(row scanner) (store.Record, error) {
 	var status string
 	var created, next int64
 	var until, sent sql.NullInt64
-	err := row.Scan(&r.ID, &r.EventID, &r.Topic, &r.Key, &r.Type, &r.AggregateType, &r.SchemaVersion, &r.Payload, &r.ContentType, &headers, &r.Attempts, &created,
+	var version any
+	err := row.Scan(&r.ID, &r.EventID, &r.Topic, &r.Key, &r.Type, &r.AggregateType, &version, &r.Payload, &r.ContentType, &headers, &r.Attempts, &created,
 		&status, &r.LastError, &next, &r.LeaseOwner, &until, &sent)
 	if err != nil {
 		return r, err
 	}
+	r.SchemaVersion, _ = schemaVersion(version) // 0 when not a number: the row is still shown
 	r.Status = outbox.Status(status)
 	r.CreatedAt, r.NextAttemptAt = micros(created), micros(next)
 	r.LeaseUntil, r.SentAt = nullMicros(until), nullMicros(sent)
-	r.Headers, err = store.DecodeHeaders(headers)
-	return r, err
+	// A row whose headers break the contract is still shown (its
+	// last_error says why once a claim buried it), without headers.
+	r.Headers, _ = store.DecodeHeaders(headers)
+	return r, nil
 }
 
 // Get returns one event from the outbox or the archive.

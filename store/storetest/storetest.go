@@ -89,6 +89,8 @@ func Run(t *testing.T, h Harness) {
 		{"Migrate/InvalidNames", s.testInvalidNames},
 		{"Migrate/NotMigrated", s.testNotMigrated},
 		{"TableContract", s.testTableContract},
+		{"BadRows", s.testBadRows},
+		{"BadRowsInOneClaim", s.testBadRowsInOneClaim},
 		{"EnqueueTx/Commit", s.testEnqueueTxCommit},
 		{"EnqueueTx/Rollback", s.testEnqueueTxRollback},
 		{"EnqueueTx/ValidationKeepsTxUsable", s.testEnqueueTxValidation},

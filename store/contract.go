@@ -1,0 +1,182 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"unicode/utf8"
+
+	outbox "github.com/outbox-go/outbox"
+)
+
+// ErrBadRow: a row of the outbox table breaks the table contract (a producer
+// wrote it with plain SQL). Claim never fails on one: the store marks it DEAD
+// with the reason, and it holds only its own key.
+var ErrBadRow = errors.New("the row breaks the table contract")
+
+// repair is the operator's way out, appended to every reason.
+const repair = "; fix the row with SQL, then `outbox dead retry ID`"
+
+// BadRow returns the one-line reason a row breaks the contract, formatted
+// as fmt.Errorf does: it wraps ErrBadRow and ends with how to repair the row.
+func BadRow(format string, args ...any) error {
+	return fmt.Errorf("%w: "+format+repair, append([]any{ErrBadRow}, args...)...)
+}
+
+// CheckRow checks what the table contract asks of a stored event beyond its
+// column types: a non-empty topic; topic, event_key and event_type valid
+// UTF-8 without control characters (U+0000–U+001F, U+007F–U+009F, which
+// CloudEvents excludes from its strings); and schema_version ≥ 0. Headers
+// are checked by DecodeHeaders. The error wraps ErrBadRow and says what to fix.
+func CheckRow(e *outbox.Event) error {
+	if e.Topic == "" {
+		return BadRow("topic is empty: set it to the destination (NATS subject, Kafka topic, …)")
+	}
+	for _, f := range [...]struct{ column, value string }{{"topic", e.Topic}, {"event_key", e.Key}, {"event_type", e.Type}} {
+		if err := checkText(f.column, f.value); err != nil {
+			return err
+		}
+	}
+	if e.SchemaVersion < 0 {
+		return BadRow("schema_version is %d: use 0 or a positive version", e.SchemaVersion)
+	}
+	return nil
+}
+
+// checkText refuses invalid UTF-8 and control characters in one pass.
+func checkText(column, s string) error {
+	for i, r := range s {
+		switch {
+		case r == utf8.RuneError && !strings.HasPrefix(s[i:], "\uFFFD"):
+			return BadRow("%s is not valid UTF-8 (byte %d): write text in UTF-8", column, i)
+		case r <= 0x1f || (r >= 0x7f && r <= 0x9f):
+			return BadRow("%s has the control character %U at byte %d: remove it (CloudEvents strings exclude U+0000–U+001F and U+007F–U+009F)", column, r, i)
+		}
+	}
+	return nil
+}
+
+// Screen is what a Claim does with the events it claimed before it returns
+// them: an event whose row breaks the contract (bad holds the decoding
+// errors by event id, or CheckRow finds one) is buried with its reason under
+// the claim's lease, and, when holdDeadKeys is set, the later events of its
+// key in the same claim are released, as a DEAD event holds them in every
+// later claim. It returns the events to deliver, in their order (events must
+// be in id order). When nothing is wrong (the common case) it writes nothing
+// and allocates nothing. bury and release are the store's own Bury and
+// Release.
+func Screen(ctx context.Context, lease Lease, events []outbox.Event, bad map[int64]error, holdDeadKeys bool,
+	bury func(context.Context, Lease, []Burial) error, release func(context.Context, Lease, []int64) error) ([]outbox.Event, error) {
+	reason := func(e *outbox.Event) error {
+		if err := bad[e.ID]; err != nil {
+			return err
+		}
+		return CheckRow(e)
+	}
+	first := -1
+	var firstErr error
+	for i := range events {
+		if firstErr = reason(&events[i]); firstErr != nil {
+			first = i
+			break
+		}
+	}
+	if first < 0 {
+		return events, nil
+	}
+	var burials []Burial
+	var released []int64
+	held := map[string]bool{}
+	kept := events[:first] // in place: a kept event only moves left
+	for i := first; i < len(events); i++ {
+		e := &events[i]
+		err := firstErr
+		if i > first {
+			err = reason(e)
+		}
+		switch {
+		case err != nil:
+			burials = append(burials, Burial{ID: e.ID, Error: err.Error()})
+			if holdDeadKeys && e.Key != "" {
+				held[e.Key] = true
+			}
+		case held[e.Key]:
+			released = append(released, e.ID)
+		default:
+			kept = append(kept, *e)
+		}
+	}
+	if err := bury(ctx, lease, burials); err != nil {
+		return nil, fmt.Errorf("burying %d events that break the table contract: %w", len(burials), err)
+	}
+	if len(released) > 0 {
+		if err := release(ctx, lease, released); err != nil {
+			return nil, fmt.Errorf("releasing %d events held by a row that breaks the table contract: %w", len(released), err)
+		}
+	}
+	if len(kept) == 0 {
+		return nil, nil
+	}
+	return kept, nil
+}
+
+// DecodeHeaders parses the headers column, which must hold a JSON object
+// whose values are strings ('{}' or empty: no headers). Anything else (an
+// array, a string, null, a number as a value, text that is not JSON) is an
+// error wrapping ErrBadRow that names what was found.
+func DecodeHeaders(s []byte) (map[string]string, error) {
+	if len(s) == 0 || string(s) == "{}" {
+		return nil, nil
+	}
+	var raw map[string]json.RawMessage
+	if err := json.Unmarshal(s, &raw); err != nil || raw == nil {
+		return nil, BadRow("headers column is not a JSON object of strings: it holds %s; write an object such as {\"trace-id\":\"abc\"}", describeJSON(s))
+	}
+	if len(raw) == 0 {
+		return nil, nil
+	}
+	out := make(map[string]string, len(raw))
+	for k, v := range raw {
+		var str string
+		if err := json.Unmarshal(v, &str); err != nil {
+			return nil, BadRow("headers column is not a JSON object of strings: header %q is %s; quote the value (\"%s\")", k, describeJSON(v), strings.ReplaceAll(clip(string(v)), `"`, `\"`))
+		}
+		out[k] = str
+	}
+	return out, nil
+}
+
+// describeJSON names the kind of JSON text s is, with a clipped excerpt.
+func describeJSON(s []byte) string {
+	t := strings.TrimSpace(string(s))
+	kind := "text that is not JSON"
+	if json.Valid(s) {
+		switch t[0] {
+		case '[':
+			kind = "an array"
+		case '"':
+			kind = "a string"
+		case 'n':
+			kind = "null"
+		case 't', 'f':
+			kind = "a boolean"
+		case '{':
+			kind = "an object"
+		default:
+			kind = "a number"
+		}
+	}
+	return fmt.Sprintf("%s (%s)", kind, clip(t))
+}
+
+// clip shortens s for a one-line message.
+func clip(s string) string {
+	const max = 40
+	s = strings.ToValidUTF8(s, "?")
+	if len(s) <= max {
+		return s
+	}
+	return strings.ToValidUTF8(s[:max], "") + "…"
+}

@@ -168,6 +168,9 @@ func describeJSON(s []byte) string {
 			kind = "a number"
 		}
 	}
+	if kind == t {
+		return kind
+	}
 	return fmt.Sprintf("%s (%s)", kind, clip(t))
 }
 

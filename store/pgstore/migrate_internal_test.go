@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -92,7 +93,8 @@ func TestMigrateFromVersion1(t *testing.T) {
 }
 
 // A claim in flight when migration 5 runs keeps its events, as ranges, and
-// its owner can still ack it; the CHECK on status is gone (migration 4).
+// its owner can still ack it; the CHECK on status migration 4 dropped is
+// back (migration 6).
 func TestMigrateClaimsToRanges(t *testing.T) {
 	ctx := context.Background()
 	pool, s := unmigratedStore(t)
@@ -139,8 +141,66 @@ func TestMigrateClaimsToRanges(t *testing.T) {
 	if err := pool.QueryRow(ctx, "SELECT count(*) FROM "+s.table+" WHERE id IN (5, 6, 7, 10)").Scan(&left); err != nil || left != 0 {
 		t.Fatalf("%d of the old claim's rows left after its ack (%v); want 0", left, err)
 	}
-	if _, err := pool.Exec(ctx, "UPDATE "+s.table+" SET status = 'BOGUS' WHERE id = 1"); err != nil {
-		t.Fatalf("migration 4 should have dropped the status CHECK: %v", err)
+	if _, err := pool.Exec(ctx, "UPDATE "+s.table+" SET status = 'BOGUS' WHERE id = 1"); err == nil {
+		t.Fatalf("an unknown status was accepted; migration 6 should have added its CHECK")
+	}
+}
+
+// Migration 6 upgrades a table that already holds rows breaking the
+// contract without failing: the ones with an unknown status, which no claim
+// reads, become DEAD with their status in the reason; the others are buried
+// by the claim that takes them; new bad rows are refused at INSERT.
+func TestMigrateContractOverBadRows(t *testing.T) {
+	ctx := context.Background()
+	pool, s := unmigratedStore(t)
+	all := migrations(s.table, s.archive, s.claimsTable(), s.opts.Table, s.qualified)
+	setup := []string{"CREATE TABLE " + s.migrations + " (version INTEGER PRIMARY KEY, applied_at TIMESTAMPTZ NOT NULL DEFAULT now())"}
+	for v := 1; v <= 5; v++ {
+		setup = append(setup, all[v-1], "INSERT INTO "+s.migrations+" (version) VALUES ("+itoa(v)+")")
+	}
+	setup = append(setup,
+		"INSERT INTO "+s.table+" (id, topic, event_key, event_type, status) VALUES (1, 'orders', 'k1', 'T', 'FOO'), (2, 'orders', 'k2', 'T', 'new')",
+		"INSERT INTO "+s.table+" (id, topic, event_key, event_type, headers) VALUES (3, 'orders', 'k3', 'T', '[1,2]')",
+		"INSERT INTO "+s.table+" (id, topic, event_key, event_type, schema_version) VALUES (4, 'orders', 'k4', 'T', -1)",
+		"INSERT INTO "+s.table+" (id, topic, event_key, event_type) VALUES (5, '', 'k5', 'T'), (6, 'orders', 'k1', 'T'), (7, 'orders', 'good', 'T')",
+	)
+	for _, sql := range setup {
+		if _, err := pool.Exec(ctx, sql); err != nil {
+			t.Fatalf("%s: %v", sql, err)
+		}
+	}
+	if err := s.Migrate(ctx); err != nil {
+		t.Fatalf("Migrate over a table holding bad rows: %v", err)
+	}
+	for id, status := range map[int64]string{1: "'FOO'", 2: "'new'"} {
+		r, err := s.Get(ctx, id)
+		if err != nil || r.Status != outbox.StatusDead || !strings.Contains(r.LastError, "status "+status) {
+			t.Errorf("Get(%d) after migration 6: %s %q %v; want DEAD naming status %s", id, r.Status, r.LastError, err, status)
+		}
+	}
+	c, err := s.Claim(ctx, store.ClaimRequest{Lease: store.Lease{Owner: "relay", Epoch: 1}, Limit: 100, LeaseFor: time.Minute, HoldDeadKeys: true})
+	if err != nil {
+		t.Fatalf("Claim over the old bad rows: %v", err)
+	}
+	if len(c.Events) != 1 || c.Events[0].ID != 7 {
+		t.Fatalf("claimed %v; want event 7 alone (6 is held by the DEAD event 1 of its key)", c.Events)
+	}
+	dead, err := s.ListDead(ctx, store.DeadQuery{})
+	if err != nil || len(dead) != 5 {
+		t.Fatalf("ListDead: %d records, %v; want 5 (ids 1 to 5)", len(dead), err)
+	}
+	for _, bad := range []string{
+		"INSERT INTO " + s.table + " (topic, event_type, status) VALUES ('orders', 'T', 'FOO')",
+		"INSERT INTO " + s.table + " (topic, event_type, headers) VALUES ('orders', 'T', '[1,2]')",
+		"INSERT INTO " + s.table + " (topic, event_type, schema_version) VALUES ('orders', 'T', -1)",
+		"INSERT INTO " + s.table + " (topic, event_type) VALUES ('', 'T')",
+	} {
+		if _, err := pool.Exec(ctx, bad); err == nil {
+			t.Errorf("accepted after migration 6: %s", bad)
+		}
+	}
+	if err := s.Migrate(ctx); err != nil {
+		t.Errorf("Migrate again: %v", err)
 	}
 }
 

@@ -1,0 +1,111 @@
+package relay_test
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	outbox "github.com/outbox-go/outbox"
+	"github.com/outbox-go/outbox/broker/membroker"
+	"github.com/outbox-go/outbox/internal/teststores"
+	"github.com/outbox-go/outbox/store"
+	"github.com/outbox-go/outbox/store/storetest"
+)
+
+// A producer writing with plain SQL puts one bad row of each kind amid
+// 2,000 good ones on 50 keys, on every database: a real relay delivers every
+// good event of another key within seconds, the bad row is refused at INSERT
+// or DEAD with its reason, and its key is held (its later event is not
+// delivered) and visible in ListDead and Stats.
+func TestBadRowsAmidGoodOnes(t *testing.T) {
+	const good, keys = 2000, 50
+	for _, kind := range teststores.Kinds {
+		t.Run(kind, func(t *testing.T) {
+			t.Parallel()
+			url := teststores.URL(t, kind)
+			placeholder := storetest.Question
+			if kind == "postgres" {
+				placeholder = storetest.Dollar
+			}
+			for _, b := range storetest.BadRows {
+				t.Run(b.Name, func(t *testing.T) {
+					opened := teststores.OpenAt(t, kind, url, store.Options{})
+					st, ctx := opened.Store, context.Background()
+					enqueueGood := func(from, to int) {
+						msgs := make([]outbox.Message, 0, to-from)
+						for i := from; i < to; i++ {
+							msgs = append(msgs, outbox.Message{Topic: "orders", Key: "k" + strconv.Itoa(i%keys), Type: "OrderPaid", Payload: fmt.Appendf(nil, "%d", i)})
+						}
+						if err := st.Enqueue(ctx, msgs...); err != nil {
+							t.Fatal(err)
+						}
+					}
+					enqueueGood(0, good/2)
+					refused := b.Insert(ctx, opened.DB, opened.Opts.Table, placeholder, []byte(`{"bad":true}`))
+					// Its key's later event, unless the key itself is bad.
+					later := !strings.ContainsRune(b.Key(), 0x1b)
+					if later {
+						if err := st.Enqueue(ctx, outbox.Message{Topic: "orders", Key: b.Key(), Type: "Later", Payload: []byte("later")}); err != nil {
+							t.Fatal(err)
+						}
+					}
+					enqueueGood(good/2, good)
+
+					mb := newMem(t, membroker.Config{})
+					cfg := fastConfig()
+					cfg.BatchSize = 500
+					start := time.Now()
+					run(t, st, mb, cfg)
+					want := good
+					if refused != nil && later {
+						want++ // nothing holds the key
+					}
+					waitFor(t, "every good event delivered", 10*time.Second, func() bool { return len(mb.Events("orders")) >= want })
+					took := time.Since(start)
+					var laterDelivered bool
+					for _, e := range mb.Events("orders") {
+						if e.Key == b.Key() {
+							laterDelivered = true
+						}
+						if e.Type != "OrderPaid" && e.Type != "Later" {
+							t.Errorf("delivered an event of type %q: the bad row went out", e.Type)
+						}
+					}
+					if refused != nil {
+						t.Logf("refused at INSERT: %v", refused)
+						if later && !laterDelivered {
+							t.Errorf("the bad row was refused, yet its key's later event was not delivered")
+						}
+						return
+					}
+					if laterDelivered {
+						t.Fatalf("the later event of the bad row's key was delivered ahead of it")
+					}
+					var dead []store.Record
+					waitFor(t, "the bad row DEAD", 5*time.Second, func() bool {
+						var err error
+						dead, err = st.ListDead(ctx, store.DeadQuery{})
+						if err != nil {
+							t.Fatalf("ListDead: %v", err)
+						}
+						return len(dead) > 0
+					})
+					if len(dead) != 1 || dead[0].Key != b.Key() || !strings.Contains(dead[0].LastError, b.Reason) {
+						t.Fatalf("ListDead: %v; want the bad row alone, with a reason saying %q", dead, b.Reason)
+					}
+					stats := pending(t, st)
+					if stats.Dead != 1 || stats.BlockedKeys != 1 {
+						t.Errorf("Stats: %+v; want Dead 1, BlockedKeys 1", stats)
+					}
+					if later && stats.New != 1 {
+						t.Errorf("Stats: %+v; want New 1 (the bad row's later event, held)", stats)
+					}
+					t.Logf("%d good events delivered in %v; DEAD: %s", good, took.Round(time.Millisecond), dead[0].LastError)
+				})
+			}
+		})
+	}
+}

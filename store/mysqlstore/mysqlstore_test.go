@@ -175,7 +175,7 @@ func TestOpen(t *testing.T) {
 	if err := st.Migrate(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if err := st.Enqueue(ctx, outbox.Message{Topic: "t"}); err != nil {
+	if err := st.Enqueue(ctx, outbox.Message{Topic: "t", Type: "T"}); err != nil {
 		t.Fatal(err)
 	}
 	if c, err := st.Claim(ctx, store.ClaimRequest{Lease: store.Lease{Owner: "o", Epoch: 1}}); err != nil || len(c.Events) != 1 {

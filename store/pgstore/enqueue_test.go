@@ -52,7 +52,7 @@ func (f notifyFixture) enqueue(t *testing.T, key string) (before, after time.Tim
 	ctx := context.Background()
 	err := pgx.BeginFunc(ctx, f.pool, func(tx pgx.Tx) error {
 		before = time.Now()
-		err := f.st.EnqueuePgxTx(ctx, tx, outbox.Message{Topic: "orders", Key: key, Payload: []byte(`{}`)})
+		err := f.st.EnqueuePgxTx(ctx, tx, outbox.Message{Topic: "orders", Key: key, Type: "OrderPaid", Payload: []byte(`{}`)})
 		after = time.Now()
 		return err
 	})
@@ -156,7 +156,7 @@ func TestNotifyIntervalNegativeAndDisabled(t *testing.T) {
 	t.Run("disabled", func(t *testing.T) {
 		f := newNotifyFixture(t, pgstore.Config{DisableNotify: true, NotifyInterval: -1})
 		f.enqueue(t, "k")
-		if err := f.st.Enqueue(context.Background(), outbox.Message{Topic: "t"}, outbox.Message{Topic: "t"}); err != nil {
+		if err := f.st.Enqueue(context.Background(), outbox.Message{Topic: "t", Type: "T"}, outbox.Message{Topic: "t", Type: "T"}); err != nil {
 			t.Fatal(err)
 		}
 		if n := f.count(t, 300*time.Millisecond, 0); n != 0 {
@@ -165,7 +165,7 @@ func TestNotifyIntervalNegativeAndDisabled(t *testing.T) {
 	})
 	t.Run("batch", func(t *testing.T) {
 		f := newNotifyFixture(t, pgstore.Config{})
-		msgs := []outbox.Message{{Topic: "t"}, {Topic: "t", Headers: map[string]string{"h": "v"}}}
+		msgs := []outbox.Message{{Topic: "t", Type: "T"}, {Topic: "t", Type: "T", Headers: map[string]string{"h": "v"}}}
 		if err := f.st.Enqueue(context.Background(), msgs...); err != nil {
 			t.Fatal(err)
 		}
@@ -183,8 +183,8 @@ func TestEnqueueShapes(t *testing.T) {
 	st, _ := migratedStore(t, pool, "shapes_", pgstore.Config{})
 	later := time.Now().Add(time.Hour).Truncate(time.Microsecond)
 	lone := outbox.Message{EventID: outbox.NewEventID(), Topic: "orders", Key: "o-1", Type: "OrderPaid", AggregateType: "Order", SchemaVersion: 3, Payload: []byte(`{"id":1}`), ContentType: "application/x"}
-	bare := outbox.Message{Topic: "bare"}
-	full := outbox.Message{Topic: "full", Key: "o-2", Headers: map[string]string{"trace": "abc"}, AvailableAt: later}
+	bare := outbox.Message{Topic: "bare", Type: "Bare"}
+	full := outbox.Message{Topic: "full", Key: "o-2", Type: "Full", Headers: map[string]string{"trace": "abc"}, AvailableAt: later}
 	write := map[string]func(...outbox.Message) error{
 		"pgx": func(msgs ...outbox.Message) error {
 			return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error { return st.EnqueuePgxTx(ctx, tx, msgs...) })
@@ -282,7 +282,7 @@ func TestEnqueueInBatchIsAtomic(t *testing.T) {
 		}
 		return n
 	}
-	msg := outbox.Message{Topic: "orders", Key: "o-1", Payload: []byte(`{}`)}
+	msg := outbox.Message{Topic: "orders", Key: "o-1", Type: "OrderPaid", Payload: []byte(`{}`)}
 
 	// An implicit transaction: a later statement fails, so the row is gone.
 	b := &pgx.Batch{}

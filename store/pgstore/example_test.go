@@ -48,7 +48,7 @@ func ExampleStore_EnqueueTx() {
 	defer st.Close()
 	tx, _ := db.BeginTx(ctx, nil)
 	defer tx.Rollback()
-	_ = st.EnqueueTx(ctx, tx, outbox.Message{Topic: "orders.paid", Key: "order-42", Payload: []byte(`{"order_id":42}`)})
+	_ = st.EnqueueTx(ctx, tx, outbox.Message{Topic: "orders.paid", Key: "order-42", Type: "OrderPaid", Payload: []byte(`{"order_id":42}`)})
 	_ = tx.Commit()
 }
 

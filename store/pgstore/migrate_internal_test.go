@@ -36,6 +36,9 @@ func unmigratedStore(t *testing.T) (*pgxpool.Pool, *Store) {
 		for _, suffix := range []string{"", "_archive", "_migrations", "_claims"} {
 			_, _ = pool.Exec(context.Background(), "DROP TABLE IF EXISTS "+name+suffix)
 		}
+		for _, suffix := range []string{"_status_t", "_topic_t", "_version_t", "_headers_t"} {
+			_, _ = pool.Exec(context.Background(), "DROP DOMAIN IF EXISTS "+name+suffix)
+		}
 		pool.Close()
 	})
 	return pool, s
@@ -169,8 +172,18 @@ func TestMigrateContractOverBadRows(t *testing.T) {
 			t.Fatalf("%s: %v", sql, err)
 		}
 	}
+	file := func() (f uint32) {
+		if err := pool.QueryRow(ctx, "SELECT pg_relation_filenode($1::regclass)", s.table).Scan(&f); err != nil {
+			t.Fatal(err)
+		}
+		return f
+	}
+	before := file()
 	if err := s.Migrate(ctx); err != nil {
 		t.Fatalf("Migrate over a table holding bad rows: %v", err)
+	}
+	if after := file(); after != before {
+		t.Errorf("migration 6 rewrote the table (file node %d, then %d): the columns must take their domains in place", before, after)
 	}
 	for id, status := range map[int64]string{1: "'FOO'", 2: "'new'"} {
 		r, err := s.Get(ctx, id)

@@ -38,6 +38,10 @@ func openPool(t testing.TB) (*pgxpool.Pool, *sql.DB) {
 	return pool, db
 }
 
+// domainSuffixes name the domains migration 6 creates for a table's
+// columns; dropping the table leaves them behind.
+var domainSuffixes = []string{"_status_t", "_topic_t", "_version_t", "_headers_t"}
+
 func uniqueTable(prefix string) string {
 	b := make([]byte, 4)
 	_, _ = rand.Read(b)
@@ -49,6 +53,9 @@ func dropTables(t testing.TB, pool *pgxpool.Pool, opts store.Options) {
 	t.Cleanup(func() {
 		for _, suffix := range []string{"", "_archive", "_migrations", "_claims"} {
 			_, _ = pool.Exec(context.Background(), "DROP TABLE IF EXISTS "+pgx.Identifier{opts.Table + suffix}.Sanitize())
+		}
+		for _, suffix := range domainSuffixes {
+			_, _ = pool.Exec(context.Background(), "DROP DOMAIN IF EXISTS "+pgx.Identifier{opts.Table + suffix}.Sanitize())
 		}
 	})
 }

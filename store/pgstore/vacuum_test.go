@@ -21,7 +21,7 @@ func TestVacuumAfter(t *testing.T) {
 			st, table := migratedStore(t, pool, "vacuum_", pgstore.Config{VacuumAfter: after, DisableNotify: true})
 			msgs := make([]outbox.Message, 250)
 			for i := range msgs {
-				msgs[i] = outbox.Message{Topic: "orders", Payload: []byte(`{}`)}
+				msgs[i] = outbox.Message{Topic: "orders", Type: "OrderPaid", Payload: []byte(`{}`)}
 			}
 			if err := st.Enqueue(ctx, msgs...); err != nil {
 				t.Fatal(err)

@@ -103,7 +103,7 @@ func TestNotifyAfterCallerCommit(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer tx.Rollback() //nolint:errcheck // a no-op after Commit
-	if err := st.EnqueueTx(t.Context(), tx, outbox.Message{Topic: "t"}); err != nil {
+	if err := st.EnqueueTx(t.Context(), tx, outbox.Message{Topic: "t", Type: "T"}); err != nil {
 		t.Fatal(err)
 	}
 	select {

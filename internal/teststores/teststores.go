@@ -126,7 +126,8 @@ func driverDSN(kind, url string) (driver, dsn string, err error) {
 }
 
 // Drop removes the outbox tables named table (and their archive and
-// migration tables) from a server database. SQLite files vanish with
+// migration tables, and on PostgreSQL their columns' domains) from a server
+// database. SQLite files vanish with
 // t.TempDir().
 func Drop(t testing.TB, kind, url, table string) {
 	if kind == "sqlite" {
@@ -143,5 +144,10 @@ func Drop(t testing.TB, kind, url, table string) {
 	defer db.Close()
 	for _, suffix := range []string{"", "_archive", "_migrations", "_claims", "_lock"} {
 		_, _ = db.Exec("DROP TABLE IF EXISTS " + table + suffix)
+	}
+	if kind == "postgres" { // the domains of the table's columns outlive it
+		for _, suffix := range []string{"_status_t", "_topic_t", "_version_t", "_headers_t", "_type_t"} {
+			_, _ = db.Exec("DROP DOMAIN IF EXISTS " + table + suffix)
+		}
 	}
 }

@@ -36,7 +36,7 @@ func unmigratedStore(t *testing.T) (*pgxpool.Pool, *Store) {
 		for _, suffix := range []string{"", "_archive", "_migrations", "_claims"} {
 			_, _ = pool.Exec(context.Background(), "DROP TABLE IF EXISTS "+name+suffix)
 		}
-		for _, suffix := range []string{"_status_t", "_topic_t", "_version_t", "_headers_t"} {
+		for _, suffix := range []string{"_status_t", "_topic_t", "_version_t", "_headers_t", "_type_t"} {
 			_, _ = pool.Exec(context.Background(), "DROP DOMAIN IF EXISTS "+name+suffix)
 		}
 		pool.Close()

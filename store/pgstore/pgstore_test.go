@@ -40,7 +40,7 @@ func openPool(t testing.TB) (*pgxpool.Pool, *sql.DB) {
 
 // domainSuffixes name the domains migration 6 creates for a table's
 // columns; dropping the table leaves them behind.
-var domainSuffixes = []string{"_status_t", "_topic_t", "_version_t", "_headers_t"}
+var domainSuffixes = []string{"_status_t", "_topic_t", "_version_t", "_headers_t", "_type_t"}
 
 func uniqueTable(prefix string) string {
 	b := make([]byte, 4)

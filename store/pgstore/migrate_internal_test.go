@@ -56,7 +56,7 @@ func TestMigrateFromVersion1(t *testing.T) {
 		"CREATE TABLE " + s.migrations + " (version INTEGER PRIMARY KEY, applied_at TIMESTAMPTZ NOT NULL DEFAULT now())",
 		v1,
 		"INSERT INTO " + s.migrations + " (version) VALUES (1)",
-		"INSERT INTO " + s.table + " (topic, event_key, payload, status, lease_owner, lease_epoch, lease_until) VALUES ('orders', 'k', '\\x7b7d', 'SENDING', 'old-relay', 7, now() + interval '1 hour')",
+		"INSERT INTO " + s.table + " (topic, event_key, event_type, payload, status, lease_owner, lease_epoch, lease_until) VALUES ('orders', 'k', 'T', '\\x7b7d', 'SENDING', 'old-relay', 7, now() + interval '1 hour')",
 	} {
 		if _, err := pool.Exec(ctx, sql); err != nil {
 			t.Fatalf("%s: %v", sql, err)
@@ -107,7 +107,7 @@ func TestMigrateClaimsToRanges(t *testing.T) {
 		setup = append(setup, all[v-1], "INSERT INTO "+s.migrations+" (version) VALUES ("+itoa(v)+")")
 	}
 	setup = append(setup,
-		"INSERT INTO "+s.table+" (id, topic, event_key, payload) SELECT g, 'orders', 'k'||g, '\\x7b7d' FROM generate_series(1, 12) g",
+		"INSERT INTO "+s.table+" (id, topic, event_key, event_type, payload) SELECT g, 'orders', 'k'||g, 'T', '\\x7b7d' FROM generate_series(1, 12) g",
 		// ids 5, 6, 7 and 10 in flight under version 4's arrays
 		"INSERT INTO "+s.claimsTable()+" (owner, epoch, lease_until, ids, keys) VALUES ('old', 3, now() + interval '1 hour', '{5,6,7,10}', '{k5,k6,k7,k10}')",
 	)

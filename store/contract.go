@@ -140,7 +140,7 @@ func DecodeHeaders(s []byte) (map[string]string, error) {
 	out := make(map[string]string, len(raw))
 	for k, v := range raw {
 		var str string
-		if err := json.Unmarshal(v, &str); err != nil {
+		if len(v) == 0 || v[0] != '"' || json.Unmarshal(v, &str) != nil { // Unmarshal takes null for a string
 			return nil, BadRow("headers column is not a JSON object of strings: header %q is %s; quote the value (\"%s\")", k, describeJSON(v), strings.ReplaceAll(clip(string(v)), `"`, `\"`))
 		}
 		out[k] = str

@@ -1,0 +1,126 @@
+package store_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+
+	outbox "github.com/outbox-go/outbox"
+	"github.com/outbox-go/outbox/store"
+)
+
+func ev(id int64, key, typ string) outbox.Event {
+	return outbox.Event{ID: id, Message: outbox.Message{Topic: "orders", Key: key, Type: typ}}
+}
+
+// Screen buries the bad rows of a claim, releases the later events of their
+// keys when dead keys hold, and returns the rest in order; with nothing bad
+// it changes nothing.
+func TestScreen(t *testing.T) {
+	ctx := context.Background()
+	lease := store.Lease{Owner: "relay", Epoch: 3}
+	for _, hold := range []bool{true, false} {
+		t.Run(fmt.Sprint("hold=", hold), func(t *testing.T) {
+			events := []outbox.Event{ev(1, "a", "T"), ev(2, "b", "Bad\tType"), ev(3, "b", "T"), ev(4, "", "T"), ev(5, "c", "T"), ev(6, "c", "T"), ev(7, "", "T")}
+			bad := map[int64]error{5: store.BadRow("headers column is broken"), 7: store.BadRow("headers column is broken")}
+			var buried []store.Burial
+			var released []int64
+			got, err := store.Screen(ctx, lease, events, bad, hold,
+				func(_ context.Context, l store.Lease, b []store.Burial) error {
+					if l != lease {
+						t.Errorf("Bury under lease %+v; want %+v", l, lease)
+					}
+					buried = append(buried, b...)
+					return nil
+				},
+				func(_ context.Context, _ store.Lease, ids []int64) error { released = append(released, ids...); return nil })
+			if err != nil {
+				t.Fatal(err)
+			}
+			var gotIDs, buriedIDs []int64
+			for _, e := range got {
+				gotIDs = append(gotIDs, e.ID)
+			}
+			for _, b := range buried {
+				buriedIDs = append(buriedIDs, b.ID)
+				if !strings.HasPrefix(b.Error, store.ErrBadRow.Error()) {
+					t.Errorf("burial of %d: reason %q; want it to start with %q", b.ID, b.Error, store.ErrBadRow)
+				}
+			}
+			wantGot, wantReleased := []int64{1, 4}, []int64{3, 6}
+			if !hold {
+				wantGot, wantReleased = []int64{1, 3, 4, 6}, nil
+			}
+			if !slices.Equal(gotIDs, wantGot) || !slices.Equal(buriedIDs, []int64{2, 5, 7}) || !slices.Equal(released, wantReleased) {
+				t.Errorf("Screen: delivered %v, buried %v, released %v; want %v, [2 5 7], %v", gotIDs, buriedIDs, released, wantGot, wantReleased)
+			}
+		})
+	}
+	t.Run("nothing bad", func(t *testing.T) {
+		events := []outbox.Event{ev(1, "a", "T"), ev(2, "b", "T")}
+		fail := func(context.Context, store.Lease, []store.Burial) error { return errors.New("must not be called") }
+		got, err := store.Screen(ctx, lease, events, nil, true, fail, nil)
+		if err != nil || len(got) != 2 || &got[0] != &events[0] {
+			t.Errorf("Screen of good events: %v, %v; want them back untouched", got, err)
+		}
+		if n := testing.AllocsPerRun(100, func() { _, _ = store.Screen(ctx, lease, events, nil, true, fail, nil) }); n != 0 {
+			t.Errorf("Screen of good events allocates %v times; want 0", n)
+		}
+	})
+	t.Run("bury fails", func(t *testing.T) {
+		boom := errors.New("connection reset")
+		_, err := store.Screen(ctx, lease, []outbox.Event{ev(1, "", "")}, nil, true,
+			func(context.Context, store.Lease, []store.Burial) error { return boom }, nil)
+		if !errors.Is(err, boom) {
+			t.Errorf("Screen when Bury fails: %v; want it to wrap the error", err)
+		}
+	})
+}
+
+// DecodeHeaders accepts a JSON object of strings and nothing else.
+func TestDecodeHeaders(t *testing.T) {
+	for _, c := range []struct {
+		in, want string // want: the headers printed, or part of the error
+	}{
+		{``, "map[]"}, {`{}`, "map[]"}, {` { } `, "map[]"}, {`{"a":"1","b":""}`, "map[a:1 b:]"},
+		{`[1,2]`, "an array ([1,2])"}, {`"x"`, `a string ("x")`}, {`null`, "it holds null"}, {`7`, "a number (7)"},
+		{`{"a":1}`, `header "a" is a number (1)`}, {`{"a":null}`, `header "a" is null`}, {`{"a":{"b":"c"}}`, `header "a" is an object`},
+		{`{"a":`, "text that is not JSON"}, {"\xff", "text that is not JSON"},
+	} {
+		h, err := store.DecodeHeaders([]byte(c.in))
+		switch {
+		case err == nil && fmt.Sprint(h) != c.want:
+			t.Errorf("DecodeHeaders(%q) = %v; want %s", c.in, h, c.want)
+		case err != nil && (!errors.Is(err, store.ErrBadRow) || !strings.Contains(err.Error(), c.want)):
+			t.Errorf("DecodeHeaders(%q): %v; want an ErrBadRow saying %q", c.in, err, c.want)
+		}
+	}
+}
+
+// CheckRow refuses what CloudEvents cannot carry and passes the rest.
+func TestCheckRow(t *testing.T) {
+	for _, c := range []struct {
+		e    outbox.Event
+		want string // "" = fine
+	}{
+		{ev(1, "order-42", "OrderPaid"), ""},
+		{ev(1, "键🔑", "Заказ"), ""},
+		{ev(1, "", "T"), ""},
+		{ev(1, "k", "�"), ""}, // U+FFFD written as such is text
+		{ev(1, "k", ""), "event_type is empty"},
+		{ev(1, "k\x7f", "T"), "event_key has the control character U+007F"},
+		{ev(1, "k", "T\u009f"), "event_type has the control character U+009F"},
+		{ev(1, "k", "T\xc3"), "event_type is not valid UTF-8"},
+		{outbox.Event{Message: outbox.Message{Topic: "", Type: "T"}}, "topic is empty"},
+		{outbox.Event{Message: outbox.Message{Topic: "a\x00b", Type: "T"}}, "topic has the control character U+0000"},
+		{outbox.Event{Message: outbox.Message{Topic: "t", Type: "T", SchemaVersion: -2}}, "schema_version is -2"},
+	} {
+		err := store.CheckRow(&c.e)
+		if (err == nil) != (c.want == "") || (err != nil && (!errors.Is(err, store.ErrBadRow) || !strings.Contains(err.Error(), c.want))) {
+			t.Errorf("CheckRow(%+v) = %v; want %q", c.e.Message, err, c.want)
+		}
+	}
+}

@@ -36,7 +36,10 @@ func TestScreen(t *testing.T) {
 					buried = append(buried, b...)
 					return nil
 				},
-				func(_ context.Context, _ store.Lease, ids []int64) error { released = append(released, ids...); return nil })
+				func(_ context.Context, _ store.Lease, ids []int64) error {
+					released = append(released, ids...)
+					return nil
+				})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -48,6 +48,12 @@
 //     statement changes each row it matches, except Extend, which counts the
 //     rows it still holds when the number falls short.
 //
+// The schema refuses an unknown status and headers that are not JSON at
+// INSERT (CHECK constraints since the first migration); the rest of the
+// table contract is checked by the claim, which buries a row that breaks it
+// DEAD with the reason: adding a CHECK to an existing table copies and
+// checks the whole table, under a lock that stops enqueues.
+//
 // MySQL has no LISTEN: Notify is an in-process signal after Enqueue and
 // EnqueueTx through this Store (for EnqueueTx also once more shortly after,
 // as the commit is the caller's). Relays in other processes poll.

@@ -45,6 +45,12 @@
 //     bound variables; multi-row INSERTs stop at 3000 rows for the same
 //     reason. Statements are prepared once and kept: compiling them costs
 //     SQLite more than running them.
+//   - The schema's CHECKs refuse an unknown status and headers that are not
+//     JSON at INSERT; the rest of the table contract is checked by the claim,
+//     which buries a row that breaks it DEAD with the reason (SQLite cannot
+//     add a CHECK to an existing table). Type affinity keeps text written
+//     into schema_version as text: the claim reads it as it is and buries
+//     the row rather than failing.
 //
 // Notify wakes relays after this Store's Enqueue at once, and after commits
 // by anyone else (a caller's transaction, another process, a plain INSERT)

@@ -1,7 +1,8 @@
 // Package storetest is the conformance suite every SQL store (store/pgstore,
 // store/mysqlstore, store/sqlitestore) runs against a real server. It checks
 // the contracts of package store as the relay and operators rely on them:
-// migration, the raw-INSERT table contract, enqueueing inside the caller's
+// migration, the raw-INSERT table contract and its bad rows (refused at
+// INSERT or buried DEAD by the claim, never failing it), enqueueing inside the caller's
 // transaction, out-of-order commits, batches, concurrent claimers, per-key
 // order (in flight, retrying, delayed, dead), leases and fencing, retry and
 // dead-letter bookkeeping, retention of sent events, stats, and byte-exact

@@ -63,7 +63,16 @@ func TestBadRowsAmidGoodOnes(t *testing.T) {
 					if refused != nil && later {
 						want++ // nothing holds the key
 					}
-					waitFor(t, "every good event delivered", 10*time.Second, func() bool { return len(mb.Events("orders")) >= want })
+					// Seconds without -race; the bound leaves room for -race on
+					// a loaded machine.
+					deadline := time.Now().Add(30 * time.Second)
+					for len(mb.Events("orders")) < want {
+						if time.Now().After(deadline) {
+							st, _ := st.Stats(ctx)
+							t.Fatalf("after 30 s, %d of %d events delivered; the store: %+v", len(mb.Events("orders")), want, st)
+						}
+						time.Sleep(10 * time.Millisecond)
+					}
 					took := time.Since(start)
 					var laterDelivered bool
 					for _, e := range mb.Events("orders") {
@@ -75,7 +84,7 @@ func TestBadRowsAmidGoodOnes(t *testing.T) {
 						}
 					}
 					if refused != nil {
-						t.Logf("refused at INSERT: %v", refused)
+						t.Logf("%d events delivered in %v; refused at INSERT: %v", want, took.Round(time.Millisecond), refused)
 						if later && !laterDelivered {
 							t.Errorf("the bad row was refused, yet its key's later event was not delivered")
 						}

@@ -18,7 +18,8 @@
 // are not a JSON object of strings, an empty topic, control characters, a
 // negative schema_version) never fails a claim: the claim that takes it
 // buries it DEAD with a one-line reason (Screen, CheckRow, DecodeHeaders),
-// so it shows in ListDead and Stats and holds only its own key. The stores refuse the rules they can check cheaply at INSERT.
+// so it shows in ListDead and Stats and holds only its own key. The stores
+// refuse the rules they can check cheaply at INSERT.
 //
 // Implementations: store/pgstore, store/mysqlstore, store/sqlitestore. Each
 // passes the conformance suite in store/storetest.

@@ -26,13 +26,16 @@ func BadRow(format string, args ...any) error {
 }
 
 // CheckRow checks what the table contract asks of a stored event beyond its
-// column types: a non-empty topic; topic, event_key and event_type valid
+// column types: a non-empty topic and event_type; topic, event_key and event_type valid
 // UTF-8 without control characters (U+0000–U+001F, U+007F–U+009F, which
 // CloudEvents excludes from its strings); and schema_version ≥ 0. Headers
 // are checked by DecodeHeaders. The error wraps ErrBadRow and says what to fix.
 func CheckRow(e *outbox.Event) error {
 	if e.Topic == "" {
 		return BadRow("topic is empty: set it to the destination (NATS subject, Kafka topic, …)")
+	}
+	if e.Type == "" {
+		return BadRow("event_type is empty: set it to what happened, such as 'OrderPaid' (CloudEvents requires a type, and consumers route on it)")
 	}
 	for _, f := range [...]struct{ column, value string }{{"topic", e.Topic}, {"event_key", e.Key}, {"event_type", e.Type}} {
 		if err := checkText(f.column, f.value); err != nil {

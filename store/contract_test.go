@@ -113,6 +113,7 @@ func TestCheckRow(t *testing.T) {
 		{ev(1, "键🔑", "Заказ"), ""},
 		{ev(1, "", "T"), ""},
 		{ev(1, "k", "�"), ""}, // U+FFFD written as such is text
+		{ev(1, "k", ""), "event_type is empty"},
 		{ev(1, "k\x7f", "T"), "event_key has the control character U+007F"},
 		{ev(1, "k", "T\u009f"), "event_type has the control character U+009F"},
 		{ev(1, "k", "T\xc3"), "event_type is not valid UTF-8"},

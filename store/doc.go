@@ -15,10 +15,11 @@
 // the same time; publishing and acknowledging run in parallel.
 //
 // A row that breaks the table contract (written with plain SQL: headers that
-// are not a JSON object of strings, an empty topic, control characters, a
-// negative schema_version) never fails a claim: the claim that takes it
-// buries it DEAD with a one-line reason (Screen, CheckRow, DecodeHeaders),
-// so it shows in ListDead and Stats and holds only its own key. The stores
+// are not a JSON object of strings, an empty topic or event_type, control
+// characters, a negative schema_version) never fails a claim: the claim that
+// takes it buries it DEAD with a one-line reason (Screen, CheckRow,
+// DecodeHeaders), so it shows in ListDead and Stats and holds only its own
+// key. The stores
 // refuse the rules they can check cheaply at INSERT.
 //
 // Implementations: store/pgstore, store/mysqlstore, store/sqlitestore. Each

@@ -24,8 +24,8 @@
 // its table in the background after Config.VacuumAfter deleted rows instead
 // of waiting up to a minute for autovacuum (vacuum.go).
 //
-// The table contract's cheap rules (a known status, a non-empty topic, a
-// non-negative schema_version, headers a JSON object) are
+// The table contract's cheap rules (a known status, a non-empty topic and
+// event_type, a non-negative schema_version, headers a JSON object) are
 // CHECKs on domains of the columns, so a producer's bad INSERT is refused at
 // once: a table CHECK is prepared anew for every INSERT statement and cost a
 // one-row enqueue several times more backend CPU than the domains do

@@ -150,6 +150,11 @@ WHERE status NOT IN ('NEW', 'DEAD');
 			domain(t, "topic", "VARCHAR(255)", q(short+"_topic_t"), short+"_topic_check", "VALUE <> ''"),
 			domain(t, "schema_version", "INTEGER", q(short+"_version_t"), short+"_version_check", "VALUE >= 0"),
 			domain(t, "headers", "JSONB", q(short+"_headers_t"), short+"_headers_check", "jsonb_typeof(VALUE) = 'object'")),
+		// 7: a non-empty event_type, as Enqueue requires (CloudEvents
+		// requires a type), as a domain like those of migration 6: the
+		// documented four-column INSERT names it; an INSERT that leaves it
+		// out is refused. Rows written before are buried by the claim.
+		domain(t, "event_type", "VARCHAR(255)", q(short+"_type_t"), short+"_type_check", "VALUE <> ''"),
 	}
 }
 

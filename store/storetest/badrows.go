@@ -17,8 +17,8 @@ import (
 // claim and holds only its own key.
 type BadRow struct {
 	Name          string
-	Topic         string // "" is itself a bad row
-	Type          string
+	Topic         string // "" means "orders"; "-" the empty topic
+	Type          string // "" means "OrderPaid"; "-" the empty type
 	Headers       string // the headers column's text; "" means the default
 	Status        string // "" means the default
 	SchemaVersion any    // nil means the default
@@ -41,6 +41,7 @@ var BadRows = []BadRow{
 	{Name: "schema-version-negative", SchemaVersion: -1, Reason: "schema_version is -1"},
 	{Name: "schema-version-text", SchemaVersion: "v2", Reason: "schema_version"},
 	{Name: "topic-empty", Topic: "-", Reason: "topic is empty"},
+	{Name: "type-empty", Type: "-", Reason: "event_type is empty"},
 	{Name: "topic-tab", Topic: "orders\tpaid", Reason: "topic has the control character U+0009"},
 	{Name: "type-newline", Type: "Order\nPaid", Reason: "event_type has the control character U+000A"},
 	{Name: "type-c1-control", Type: "Order\u0085Paid", Reason: "event_type has the control character U+0085"},
@@ -66,8 +67,11 @@ func (b BadRow) Insert(ctx context.Context, db *sql.DB, table string, placeholde
 	case "-":
 		topic = ""
 	}
-	if typ == "" {
+	switch typ {
+	case "":
 		typ = "OrderPaid"
+	case "-":
+		typ = ""
 	}
 	cols := []string{"topic", "event_key", "event_type", "payload"}
 	args := []any{topic, b.Key(), typ, payload}

@@ -6,9 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"unicode/utf8"
 
 	outbox "github.com/outbox-go/outbox"
+	"github.com/outbox-go/outbox/internal/eventrule"
 )
 
 // ErrBadRow: a row of the outbox table breaks the table contract (a producer
@@ -26,10 +26,11 @@ func BadRow(format string, args ...any) error {
 }
 
 // CheckRow checks what the table contract asks of a stored event beyond its
-// column types: a non-empty topic and event_type; topic, event_key and event_type valid
-// UTF-8 without control characters (U+0000–U+001F, U+007F–U+009F, which
-// CloudEvents excludes from its strings); and schema_version ≥ 0. Headers
-// are checked by DecodeHeaders. The error wraps ErrBadRow and says what to fix.
+// column types, by the rules Enqueue applies: a non-empty topic and
+// event_type; topic, event_key and event_type valid UTF-8 without control
+// characters (U+0000–U+001F, U+007F–U+009F) or noncharacters, which
+// CloudEvents excludes from its strings; and schema_version ≥ 0. Headers are
+// checked by DecodeHeaders. The error wraps ErrBadRow and says what to fix.
 func CheckRow(e *outbox.Event) error {
 	if e.Topic == "" {
 		return BadRow("topic is empty: set it to the destination (NATS subject, Kafka topic, …)")
@@ -48,15 +49,17 @@ func CheckRow(e *outbox.Event) error {
 	return nil
 }
 
-// checkText refuses invalid UTF-8 and control characters in one pass.
+// checkText refuses what a CloudEvents String cannot hold, by the rule
+// Enqueue applies (internal/eventrule): invalid UTF-8, control characters
+// and Unicode noncharacters.
 func checkText(column, s string) error {
-	for i, r := range s {
-		switch {
-		case r == utf8.RuneError && !strings.HasPrefix(s[i:], "\uFFFD"):
-			return BadRow("%s is not valid UTF-8 (byte %d): write text in UTF-8", column, i)
-		case r <= 0x1f || (r >= 0x7f && r <= 0x9f):
-			return BadRow("%s has the control character %U at byte %d: remove it (CloudEvents strings exclude U+0000–U+001F and U+007F–U+009F)", column, r, i)
-		}
+	switch p, r, at := eventrule.CheckText(s); p {
+	case eventrule.TextInvalidUTF8:
+		return BadRow("%s is not valid UTF-8 (byte %d): write text in UTF-8", column, at)
+	case eventrule.TextControl:
+		return BadRow("%s has the control character %U at byte %d: remove it (CloudEvents strings exclude U+0000–U+001F and U+007F–U+009F)", column, r, at)
+	case eventrule.TextNoncharacter:
+		return BadRow("%s has the Unicode noncharacter %U at byte %d: remove it (CloudEvents strings exclude noncharacters)", column, r, at)
 	}
 	return nil
 }

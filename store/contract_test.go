@@ -117,6 +117,7 @@ func TestCheckRow(t *testing.T) {
 		{ev(1, "k\x7f", "T"), "event_key has the control character U+007F"},
 		{ev(1, "k", "T\u009f"), "event_type has the control character U+009F"},
 		{ev(1, "k", "T\xc3"), "event_type is not valid UTF-8"},
+		{ev(1, "k\ufdd0", "T"), "event_key has the Unicode noncharacter U+FDD0"},
 		{outbox.Event{Message: outbox.Message{Topic: "", Type: "T"}}, "topic is empty"},
 		{outbox.Event{Message: outbox.Message{Topic: "a\x00b", Type: "T"}}, "topic has the control character U+0000"},
 		{outbox.Event{Message: outbox.Message{Topic: "t", Type: "T", SchemaVersion: -2}}, "schema_version is -2"},

@@ -28,6 +28,7 @@ import (
 	"github.com/outbox-go/outbox/broker/natsbroker"
 	"github.com/outbox-go/outbox/internal/redact"
 	"github.com/outbox-go/outbox/relay"
+	"github.com/outbox-go/outbox/store/pgstore"
 	"github.com/outbox-go/outbox/store"
 )
 
@@ -166,6 +167,11 @@ func Run(ctx context.Context, c Config) (Result, error) {
 	defer func() {
 		for _, t := range []string{"", "_archive", "_migrations", "_claims", "_lock"} {
 			_, _ = db.Exec("DROP TABLE IF EXISTS " + opts.Table + t)
+		}
+		if dialect == "postgres" {
+			for _, d := range pgstore.DomainNames(opts.Table) {
+				_, _ = db.Exec("DROP DOMAIN IF EXISTS " + d)
+			}
 		}
 	}()
 	if err := st.Migrate(ctx); err != nil {

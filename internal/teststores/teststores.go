@@ -146,8 +146,8 @@ func Drop(t testing.TB, kind, url, table string) {
 		_, _ = db.Exec("DROP TABLE IF EXISTS " + table + suffix)
 	}
 	if kind == "postgres" { // the domains of the table's columns outlive it
-		for _, suffix := range []string{"_status_t", "_topic_t", "_version_t", "_headers_t", "_type_t"} {
-			_, _ = db.Exec("DROP DOMAIN IF EXISTS " + table + suffix)
+		for _, d := range pgstore.DomainNames(table) {
+			_, _ = db.Exec("DROP DOMAIN IF EXISTS " + d)
 		}
 	}
 }

@@ -5,6 +5,8 @@ import (
 	"database/sql"
 	"fmt"
 	"strings"
+
+	"github.com/outbox-go/outbox/store/pgstore"
 )
 
 // tables names the run's tables, all derived from the outbox table's name so
@@ -136,6 +138,9 @@ func (t tables) drop(ctx context.Context, db *sql.DB) {
 		_, _ = db.ExecContext(ctx, "DROP TABLE IF EXISTS "+n)
 	}
 	if t.dialect == "postgres" {
+		for _, d := range pgstore.DomainNames(t.outbox) {
+			_, _ = db.ExecContext(ctx, "DROP DOMAIN IF EXISTS "+d)
+		}
 		_, _ = db.ExecContext(ctx, "DROP FUNCTION IF EXISTS "+t.fence()+"()")
 		_, _ = db.ExecContext(ctx, "DROP FUNCTION IF EXISTS "+t.claimlog()+"()")
 	}

@@ -168,3 +168,18 @@ ALTER DOMAIN %[1]s DROP CONSTRAINT IF EXISTS %[3]s;
 ALTER TABLE %[4]s ALTER COLUMN %[5]s TYPE %[1]s;
 ALTER DOMAIN %[1]s ADD CONSTRAINT %[3]s CHECK (%[6]s) NOT VALID;`, name, typ, pgx.Identifier{constraint}.Sanitize(), t, column, check)
 }
+
+// domainSuffixes name the column domains migrations 6 and 7 create, after
+// the table's name.
+var domainSuffixes = []string{"_status_t", "_topic_t", "_version_t", "_headers_t", "_type_t"}
+
+// DomainNames returns the names of the domains the migrations create for
+// an outbox table (in the table's schema). Dropping the table leaves them:
+// drop them too when removing a scratch table for good.
+func DomainNames(table string) []string {
+	out := make([]string, len(domainSuffixes))
+	for i, s := range domainSuffixes {
+		out[i] = table + s
+	}
+	return out
+}

@@ -28,8 +28,8 @@ import (
 	"github.com/outbox-go/outbox/broker/natsbroker"
 	"github.com/outbox-go/outbox/internal/redact"
 	"github.com/outbox-go/outbox/relay"
-	"github.com/outbox-go/outbox/store/pgstore"
 	"github.com/outbox-go/outbox/store"
+	"github.com/outbox-go/outbox/store/pgstore"
 )
 
 // Config says what to measure.

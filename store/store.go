@@ -140,6 +140,21 @@ type PurgeRequest struct {
 	Status    outbox.Status // StatusSent (archive) or StatusDead
 	OlderThan time.Duration // by sent_at for SENT, created_at for DEAD
 	BatchSize int           // rows per statement; default 1000
+	// Topic and Key narrow a DEAD purge to one topic or key; empty
+	// matches every one. A SENT purge refuses them.
+	Topic, Key string
+}
+
+// Normalize fills PurgeRequest defaults and refuses a Topic or Key on a
+// SENT purge (the archive is purged by age alone).
+func (r PurgeRequest) Normalize() (PurgeRequest, error) {
+	if r.BatchSize <= 0 {
+		r.BatchSize = DefaultBatchSize
+	}
+	if r.Status == outbox.StatusSent && (r.Topic != "" || r.Key != "") {
+		return r, errors.New("store: purge: sent events are purged by age only; Topic and Key apply to DEAD events")
+	}
+	return r, nil
 }
 
 // Stats summarizes an outbox table.

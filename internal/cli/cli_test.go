@@ -130,6 +130,9 @@ func TestMigrateStatusDeadOnEachDatabase(t *testing.T) {
 			if code, out, _ := runCLI("dead", "purge", "--older-than", "0s", "--config", cfg); code != exitOK || !strings.Contains(out, "purged 0") {
 				t.Errorf("dead purge: %d %q", code, out)
 			}
+			if code, out, _ := runCLI("dead", "purge", "--older-than", "0s", "--topic", "orders", "--key", "order-42", "--config", cfg); code != exitOK || !strings.Contains(out, "purged 0") {
+				t.Errorf("dead purge --topic --key: %d %q", code, out)
+			}
 		})
 	}
 }

@@ -20,7 +20,7 @@ import (
 const deadUsage = `dead list  [--topic T] [--key K] [--after ID] [--limit N] [--json]
        outbox dead show ID [--json]
        outbox dead retry ID... | --all | --topic T | --key K
-       outbox dead purge --older-than DURATION (deletes dead events for good; 0s: all of them)`
+       outbox dead purge --older-than DURATION [--topic T] [--key K] (deletes dead events for good; 0s: all of them)`
 
 func runDead(ctx context.Context, e env, args []string) error {
 	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" {
@@ -33,7 +33,7 @@ func runDead(ctx context.Context, e env, args []string) error {
 	sub, args := args[0], args[1:]
 	f := newFlags(e, "dead "+sub, deadUsage)
 	// Each subcommand takes only the flags it uses, so a flag that would
-	// be ignored (dead purge --topic) is refused instead.
+	// be ignored (dead show --topic) is refused instead.
 	var (
 		topic, key      *string
 		asJSON, all     *bool
@@ -61,6 +61,8 @@ func runDead(ctx context.Context, e env, args []string) error {
 		needsIDs = true
 	case "purge":
 		f.durationFlag(&olderThan, "older-than", 0, 0, "dead events created longer ago than this (e.g. 720h; 0s: all); required")
+		topic = f.String("topic", "", "only dead events of this topic")
+		key = f.String("key", "", "only dead events of this key")
 	default:
 		return fmt.Errorf("%w: unknown dead command %q: say list, show, retry or purge", wire.ErrUsage, sub)
 	}
@@ -126,7 +128,7 @@ func runDead(ctx context.Context, e env, args []string) error {
 		}
 		fmt.Fprintf(e.stdout, "requeued %d dead event(s); a running relay delivers them next\n", n)
 	case "purge":
-		n, err := st.Purge(ctx, store.PurgeRequest{Status: outbox.StatusDead, OlderThan: olderThan})
+		n, err := st.Purge(ctx, store.PurgeRequest{Status: outbox.StatusDead, OlderThan: olderThan, Topic: *topic, Key: *key})
 		if err != nil {
 			return f.storeErr(err)
 		}

@@ -940,21 +940,26 @@ func (s *Store) RequeueDead(ctx context.Context, q store.DeadQuery) (int64, erro
 // Purge deletes SENT (archived) or DEAD events older than req.OlderThan in
 // autocommitted batches of req.BatchSize.
 func (s *Store) Purge(ctx context.Context, req store.PurgeRequest) (int64, error) {
-	if req.BatchSize <= 0 {
-		req.BatchSize = store.DefaultBatchSize
+	req, err := req.Normalize()
+	if err != nil {
+		return 0, err
 	}
 	var q string
 	switch req.Status {
 	case outbox.StatusSent:
 		q = "DELETE FROM " + s.archive + " WHERE sent_at < NOW(6) - INTERVAL ? MICROSECOND ORDER BY sent_at, id LIMIT ?"
 	case outbox.StatusDead:
-		q = "DELETE FROM " + s.table + " WHERE status = 'DEAD' AND created_at < NOW(6) - INTERVAL ? MICROSECOND ORDER BY id LIMIT ?"
+		q = "DELETE FROM " + s.table + " WHERE status = 'DEAD' AND created_at < NOW(6) - INTERVAL ? MICROSECOND AND (? = '' OR topic = ?) AND (? = '' OR event_key = ?) ORDER BY id LIMIT ?"
 	default:
 		return 0, fmt.Errorf("mysqlstore: purge: status must be SENT or DEAD, not %q", req.Status)
 	}
+	args := []any{req.OlderThan.Microseconds(), req.BatchSize}
+	if req.Status == outbox.StatusDead {
+		args = []any{req.OlderThan.Microseconds(), req.Topic, req.Topic, req.Key, req.Key, req.BatchSize}
+	}
 	var total int64
 	for {
-		res, err := s.db.ExecContext(ctx, q, req.OlderThan.Microseconds(), req.BatchSize)
+		res, err := s.db.ExecContext(ctx, q, args...)
 		if err != nil {
 			return total, wrap("purge", err)
 		}

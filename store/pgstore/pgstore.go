@@ -560,21 +560,26 @@ func (s *Store) RequeueDead(ctx context.Context, q store.DeadQuery) (int64, erro
 // Purge deletes SENT (archived) or DEAD events older than req.OlderThan in
 // batches of req.BatchSize.
 func (s *Store) Purge(ctx context.Context, req store.PurgeRequest) (int64, error) {
-	if req.BatchSize <= 0 {
-		req.BatchSize = store.DefaultBatchSize
+	req, err := req.Normalize()
+	if err != nil {
+		return 0, err
 	}
 	var sql string
 	switch req.Status {
 	case outbox.StatusSent:
 		sql = "DELETE FROM " + s.archive + " WHERE id IN (SELECT id FROM " + s.archive + " WHERE sent_at < now() - $1 * interval '1 microsecond' LIMIT $2)"
 	case outbox.StatusDead:
-		sql = "DELETE FROM " + s.table + " WHERE id IN (SELECT id FROM " + s.table + " WHERE status = 'DEAD' AND created_at < now() - $1 * interval '1 microsecond' LIMIT $2)"
+		sql = "DELETE FROM " + s.table + " WHERE id IN (SELECT id FROM " + s.table + " WHERE status = 'DEAD' AND created_at < now() - $1 * interval '1 microsecond' AND ($3 = '' OR topic = $3) AND ($4 = '' OR event_key = $4) LIMIT $2)"
 	default:
 		return 0, fmt.Errorf("pgstore: purge: status must be SENT or DEAD, not %q", req.Status)
 	}
+	args := []any{req.OlderThan.Microseconds(), req.BatchSize}
+	if req.Status == outbox.StatusDead {
+		args = append(args, req.Topic, req.Key)
+	}
 	var total int64
 	for {
-		tag, err := s.pool.Exec(ctx, sql, req.OlderThan.Microseconds(), req.BatchSize)
+		tag, err := s.pool.Exec(ctx, sql, args...)
 		if err != nil {
 			return total, wrap("purge", err)
 		}

@@ -878,21 +878,26 @@ func (s *Store) RequeueDead(ctx context.Context, q store.DeadQuery) (int64, erro
 // batches of req.BatchSize, one short write transaction each, so enqueuers
 // and relays get the write lock in between.
 func (s *Store) Purge(ctx context.Context, req store.PurgeRequest) (int64, error) {
-	if req.BatchSize <= 0 {
-		req.BatchSize = store.DefaultBatchSize
+	req, err := req.Normalize()
+	if err != nil {
+		return 0, err
 	}
 	var query string
 	switch req.Status {
 	case outbox.StatusSent:
 		query = "DELETE FROM " + s.archive + " WHERE id IN (SELECT id FROM " + s.archive + " WHERE sent_at < " + nowUS + " - ?1 LIMIT ?2)"
 	case outbox.StatusDead:
-		query = "DELETE FROM " + s.table + " WHERE id IN (SELECT id FROM " + s.table + " WHERE status = 'DEAD' AND created_at < " + nowUS + " - ?1 LIMIT ?2)"
+		query = "DELETE FROM " + s.table + " WHERE id IN (SELECT id FROM " + s.table + " WHERE status = 'DEAD' AND created_at < " + nowUS + " - ?1 AND (?3 = '' OR topic = ?3) AND (?4 = '' OR event_key = ?4) LIMIT ?2)"
 	default:
 		return 0, fmt.Errorf("sqlitestore: purge: status must be SENT or DEAD, not %q", req.Status)
 	}
+	args := []any{req.OlderThan.Microseconds(), req.BatchSize}
+	if req.Status == outbox.StatusDead {
+		args = append(args, req.Topic, req.Key)
+	}
 	var total int64
 	for {
-		res, err := s.exec(ctx, query, req.OlderThan.Microseconds(), req.BatchSize)
+		res, err := s.exec(ctx, query, args...)
 		if err != nil {
 			return total, wrap("purge", err)
 		}

@@ -209,7 +209,14 @@ func (s *suite) testPurgeDead(t *testing.T) {
 	const n = 20
 	var msgs []outbox.Message
 	for i := range n {
-		msgs = append(msgs, msg(fmt.Sprintf("d%02d", i), ""))
+		m := msg(fmt.Sprintf("d%02d", i), "")
+		if i == 0 {
+			m.Key = "dk"
+		}
+		if i%2 == 1 {
+			m.Topic = "odd"
+		}
+		msgs = append(msgs, m)
 	}
 	enqueue(t, fx, msgs...)
 	s.buryAll(t, fx, n, func(outbox.Event) string { return "poison" })
@@ -221,9 +228,19 @@ func (s *suite) testPurgeDead(t *testing.T) {
 		t.Errorf("Purge(DEAD, older than 1h) of events a second old = %d, %v; want 0, nil", got, err)
 	}
 	time.Sleep(1100 * time.Millisecond) // clear of second-precision clocks
+	if _, err := fx.Store.Purge(t.Context(), store.PurgeRequest{Status: outbox.StatusSent, Topic: "t"}); err == nil {
+		t.Errorf("Purge(SENT, Topic) succeeded; sent events are purged by age only")
+	}
+	// d00 has key dk; the events of topic "odd" are d01, d03, …
+	if got, err := fx.Store.Purge(t.Context(), store.PurgeRequest{Status: outbox.StatusDead, Key: "dk"}); err != nil || got != 1 {
+		t.Errorf("Purge(DEAD, Key dk) = %d, %v; want 1 (d00 alone)", got, err)
+	}
+	if got, err := fx.Store.Purge(t.Context(), store.PurgeRequest{Status: outbox.StatusDead, Topic: "odd", BatchSize: 3}); err != nil || got != n/2 {
+		t.Errorf("Purge(DEAD, Topic odd) = %d, %v; want %d", got, err, n/2)
+	}
 	got, err := fx.Store.Purge(t.Context(), store.PurgeRequest{Status: outbox.StatusDead, OlderThan: 0, BatchSize: 7})
-	if err != nil || got != n {
-		t.Fatalf("Purge(DEAD, older than 0, batch size 7) = %d, %v; want %d, nil (every batch, not just the first)", got, err, n)
+	if err != nil || got != n/2-1 {
+		t.Fatalf("Purge(DEAD, older than 0, batch size 7) = %d, %v; want %d, nil (every batch, not just the first)", got, err, n/2-1)
 	}
 	if recs, err := fx.Store.ListDead(t.Context(), store.DeadQuery{}); err != nil || len(recs) != 0 {
 		t.Errorf("ListDead after purging: %d records, %v; want none", len(recs), err)

@@ -46,6 +46,8 @@ func runRelay(ctx context.Context, e env, args []string) error {
 	f.durationFlag(&cfg.LeaseFor, "lease", 30*time.Second, 100*time.Millisecond, "claim lease; renewed while a batch is in flight")
 	f.durationFlag(&cfg.PublishTimeout, "publish-timeout", 10*time.Second, time.Millisecond, "deadline of each publish")
 	f.durationFlag(&cfg.PollInterval, "poll", 500*time.Millisecond, time.Millisecond, "poll interval when idle (wake-ups come sooner)")
+	var probe time.Duration
+	f.durationFlag(&probe, "probe", store.DefaultProbeInterval, 0, "how often to look for commits that sent no notification (plain-SQL producers); 0: off")
 	f.intFlag(&cfg.MaxAttempts, "max-attempts", 25, 1, noMax, "failed attempts before an event goes DEAD")
 	f.durationFlag(&cfg.BackoffBase, "backoff", time.Second, time.Millisecond, "first retry delay (doubles, full jitter)")
 	f.durationFlag(&cfg.BackoffMax, "backoff-max", 10*time.Minute, time.Millisecond, "largest retry delay (at least --backoff)")
@@ -99,6 +101,10 @@ func runRelay(ctx context.Context, e env, args []string) error {
 	defer stop()
 	opts := f.options()
 	opts.KeepSent = keepSent > 0
+	opts.ProbeInterval = probe
+	if probe == 0 {
+		opts.ProbeInterval = -1 // off: such commits wait for the next --poll
+	}
 	st, err := f.openExisting(ctx, opts)
 	if err != nil {
 		return stoppedOr(ctx, err)
@@ -136,7 +142,7 @@ func runRelay(ctx context.Context, e env, args []string) error {
 	}
 	cfg.Logger.Info("outbox relay: started", "owner", r.Owner(), "db", wire.Mask(f.db), "broker", wire.Mask(*brokerURL),
 		"table", f.qualifiedTable(), "batch", cfg.BatchSize, "workers", cfg.Workers, "lease", cfg.LeaseFor,
-		"publish_timeout", cfg.PublishTimeout, "poll", cfg.PollInterval, "max_attempts", cfg.MaxAttempts,
+		"publish_timeout", cfg.PublishTimeout, "poll", cfg.PollInterval, "probe", probe, "max_attempts", cfg.MaxAttempts,
 		"backoff", cfg.BackoffBase, "backoff_max", cfg.BackoffMax, "dead_keys", *deadKeys, "keep_sent", keepSent, "metrics_addr", listenAddr)
 	if keepSent > 0 {
 		go purgeSent(ctx, st, keepSent, cfg.Logger)

@@ -21,13 +21,6 @@ import (
 // Config configures a Store. The zero value is usable.
 type Config struct {
 	store.Options
-	// ProbeInterval is how often a Store whose Notify channel is open asks
-	// the table for its newest committed id, so that commits of other
-	// processes (a producer's plain INSERT, another service's EnqueueTx)
-	// wake the relay within about that long; MySQL has no LISTEN. 0 means
-	// DefaultProbeInterval, a negative value turns probing off (the relay
-	// then finds such commits at its next poll).
-	ProbeInterval time.Duration
 }
 
 // Store is the MySQL/MariaDB store. It is safe for concurrent use.
@@ -82,10 +75,7 @@ func New(db *sql.DB, cfg Config) (*Store, error) {
 	if opts.Schema != "" {
 		s.schema = opts.Schema
 	}
-	s.watch.every = cfg.ProbeInterval
-	if s.watch.every == 0 {
-		s.watch.every = DefaultProbeInterval
-	}
+	s.watch.every = opts.ProbeInterval
 	s.claimSQL = s.buildClaimSQL(false)
 	s.claimHoldDeadSQL = s.buildClaimSQL(true)
 	return s, nil

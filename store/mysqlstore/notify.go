@@ -5,9 +5,6 @@ import (
 	"time"
 )
 
-// DefaultProbeInterval is Config.ProbeInterval's default.
-const DefaultProbeInterval = 5 * time.Millisecond
-
 // watcher is the state of the probe that Notify starts (guarded by
 // Store.mu).
 type watcher struct {
@@ -20,7 +17,7 @@ type watcher struct {
 // Notify returns a channel that receives a value soon after events may have
 // been committed. MySQL has no LISTEN, so two sources feed it: Enqueue and
 // RequeueDead of this Store signal as soon as they commit, and while any
-// channel is open a probe asks the table every ProbeInterval for its newest
+// channel is open a probe asks the table every Options.ProbeInterval for its newest
 // id, which changes when anyone commits an event: another process, a
 // caller's transaction that used EnqueueTx, a producer's plain INSERT. The
 // probe reads only the end of the primary key (MySQL answers MAX(id) from

@@ -32,9 +32,6 @@ func (s *Store) Notify(ctx context.Context) <-chan struct{} {
 	return ch
 }
 
-// DefaultProbeInterval is Config.ProbeInterval's default.
-const DefaultProbeInterval = 5 * time.Millisecond
-
 // probe signals whenever the table's newest committed id changes, until ctx
 // ends. It finds the commits of producers that send no notification (plain
 // SQL), which LISTEN never hears of. It looks only at the end of the

@@ -55,14 +55,6 @@ type Config struct {
 	// needs to own the table; without that, PostgreSQL skips the VACUUM
 	// with a warning and nothing changes.
 	VacuumAfter int64
-	// ProbeInterval is how often a Store whose Notify channel is open asks
-	// the table for its newest committed id, so that commits that carry no
-	// notification (a producer's plain INSERT, from any language) wake the
-	// relay within about that long; 0 means DefaultProbeInterval, a
-	// negative value turns probing off (the relay then finds such commits
-	// at its next poll). One probe is an index-only look at the end of the
-	// primary key (see notify.go for its measured cost).
-	ProbeInterval time.Duration
 }
 
 // DefaultNotifyInterval is NotifyInterval's default: at most 1,000
@@ -97,7 +89,7 @@ type Store struct {
 	insertOne, insertOneNotify       string
 	insertPrefix, insertNotifyPrefix string
 
-	// probeEvery is Config.ProbeInterval with its default (<0: off).
+	// probeEvery is Options.ProbeInterval with its default (<0: off).
 	probeEvery time.Duration
 
 	// Vacuuming (vacuum.go): rows deleted since the last VACUUM, the end
@@ -152,10 +144,7 @@ func New(pool *pgxpool.Pool, cfg Config) (*Store, error) {
 		claimLock:   opts.LockKey("claim"),
 		migrateLock: opts.LockKey("migrate"),
 	}
-	s.probeEvery = cfg.ProbeInterval
-	if s.probeEvery == 0 {
-		s.probeEvery = DefaultProbeInterval
-	}
+	s.probeEvery = opts.ProbeInterval
 	s.vacuumAfter = cfg.VacuumAfter
 	if s.vacuumAfter == 0 {
 		s.vacuumAfter = DefaultVacuumAfter

@@ -6,14 +6,11 @@ import (
 	"time"
 )
 
-// watchInterval is how often a Store with listeners asks SQLite whether
-// another connection committed.
-const watchInterval = 5 * time.Millisecond
-
 // Notify returns a channel that receives a value soon after events may have
 // been committed. SQLite has no LISTEN, so two sources feed it: Enqueue and
 // RequeueDead of this Store signal as soon as they commit, and while any
-// channel is open a watcher asks SQLite every 5 ms for PRAGMA
+// channel is open a watcher asks SQLite every Options.ProbeInterval (5 ms
+// by default) for PRAGMA
 // data_version, which changes when any other connection commits to the
 // file: a caller's transaction that used EnqueueTx, another process, a
 // producer's plain INSERT. That costs one trivial query per tick on one
@@ -24,7 +21,7 @@ func (s *Store) Notify(ctx context.Context) <-chan struct{} {
 	ch := s.wakeups.Subscribe(ctx)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if !s.watching && !s.closed {
+	if !s.watching && !s.closed && s.opts.ProbeInterval > 0 {
 		s.watching = true
 		wctx, cancel := context.WithCancel(context.Background())
 		done := make(chan struct{})
@@ -48,7 +45,7 @@ func (s *Store) watch(ctx context.Context, done chan struct{}) {
 		}
 	}()
 	last := int64(-1)
-	tick := time.NewTicker(watchInterval)
+	tick := time.NewTicker(s.opts.ProbeInterval)
 	defer tick.Stop()
 	for {
 		select {

@@ -282,29 +282,7 @@ func BenchmarkContractCheckCost(b *testing.B) {
 func BenchmarkContractCheckCPU(b *testing.B) {
 	pool, _ := openPool(b)
 	ctx := context.Background()
-	pc := pool.Config().Copy()
-	pc.MaxConns = 1
-	one, err := pgxpool.NewWithConfig(ctx, pc)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer one.Close()
-	var pid int
-	if err := one.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&pid); err != nil {
-		b.Fatal(err)
-	}
-	backendCPU := func() time.Duration {
-		raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/schedstat", pid))
-		if err != nil {
-			b.Skipf("the backend's CPU time is not readable (is the server on this machine?): %v", err)
-		}
-		ns, err := strconv.ParseInt(strings.Fields(string(raw))[0], 10, 64)
-		if err != nil {
-			b.Fatal(err)
-		}
-		return time.Duration(ns)
-	}
-	backendCPU()
+	one, pid, backendCPU := oneBackend(b, pool)
 	var variants []struct{ name, check string }
 	for _, v := range contractCandidates { // the finalists of BenchmarkContractCheckLoop
 		switch v.name {
@@ -367,29 +345,7 @@ func BenchmarkContractCheckCPU(b *testing.B) {
 func BenchmarkContractCheckLoop(b *testing.B) {
 	pool, _ := openPool(b)
 	ctx := context.Background()
-	pc := pool.Config().Copy()
-	pc.MaxConns = 1
-	one, err := pgxpool.NewWithConfig(ctx, pc)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer one.Close()
-	var pid int
-	if err := one.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&pid); err != nil {
-		b.Fatal(err)
-	}
-	backendCPU := func() time.Duration {
-		raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/schedstat", pid))
-		if err != nil {
-			b.Skipf("the backend's CPU time is not readable (is the server on this machine?): %v", err)
-		}
-		ns, err := strconv.ParseInt(strings.Fields(string(raw))[0], 10, 64)
-		if err != nil {
-			b.Fatal(err)
-		}
-		return time.Duration(ns)
-	}
-	backendCPU()
+	one, _, backendCPU := oneBackend(b, pool)
 	variants := contractCandidates
 	loops := make([]string, len(variants))
 	for i, v := range variants {
@@ -495,4 +451,37 @@ func candidateStore(b *testing.B, admin, pool *pgxpool.Pool, check string) *pgst
 	}
 	b.Cleanup(func() { st.Close() })
 	return st
+}
+
+// oneBackend returns a pool of one connection over pool's database, its
+// backend's pid, and a reader of that backend's CPU time from
+// /proc/<pid>/schedstat (time on a CPU, not waiting), for benchmarks that
+// measure the database's own cost. It skips when the server is elsewhere.
+func oneBackend(b *testing.B, pool *pgxpool.Pool) (*pgxpool.Pool, int, func() time.Duration) {
+	b.Helper()
+	ctx := context.Background()
+	pc := pool.Config().Copy()
+	pc.MaxConns = 1
+	one, err := pgxpool.NewWithConfig(ctx, pc)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(one.Close)
+	var pid int
+	if err := one.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&pid); err != nil {
+		b.Fatal(err)
+	}
+	cpu := func() time.Duration {
+		raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/schedstat", pid))
+		if err != nil {
+			b.Skipf("the backend's CPU time is not readable (is the server on this machine?): %v", err)
+		}
+		ns, err := strconv.ParseInt(strings.Fields(string(raw))[0], 10, 64)
+		if err != nil {
+			b.Fatal(err)
+		}
+		return time.Duration(ns)
+	}
+	cpu()
+	return one, pid, cpu
 }

@@ -33,7 +33,30 @@ type batch struct {
 // keyless events all go in wave 0. Events keep id order inside a wave. When
 // no key repeats (the common case) the batch is one wave and nothing is
 // copied.
+//
+// A broker that declares MaxInFlight gets waves of at most that many
+// events: a wave's events are of distinct keys (or a key-ordered broker's
+// batch, whose later events of a failed key the next chunks leave out), so
+// sending it in pieces keeps every order the wave kept.
 func (b *batch) waves() [][]outbox.Event {
+	ws := b.positionWaves()
+	mx := b.r.features.MaxInFlight
+	if mx <= 0 {
+		return ws
+	}
+	var out [][]outbox.Event
+	for _, w := range ws {
+		for len(w) > mx {
+			out = append(out, w[:mx:mx])
+			w = w[mx:]
+		}
+		out = append(out, w)
+	}
+	return out
+}
+
+// positionWaves is waves before the broker's MaxInFlight is applied.
+func (b *batch) positionWaves() [][]outbox.Event {
 	if b.r.features.Ordering >= broker.OrderKey {
 		return [][]outbox.Event{b.events}
 	}
@@ -115,7 +138,14 @@ func (b *batch) deliver(ctx context.Context) (BatchReport, error) {
 		if len(send) == 0 {
 			continue
 		}
-		if ctx.Err() != nil || pubCtx.Err() != nil || b.isLost() || errors.Is(brokerErr, broker.ErrUnavailable) {
+		// Room in the broker's in-flight window is waited for before
+		// the publish deadline starts: a wait is not an attempt.
+		var release func()
+		stop := ctx.Err() != nil || pubCtx.Err() != nil || b.isLost() || errors.Is(brokerErr, broker.ErrUnavailable)
+		if !stop {
+			release, stop = b.r.inFlightWindow(pubCtx, len(send))
+		}
+		if stop {
 			// stopping, the lease is gone, or the broker cannot be
 			// reached: do not start another wave
 			b.released = append(b.released, ids(send)...)
@@ -130,7 +160,6 @@ func (b *batch) deliver(ctx context.Context) (BatchReport, error) {
 				wctx = c
 			}
 		}
-		release := b.r.inFlightWindow(wctx, len(send))
 		published := time.Now()
 		results := broker.PublishResults(wctx, b.r.br, send)
 		release()

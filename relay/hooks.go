@@ -33,7 +33,10 @@ type ClaimInfo struct {
 
 // HookPublishStart is told before each publish call (one wave of a batch)
 // and returns the context the publish runs under: a tracing hook starts a
-// span there, and its end comes to HookPublishEnd with that context.
+// span there, and its end comes to HookPublishEnd with that context. The
+// context returned must derive from ctx, which carries the publish's
+// deadline and its cancellation when the lease is lost or the relay stops;
+// nil keeps ctx.
 type HookPublishStart interface {
 	OnPublishStart(ctx context.Context, events []outbox.Event) context.Context
 }

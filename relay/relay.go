@@ -289,16 +289,16 @@ func ids(events []outbox.Event) []int64 {
 }
 
 // inFlightWindow waits until n more events may be in flight at the broker
-// (Features.MaxInFlight, shared by all workers; a batch larger than the
-// window takes it whole) and returns the function that gives them back.
-// It gives up waiting when ctx ends: the publish then fails on ctx itself.
-func (r *Relay) inFlightWindow(ctx context.Context, n int) func() {
+// (Features.MaxInFlight, shared by all workers; waves are cut to fit it)
+// and returns the function that gives them back.
+// It reports stopped when ctx ended first: the wave is then not published.
+func (r *Relay) inFlightWindow(ctx context.Context, n int) (release func(), stopped bool) {
 	if r.window == nil {
-		return func() {}
+		return func() {}, false
 	}
 	w := int64(min(n, r.features.MaxInFlight))
 	if err := r.window.Acquire(ctx, w); err != nil {
-		return func() {}
+		return nil, true
 	}
-	return func() { r.window.Release(w) }
+	return func() { r.window.Release(w) }, false
 }

@@ -16,6 +16,7 @@
 //	outbox_pending_events                         gauge     events waiting, estimated by id span (store.Backlog)
 //	outbox_oldest_pending_age_seconds             gauge     age of the first waiting event
 //	outbox_dead_events                            gauge     DEAD events
+//	outbox_backlog_up                             gauge     0 when the three gauges above could not be read
 //	outbox_in_flight_events                       gauge     claimed by this relay, not settled
 //	outbox_last_delivery_timestamp_seconds        gauge     Unix time of the last delivery (0: none yet)
 //	outbox_store_up, outbox_broker_up             gauge     0 while failing as a whole

@@ -8,6 +8,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/outbox-go/outbox/internal/redact"
 )
 
 // HandlerConfig configures Handler.
@@ -39,7 +41,7 @@ func Handler(c HandlerConfig) (http.Handler, error) {
 		c.Grace = 30 * time.Second
 	}
 	mux := http.NewServeMux()
-	mux.Handle("GET /metrics", promhttp.HandlerFor(c.Gatherer, promhttp.HandlerOpts{}))
+	mux.Handle("GET /metrics", promhttp.HandlerFor(c.Gatherer, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError}))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		fmt.Fprintln(w, "ok")
 	})
@@ -71,7 +73,7 @@ func (c HandlerConfig) notReady(r *http.Request) []string {
 	switch {
 	case !ok:
 	case err != nil:
-		out = append(out, "backlog unknown: "+err.Error())
+		out = append(out, "backlog unknown: the store did not answer ("+redact.Text(err.Error())+")")
 	case b.OldestPendingAge > c.StallAfter && (h.LastDelivered.IsZero() || now.Sub(h.LastDelivered) > c.StallAfter):
 		since := "never delivered"
 		if !h.LastDelivered.IsZero() {

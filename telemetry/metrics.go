@@ -28,7 +28,6 @@ var (
 	_ relay.HookClaim      = (*Metrics)(nil)
 	_ relay.HookPublishEnd = (*Metrics)(nil)
 	_ relay.HookSettle     = (*Metrics)(nil)
-	_ relay.HookLease      = (*Metrics)(nil)
 	_ prometheus.Collector = (*Metrics)(nil)
 )
 
@@ -102,17 +101,14 @@ func (m *Metrics) OnPublishEnd(_ context.Context, p relay.PublishInfo) {
 	}
 }
 
-// OnSettle implements relay.HookSettle.
+// OnSettle implements relay.HookSettle. A lost lease is counted here, once
+// per batch, whether renewing it or the ack found it gone.
 func (m *Metrics) OnSettle(_ context.Context, r relay.BatchReport) {
 	m.settled.WithLabelValues("delivered").Add(float64(r.Delivered))
 	m.settled.WithLabelValues("retried").Add(float64(r.Retried))
 	m.settled.WithLabelValues("dead").Add(float64(r.Dead))
 	m.settled.WithLabelValues("released").Add(float64(r.Released))
-}
-
-// OnLease implements relay.HookLease.
-func (m *Metrics) OnLease(_ context.Context, l relay.LeaseInfo) {
-	if l.Lost {
+	if r.LeaseLost {
 		m.leaseLost.Inc()
 	}
 }

@@ -23,7 +23,7 @@ type State struct {
 	last    store.Backlog
 	lastErr error
 
-	pending, oldest, dead, inFlight, lastDelivery, storeUp, brokerUp *prometheus.Desc
+	pending, oldest, dead, backlogUp, inFlight, lastDelivery, storeUp, brokerUp *prometheus.Desc
 }
 
 var _ prometheus.Collector = (*State)(nil)
@@ -38,6 +38,7 @@ func NewState(r *relay.Relay, st store.Store) *State {
 	s.pending = d("outbox_pending_events", "Events waiting, estimated by the id span of pending rows (exact without gaps).")
 	s.oldest = d("outbox_oldest_pending_age_seconds", "Age of the first waiting event (database clock); 0 when none waits.")
 	s.dead = d("outbox_dead_events", "DEAD events, waiting for an operator.")
+	s.backlogUp = d("outbox_backlog_up", "1 when the backlog gauges could be read at this scrape, 0 when the store did not answer.")
 	s.inFlight = d("outbox_in_flight_events", "Events this relay claimed and has not settled yet.")
 	s.lastDelivery = d("outbox_last_delivery_timestamp_seconds", "Unix time of this relay's last delivery; 0 before the first.")
 	s.storeUp = d("outbox_store_up", "1 while the store answers, 0 while it fails as a whole.")
@@ -55,7 +56,9 @@ func (s *State) Backlog(ctx context.Context) (store.Backlog, bool, error) {
 	if time.Since(s.at) < time.Second {
 		return s.last, true, s.lastErr
 	}
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	// Not the caller's cancellation: the result is shared with the
+	// scrapes and probes of the next second.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
 	s.last, s.lastErr = s.backlog.Backlog(ctx)
 	s.at = time.Now()
@@ -64,7 +67,7 @@ func (s *State) Backlog(ctx context.Context) (store.Backlog, bool, error) {
 
 // Describe implements prometheus.Collector.
 func (s *State) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{s.pending, s.oldest, s.dead, s.inFlight, s.lastDelivery, s.storeUp, s.brokerUp} {
+	for _, d := range []*prometheus.Desc{s.pending, s.oldest, s.dead, s.backlogUp, s.inFlight, s.lastDelivery, s.storeUp, s.brokerUp} {
 		ch <- d
 	}
 }
@@ -73,10 +76,14 @@ func (s *State) Describe(ch chan<- *prometheus.Desc) {
 func (s *State) Collect(ch chan<- prometheus.Metric) {
 	h := s.relay.Health()
 	gauge := func(d *prometheus.Desc, v float64) { ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v) }
+	// A store that does not answer leaves the backlog gauges out of this
+	// scrape (outbox_backlog_up 0) rather than failing the whole scrape:
+	// during an outage outbox_store_up 0 is the one metric that matters.
 	if b, ok, err := s.Backlog(context.Background()); ok {
 		if err != nil {
-			ch <- prometheus.NewInvalidMetric(s.pending, err)
+			gauge(s.backlogUp, 0)
 		} else {
+			gauge(s.backlogUp, 1)
 			gauge(s.pending, float64(b.Pending))
 			gauge(s.oldest, b.OldestPendingAge.Seconds())
 			gauge(s.dead, float64(b.Dead))

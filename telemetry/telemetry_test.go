@@ -2,6 +2,7 @@ package telemetry_test
 
 import (
 	"context"
+	"errors"
 	"io"
 	"log/slog"
 	"net/http"
@@ -160,5 +161,44 @@ func TestReadyzFailsWhenDeliveryStalls(t *testing.T) {
 func TestHandlerRefusesBadConfig(t *testing.T) {
 	if _, err := telemetry.Handler(telemetry.HandlerConfig{}); err == nil {
 		t.Error("Handler without Gatherer and State: no error")
+	}
+}
+
+// failingBacklog is a store whose backlog query fails, as during a
+// database outage.
+type failingBacklog struct{ store.Store }
+
+func (failingBacklog) Backlog(context.Context) (store.Backlog, error) {
+	return store.Backlog{}, errors.New("connection refused")
+}
+
+// While the store does not answer, /metrics still answers 200 with what it
+// knows (outbox_backlog_up 0 instead of the backlog gauges), and /readyz
+// says why it cannot tell.
+func TestMetricsSurviveAStoreOutage(t *testing.T) {
+	st := failingBacklog{teststores.Open(t, "sqlite", store.Options{}).Store}
+	mb, err := membroker.New(membroker.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := relay.New(st, mb, relay.Config{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg := prometheus.NewRegistry()
+	state := telemetry.NewState(r, st)
+	reg.MustRegister(telemetry.NewMetrics(), state)
+	h, err := telemetry.Handler(telemetry.HandlerConfig{Gatherer: reg, State: state})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(h)
+	defer srv.Close()
+	code, body := get(t, srv.URL+"/metrics")
+	if code != 200 || !strings.Contains(body, "outbox_backlog_up 0\n") || !strings.Contains(body, "outbox_store_up 1\n") || strings.Contains(body, "outbox_pending_events") {
+		t.Errorf("/metrics while the backlog fails = %d:\n%s", code, body)
+	}
+	if code, body := get(t, srv.URL+"/readyz"); code != http.StatusServiceUnavailable || !strings.Contains(body, "the store did not answer") {
+		t.Errorf("/readyz while the backlog fails = %d %q", code, body)
 	}
 }

@@ -44,6 +44,11 @@ type Config struct {
 	// Latency delays every Publish call, honouring its context. Default 0.
 	// SetLatency changes it later.
 	Latency time.Duration
+	// MaxInFlight is declared in Features, for relays to bound the events
+	// they publish at once; the broker itself does not enforce it, but
+	// counts in Stats.PeakInFlight how many it saw at once. Default 0 (no
+	// bound declared).
+	MaxInFlight int
 }
 
 // Stats counts what the broker has done since New or Reset.
@@ -51,6 +56,9 @@ type Stats struct {
 	Calls     int // Publish calls, including empty and failed ones
 	Confirmed int // events confirmed (nil result), duplicates included
 	Failed    int // events with a non-nil result
+	// PeakInFlight is the most events inside concurrent Publish calls at
+	// one moment.
+	PeakInFlight int
 }
 
 // Broker is an in-memory broker.Broker. It is safe for concurrent use.
@@ -68,6 +76,7 @@ type Broker struct {
 	seen      map[string]bool // EventIDs delivered, for Dedup
 	stats     Stats
 	changed   chan struct{} // closed and replaced whenever delivered grows
+	inFlight  int           // events inside Publish calls now
 }
 
 var (
@@ -85,6 +94,9 @@ func New(cfg Config) (*Broker, error) {
 	}
 	if cfg.Latency < 0 {
 		return nil, fmt.Errorf("membroker: Config.Latency is %v; use 0 or a positive duration", cfg.Latency)
+	}
+	if cfg.MaxInFlight < 0 {
+		return nil, fmt.Errorf("membroker: Config.MaxInFlight is %d; use 0 (none declared) or a positive bound", cfg.MaxInFlight)
 	}
 	if cfg.MaxPayload == 0 {
 		cfg.MaxPayload = outbox.DefaultMaxPayload
@@ -119,7 +131,7 @@ func (b *Broker) Publish(ctx context.Context, events []outbox.Event) []error {
 // Config.KeyOrdered, else OrderNone) and its MaxPayload as the largest
 // message.
 func (b *Broker) Features() broker.Features {
-	f := broker.Features{MaxMessage: b.cfg.MaxPayload}
+	f := broker.Features{MaxMessage: b.cfg.MaxPayload, MaxInFlight: b.cfg.MaxInFlight}
 	if b.cfg.KeyOrdered {
 		f.Ordering = broker.OrderKey
 	}
@@ -134,7 +146,14 @@ func (b *Broker) PublishResults(ctx context.Context, events []outbox.Event) []br
 	b.mu.Lock()
 	b.stats.Calls++
 	latency := b.latency
+	b.inFlight += len(events)
+	b.stats.PeakInFlight = max(b.stats.PeakInFlight, b.inFlight)
 	b.mu.Unlock()
+	defer func() {
+		b.mu.Lock()
+		b.inFlight -= len(events)
+		b.mu.Unlock()
+	}()
 	if len(events) == 0 {
 		return []broker.Result{}
 	}

@@ -218,3 +218,40 @@ func TestMigrateContractOverBadRows(t *testing.T) {
 }
 
 func itoa(n int) string { return strconv.Itoa(n) }
+
+// Migration 7 refuses to run while an event that earlier versions accepted
+// with an empty type still waits (it would go DEAD untried), says how to
+// go on, changes nothing, and runs once the events have a type.
+func TestMigrateRefusesPendingEventsWithoutAType(t *testing.T) {
+	ctx := context.Background()
+	pool, s := unmigratedStore(t)
+	all := migrations(s.table, s.archive, s.claimsTable(), s.opts.Table, s.qualified)
+	setup := []string{"CREATE TABLE " + s.migrations + " (version INTEGER PRIMARY KEY, applied_at TIMESTAMPTZ NOT NULL DEFAULT now())"}
+	for v := 1; v <= 6; v++ {
+		setup = append(setup, all[v-1], "INSERT INTO "+s.migrations+" (version) VALUES ("+itoa(v)+")")
+	}
+	setup = append(setup, "INSERT INTO "+s.table+" (topic, event_key) VALUES ('orders', 'k1'), ('orders', 'k2')")
+	for _, sql := range setup {
+		if _, err := pool.Exec(ctx, sql); err != nil {
+			t.Fatalf("%s: %v", sql, err)
+		}
+	}
+	err := s.Migrate(ctx)
+	if err == nil || !strings.Contains(err.Error(), "2 pending events") || !strings.Contains(err.Error(), "SET event_type") {
+		t.Fatalf("Migrate with 2 pending events of empty type: %v; want a refusal naming them and the fix", err)
+	}
+	var version int
+	if err := pool.QueryRow(ctx, "SELECT max(version) FROM "+s.migrations).Scan(&version); err != nil || version != 6 {
+		t.Fatalf("schema version after the refusal: %d, %v; want 6 (nothing changed)", version, err)
+	}
+	if _, err := pool.Exec(ctx, "UPDATE "+s.table+" SET event_type = 'OrderPaid' WHERE status = 'NEW' AND event_type = ''"); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Migrate(ctx); err != nil {
+		t.Fatalf("Migrate once every pending event has a type: %v", err)
+	}
+	c, err := s.Claim(ctx, store.ClaimRequest{Lease: store.Lease{Owner: "relay", Epoch: 1}, Limit: 10, LeaseFor: time.Minute})
+	if err != nil || len(c.Events) != 2 {
+		t.Fatalf("Claim after the upgrade: %d events, %v; want both, delivered, not buried", len(c.Events), err)
+	}
+}

@@ -153,8 +153,18 @@ WHERE status NOT IN ('NEW', 'DEAD');
 		// 7: a non-empty event_type, as Enqueue requires (CloudEvents
 		// requires a type), as a domain like those of migration 6: the
 		// documented four-column INSERT names it; an INSERT that leaves it
-		// out is refused. Rows written before are buried by the claim.
-		domain(t, "event_type", "VARCHAR(255)", q(short+"_type_t"), short+"_type_check", "VALUE <> ''"),
+		// out is refused. Earlier versions accepted an empty type, so the
+		// migration refuses to run while such an event still waits: it
+		// would go DEAD untried at its first claim. The message says how
+		// to go on (deliver them first, or give them a type). Table names
+		// are validated, so they hold no % for RAISE to read.
+		fmt.Sprintf(`DO $$ DECLARE n bigint; BEGIN
+	SELECT count(*) INTO n FROM %[1]s WHERE status = 'NEW' AND event_type = '';
+	IF n > 0 THEN
+		RAISE EXCEPTION '%% pending events in %[1]s have an empty event_type, which this version refuses at enqueue and buries at the claim: deliver them with the previous version''s relay first, or give them a type (UPDATE %[1]s SET event_type = ''YourType'' WHERE status = ''NEW'' AND event_type = ''''), then migrate again', n;
+	END IF;
+END $$;
+`, t) + domain(t, "event_type", "VARCHAR(255)", q(short+"_type_t"), short+"_type_check", "VALUE <> ''"),
 	}
 }
 

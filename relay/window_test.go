@@ -1,0 +1,33 @@
+package relay_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/outbox-go/outbox/broker/membroker"
+	"github.com/outbox-go/outbox/store"
+)
+
+// A broker that declares MaxInFlight gets no more events at once than that,
+// across all workers, and the time a wave waits for room is not taken from
+// its publish deadline: with waits longer than PublishTimeout, nothing is
+// retried and everything is delivered in key order.
+func TestInFlightWindowIsSharedAndWaitingIsNoAttempt(t *testing.T) {
+	forEachStore(t, func(t *testing.T, st store.Store) {
+		mb := newMem(t, membroker.Config{MaxInFlight: 20, Latency: 60 * time.Millisecond})
+		msgs := workload(t, st, "t", 300, 30)
+		cfg := fastConfig()
+		cfg.Workers = 3
+		cfg.BatchSize = 50
+		cfg.PublishTimeout = 100 * time.Millisecond // less than two waves of another worker
+		r, _ := run(t, st, mb, cfg)
+		waitFor(t, "all delivered", 60*time.Second, func() bool { return pending(t, st).Pending() == 0 })
+		checkDelivered(t, msgs, mb.Events("t"))
+		if peak := mb.Stats().PeakInFlight; peak > 20 {
+			t.Errorf("the broker saw %d events in flight at once; it declared 20", peak)
+		}
+		if n := r.Totals().Retried.Load(); n != 0 {
+			t.Errorf("%d events retried: waiting for the window was counted as a failed publish", n)
+		}
+	})
+}

@@ -117,18 +117,43 @@ func report(e env, name string, err error) int {
 }
 
 // connectionArgs returns the values given to --db and --broker (either
-// spelling, = or a separate argument) and OUTBOX_DB and OUTBOX_BROKER.
+// spelling, = or a separate argument, or a db/broker line of the --config
+// file) and OUTBOX_DB and OUTBOX_BROKER.
 func connectionArgs(args []string) []string {
 	out := []string{os.Getenv("OUTBOX_DB"), os.Getenv("OUTBOX_BROKER")}
 	for i, a := range args {
 		name, value, hasValue := strings.Cut(strings.TrimLeft(a, "-"), "=")
-		if !strings.HasPrefix(a, "-") || (name != "db" && name != "broker") {
+		if !strings.HasPrefix(a, "-") || (name != "db" && name != "broker" && name != "config") {
 			continue
 		}
-		if hasValue {
-			out = append(out, value)
-		} else if i+1 < len(args) {
-			out = append(out, args[i+1])
+		if !hasValue {
+			if i+1 >= len(args) {
+				continue
+			}
+			value = args[i+1]
+		}
+		if name == "config" {
+			out = append(out, configConnections(value)...)
+			continue
+		}
+		out = append(out, value)
+	}
+	return out
+}
+
+// configConnections returns the db and broker values of a --config file,
+// read as applyConfig reads it; nothing when it cannot be read.
+func configConnections(path string) []string {
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return nil
+	}
+	var out []string
+	for _, line := range strings.Split(string(raw), "\n") {
+		name, value, ok := strings.Cut(strings.TrimSpace(line), "=")
+		name = strings.TrimPrefix(strings.TrimSpace(name), "--")
+		if ok && (name == "db" || name == "broker") {
+			out = append(out, strings.Trim(strings.TrimSpace(value), `"`))
 		}
 	}
 	return out

@@ -3,6 +3,7 @@ package cli
 import (
 	"bytes"
 	"context"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -134,5 +135,16 @@ func TestMigrateStatusDeadOnEachDatabase(t *testing.T) {
 				t.Errorf("dead purge --topic --key: %d %q", code, out)
 			}
 		})
+	}
+}
+
+func TestConnectionArgsFindEveryURLTheUserGave(t *testing.T) {
+	cfg := filepath.Join(t.TempDir(), "relay.conf")
+	writeFile(t, cfg, "# settings\ndb = \"postgres://u:fromfile@h/db\"\n--broker=nats://tok@h:4222\nbatch = 5\n")
+	got := strings.Join(connectionArgs([]string{"--db", "mysql://a:b@h/d", "--broker=nats://x@h", "--config", cfg}), " ")
+	for _, want := range []string{"mysql://a:b@h/d", "nats://x@h", "postgres://u:fromfile@h/db", "nats://tok@h:4222"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("connectionArgs lacks %s: %q", want, got)
+		}
 	}
 }

@@ -109,7 +109,7 @@ func TestDown(t *testing.T) {
 			t.Errorf("result %d after recovery = %v", i, err)
 		}
 	}
-	if got := b.Stats(); got != (membroker.Stats{Calls: 2, Confirmed: 3, Failed: 3}) {
+	if got := b.Stats(); got != (membroker.Stats{Calls: 2, Confirmed: 3, Failed: 3, PeakInFlight: 3}) {
 		t.Errorf("Stats = %+v", got)
 	}
 }

@@ -14,12 +14,12 @@ import (
 // retried and everything is delivered in key order.
 func TestInFlightWindowIsSharedAndWaitingIsNoAttempt(t *testing.T) {
 	forEachStore(t, func(t *testing.T, st store.Store) {
-		mb := newMem(t, membroker.Config{MaxInFlight: 20, Latency: 60 * time.Millisecond})
+		mb := newMem(t, membroker.Config{MaxInFlight: 20, Latency: 100 * time.Millisecond})
 		msgs := workload(t, st, "t", 300, 30)
 		cfg := fastConfig()
 		cfg.Workers = 3
 		cfg.BatchSize = 50
-		cfg.PublishTimeout = 100 * time.Millisecond // less than two waves of another worker
+		cfg.PublishTimeout = 250 * time.Millisecond // less than a wave waits for two others and publishes itself (300 ms), with room for a loaded machine
 		r, _ := run(t, st, mb, cfg)
 		waitFor(t, "all delivered", 60*time.Second, func() bool { return pending(t, st).Pending() == 0 })
 		checkDelivered(t, msgs, mb.Events("t"))

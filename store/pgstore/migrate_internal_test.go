@@ -101,12 +101,7 @@ func TestMigrateFromVersion1(t *testing.T) {
 func TestMigrateClaimsToRanges(t *testing.T) {
 	ctx := context.Background()
 	pool, s := unmigratedStore(t)
-	all := migrations(s.table, s.archive, s.claimsTable(), s.opts.Table, s.qualified)
-	setup := []string{"CREATE TABLE " + s.migrations + " (version INTEGER PRIMARY KEY, applied_at TIMESTAMPTZ NOT NULL DEFAULT now())"}
-	for v := 1; v <= 4; v++ {
-		setup = append(setup, all[v-1], "INSERT INTO "+s.migrations+" (version) VALUES ("+itoa(v)+")")
-	}
-	setup = append(setup,
+	setup := append(s.schemaAt(4),
 		"INSERT INTO "+s.table+" (id, topic, event_key, event_type, payload) SELECT g, 'orders', 'k'||g, 'T', '\\x7b7d' FROM generate_series(1, 12) g",
 		// ids 5, 6, 7 and 10 in flight under version 4's arrays
 		"INSERT INTO "+s.claimsTable()+" (owner, epoch, lease_until, ids, keys) VALUES ('old', 3, now() + interval '1 hour', '{5,6,7,10}', '{k5,k6,k7,k10}')",
@@ -156,12 +151,7 @@ func TestMigrateClaimsToRanges(t *testing.T) {
 func TestMigrateContractOverBadRows(t *testing.T) {
 	ctx := context.Background()
 	pool, s := unmigratedStore(t)
-	all := migrations(s.table, s.archive, s.claimsTable(), s.opts.Table, s.qualified)
-	setup := []string{"CREATE TABLE " + s.migrations + " (version INTEGER PRIMARY KEY, applied_at TIMESTAMPTZ NOT NULL DEFAULT now())"}
-	for v := 1; v <= 5; v++ {
-		setup = append(setup, all[v-1], "INSERT INTO "+s.migrations+" (version) VALUES ("+itoa(v)+")")
-	}
-	setup = append(setup,
+	setup := append(s.schemaAt(5),
 		"INSERT INTO "+s.table+" (id, topic, event_key, event_type, status) VALUES (1, 'orders', 'k1', 'T', 'FOO'), (2, 'orders', 'k2', 'T', 'new')",
 		"INSERT INTO "+s.table+" (id, topic, event_key, event_type, headers) VALUES (3, 'orders', 'k3', 'T', '[1,2]')",
 		"INSERT INTO "+s.table+" (id, topic, event_key, event_type, schema_version) VALUES (4, 'orders', 'k4', 'T', -1)",
@@ -225,12 +215,7 @@ func itoa(n int) string { return strconv.Itoa(n) }
 func TestMigrateRefusesPendingEventsWithoutAType(t *testing.T) {
 	ctx := context.Background()
 	pool, s := unmigratedStore(t)
-	all := migrations(s.table, s.archive, s.claimsTable(), s.opts.Table, s.qualified)
-	setup := []string{"CREATE TABLE " + s.migrations + " (version INTEGER PRIMARY KEY, applied_at TIMESTAMPTZ NOT NULL DEFAULT now())"}
-	for v := 1; v <= 6; v++ {
-		setup = append(setup, all[v-1], "INSERT INTO "+s.migrations+" (version) VALUES ("+itoa(v)+")")
-	}
-	setup = append(setup, "INSERT INTO "+s.table+" (topic, event_key) VALUES ('orders', 'k1'), ('orders', 'k2')")
+	setup := append(s.schemaAt(6), "INSERT INTO "+s.table+" (topic, event_key) VALUES ('orders', 'k1'), ('orders', 'k2')")
 	for _, sql := range setup {
 		if _, err := pool.Exec(ctx, sql); err != nil {
 			t.Fatalf("%s: %v", sql, err)
@@ -254,4 +239,15 @@ func TestMigrateRefusesPendingEventsWithoutAType(t *testing.T) {
 	if err != nil || len(c.Events) != 2 {
 		t.Fatalf("Claim after the upgrade: %d events, %v; want both, delivered, not buried", len(c.Events), err)
 	}
+}
+
+// schemaAt returns the statements that build s's schema as version v left
+// it (migrations 1 to v, recorded), for upgrade tests.
+func (s *Store) schemaAt(v int) []string {
+	all := migrations(s.table, s.archive, s.claimsTable(), s.opts.Table, s.qualified)
+	out := []string{"CREATE TABLE " + s.migrations + " (version INTEGER PRIMARY KEY, applied_at TIMESTAMPTZ NOT NULL DEFAULT now())"}
+	for i := 1; i <= v; i++ {
+		out = append(out, all[i-1], "INSERT INTO "+s.migrations+" (version) VALUES ("+itoa(i)+")")
+	}
+	return out
 }

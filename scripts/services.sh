@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Makes sure the local servers the tests need answer (README.md, "Two
-# commands": PostgreSQL on 5432, MariaDB on 3306, NATS JetStream on 4222),
+# commands": PostgreSQL on 5432 with wal_level = logical, MariaDB on 3306,
+# NATS JetStream on 4222, Redis on 6379, RabbitMQ on 5672, Mosquitto on 1883),
 # starting any that is installed (Debian packages) but down, and waits for
 # them. Idempotent. Exits non-zero, naming the server, when one cannot be
 # brought up.
@@ -36,4 +37,38 @@ status=0
 ensure PostgreSQL 5432 pg_ctlcluster --skip-systemctl-redirect "$(ls /etc/postgresql 2>/dev/null | head -1)" main start || status=1
 ensure MariaDB 3306 start-stop-daemon --start --oknodo --background --exec /usr/sbin/mariadbd || status=1
 ensure "NATS JetStream" 4222 start-stop-daemon --start --oknodo --background --exec /usr/sbin/nats-server -- -a 127.0.0.1 -p 4222 -js -sd /var/lib/nats-server -l /var/log/nats-server.log || status=1
+ensure Redis 6379 redis-server --daemonize yes --bind 127.0.0.1 -::1 --port 6379 --save "" --appendonly no --dir /var/lib/redis --logfile /var/log/redis/ci.log || status=1
+ensure RabbitMQ 5672 rabbitmq-server -detached || status=1
+ensure Mosquitto 1883 mosquitto -d -c /etc/mosquitto/mosquitto.conf || status=1
+
+# PostgreSQL logical replication (the pgcdc source) needs wal_level =
+# logical; the default is replica. Set it once and restart the cluster,
+# then wait until it answers again.
+pg_logical() {
+	local cluster level
+	cluster=$(ls /etc/postgresql 2>/dev/null | head -1)
+	level=$(psql -h 127.0.0.1 -U postgres -XAtc "SHOW wal_level" 2>/dev/null) || {
+		echo "services: PostgreSQL does not answer psql; cannot check wal_level" >&2
+		return 1
+	}
+	if [ "$level" = logical ]; then
+		echo "services: PostgreSQL wal_level is logical"
+		return 0
+	fi
+	echo "services: setting PostgreSQL wal_level = logical (was $level) and restarting it"
+	psql -h 127.0.0.1 -U postgres -XAtqc "ALTER SYSTEM SET wal_level = logical" || return 1
+	pg_ctlcluster --skip-systemctl-redirect "$cluster" main restart || return 1
+	wait_for PostgreSQL 5432 60 || return 1
+	local i
+	for ((i = 0; i < 300; i++)); do
+		level=$(psql -h 127.0.0.1 -U postgres -XAtc "SHOW wal_level" 2>/dev/null) && break
+		sleep 0.2
+	done
+	if [ "$level" != logical ]; then
+		echo "services: PostgreSQL wal_level is still '$level' after the restart" >&2
+		return 1
+	fi
+	echo "services: PostgreSQL wal_level is logical"
+}
+pg_logical || status=1
 exit $status

@@ -15,7 +15,6 @@ import (
 	_ "github.com/jackc/pgx/v5/stdlib"
 
 	"github.com/outbox-go/outbox/broker"
-	"github.com/outbox-go/outbox/broker/natsbroker"
 	"github.com/outbox-go/outbox/internal/redact"
 	"github.com/outbox-go/outbox/store"
 	"github.com/outbox-go/outbox/store/mysqlstore"
@@ -29,8 +28,8 @@ var ErrUsage = errors.New("usage")
 // DBSchemes lists the --db URL forms.
 const DBSchemes = "postgres://user:pass@host:5432/db, mysql://user:pass@host:3306/db, sqlite:path/to/file.db"
 
-// BrokerSchemes lists the --broker URL forms built in.
-const BrokerSchemes = "nats://host:4222"
+// BrokerSchemes lists the --broker URL forms built in (see brokers.go).
+const BrokerSchemes = brokerForms
 
 // OpenStore opens the store a --db URL names. Its errors never show the
 // URL's secrets: its own messages mask the URL, the drivers' are scrubbed.
@@ -88,25 +87,24 @@ func OpenBroker(ctx context.Context, raw string) (broker.Broker, error) {
 	if err != nil || u.Scheme == "" {
 		return nil, fmt.Errorf("%w: broker URL %q is not a URL; use one of: %s", ErrUsage, Mask(raw), BrokerSchemes)
 	}
-	switch strings.ToLower(u.Scheme) {
-	case "nats", "tls":
-		// nats.go splits the list at commas and reads each URL with
-		// net/url.
-		for _, one := range strings.Split(raw, ",") {
-			if err := checkUserinfo("broker", strings.TrimSpace(one), goUserinfo); err != nil {
-				return nil, err
+	scheme := strings.ToLower(u.Scheme)
+	for _, a := range brokerAdapters {
+		for _, sc := range a.schemes {
+			if sc == scheme {
+				b, err := a.open(ctx, raw, u)
+				if err != nil {
+					return nil, ScrubError(err, raw)
+				}
+				return b, nil
 			}
 		}
-		b, err := natsbroker.Dial(raw, natsbroker.Config{})
-		if err != nil {
-			return nil, ScrubError(err, raw)
-		}
-		return b, nil
-	case "kafka", "amqp", "amqps", "redis", "rediss", "mqtt", "mqtts", "http", "https", "rocketmq":
-		return nil, fmt.Errorf("%w: the %s broker adapter is not built into this version yet; built in: %s", ErrUsage, u.Scheme, BrokerSchemes)
-	default:
-		return nil, fmt.Errorf("%w: unknown broker scheme %q; use one of: %s", ErrUsage, u.Scheme, BrokerSchemes)
 	}
+	for _, sc := range plannedSchemes {
+		if sc == scheme {
+			return nil, fmt.Errorf("%w: the %s broker adapter is not built into this version yet; built in: %s", ErrUsage, u.Scheme, BrokerSchemes)
+		}
+	}
+	return nil, fmt.Errorf("%w: unknown broker scheme %q; use one of: %s", ErrUsage, u.Scheme, BrokerSchemes)
 }
 
 // Mask hides the secrets of a URL or DSN (passwords, tokens, secret query

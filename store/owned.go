@@ -1,0 +1,109 @@
+package store
+
+import (
+	"context"
+	"time"
+)
+
+// Ordering by ownership (engine v2).
+//
+// A store that implements Owned spreads its rows over a fixed number of
+// shards, computed by the database from the row alone (so a plain-SQL
+// INSERT needs no new column): a keyed row's shard is a hash of event_key,
+// a keyless row's is derived from its id. Relays lease shards in the
+// database (Balance) and claim only from shards they hold (ClaimOwned).
+// One relay owns a key at a time, so it may claim a key's next events
+// while the earlier ones are still in flight and order them in memory; a
+// claim is never held back by the owner's own in-flight events.
+//
+// A keyed row is claimable when no earlier row of its key waits for a
+// retry or a delayed AvailableAt, is DEAD (HoldDeadKeys), or is parked.
+// A row that is not claimable for that reason is parked by the claim that
+// meets it: it leaves the claim's index, so no later claim reads past it
+// again. A key's parked rows are unparked when its blocking row moves on
+// (acked, requeued, purged, or buried with HoldDeadKeys off), lowest ids
+// first; Balance also unparks rows whose key holds nothing any more.
+//
+// Fencing is unchanged: each claim is recorded with its (owner, epoch) and
+// every Extend/Ack/Retry/Bury/Release checks it. A shard changes hands
+// only when its lease expired or its owner released it; its new owner does
+// not claim from it while any live claim of another owner still holds
+// events of that shard. Lease times come from the database clock.
+
+// Owned is the optional ability of ordering by ownership; see above. The
+// relay uses it when the store has it, and Store.Claim's exclusion rule
+// otherwise.
+type Owned interface {
+	// Balance heartbeats req.Owner as a live relay, renews the leases of
+	// the shards it holds, gives up those in req.Release (the relay has
+	// settled their work), and takes free or expired shards up to its fair
+	// share of the live relays. It returns what the owner holds after the
+	// call, marking the shards over its fair share as Revoke.
+	Balance(ctx context.Context, req BalanceRequest) (Ownership, error)
+	// ClaimOwned takes up to req.Limit ready events from req.Shards under
+	// a new claim lease req.Lease, in id order within each shard. Shards
+	// that req.Lease.Owner no longer holds under the given epoch, or that a
+	// live claim of another owner still touches, are skipped.
+	ClaimOwned(ctx context.Context, req OwnedClaimRequest) (Claim, error)
+}
+
+// BalanceRequest is one heartbeat of a relay.
+type BalanceRequest struct {
+	Owner string
+	// LeaseFor is how long the relay's membership and shard leases last
+	// from now (database clock); default DefaultLeaseFor.
+	LeaseFor time.Duration
+	// Release lists shards the relay gives up now; it must have settled
+	// (or released) every event it claimed from them.
+	Release []int
+	// Leave: the relay is stopping; give up every shard and the membership
+	// (after its work is settled). Other relays take the shards at once.
+	Leave bool
+}
+
+// Ownership is what a relay holds after Balance.
+type Ownership struct {
+	Shards int          // the table's number of shards
+	Relays int          // live relays, this one included
+	Held   []ShardLease // the shards held, in shard order
+	Until  time.Time    // when the leases end unless renewed (database clock)
+}
+
+// ShardLease is one shard held by a relay.
+type ShardLease struct {
+	Shard int
+	// Epoch increases every time the shard changes hands: a relay that
+	// sees a new epoch for a shard it held has lost it in between.
+	Epoch int64
+	// Revoke: the shard is over this relay's fair share and another relay
+	// waits for it; stop claiming from it, settle its events, then Release
+	// it.
+	Revoke bool
+}
+
+// OwnedClaimRequest says what a relay claims from the shards it holds.
+type OwnedClaimRequest struct {
+	ClaimRequest              // Lease, Limit, LeaseFor and HoldDeadKeys, as for Claim
+	Shards       []ShardLease // the shards to claim from (held, not revoked)
+}
+
+// Normalize fills OwnedClaimRequest defaults.
+func (r OwnedClaimRequest) Normalize() OwnedClaimRequest {
+	r.ClaimRequest = r.ClaimRequest.Normalize()
+	return r
+}
+
+// Normalize fills BalanceRequest defaults.
+func (r BalanceRequest) Normalize() BalanceRequest {
+	if r.LeaseFor <= 0 {
+		r.LeaseFor = DefaultLeaseFor
+	}
+	return r
+}
+
+// OwnedFor returns st's Owned ability, or nil.
+func OwnedFor(st Store) Owned {
+	o, _ := st.(Owned)
+	return o
+}
+

@@ -106,4 +106,3 @@ func OwnedFor(st Store) Owned {
 	o, _ := st.(Owned)
 	return o
 }
-

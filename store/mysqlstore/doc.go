@@ -57,4 +57,9 @@
 // MySQL has no LISTEN: Notify is an in-process signal after Enqueue and
 // EnqueueTx through this Store (for EnqueueTx also once more shortly after,
 // as the commit is the caller's). Relays in other processes poll.
+//
+// Files by role: mysqlstore.go (the Store, Open, locks, errors), schema.go
+// (migrations), enqueue.go (the producer's side), claim.go and settle.go
+// (the relay's: claim, extend, ack, retry, bury, release), admin.go (the
+// operator's: get, dead letters, purge, stats), backlog.go, notify.go, dsn.go.
 package mysqlstore

@@ -1,0 +1,166 @@
+package mysqlstore
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"time"
+
+	outbox "github.com/outbox-go/outbox"
+	"github.com/outbox-go/outbox/store"
+)
+
+func scanRecord(row scanner, extra ...any) (store.Record, error) {
+	var r store.Record
+	var status string
+	var next, until, sent sql.NullString
+	// A row whose headers break the contract is still shown (its
+	// last_error says why once a claim buried it), without headers.
+	if _, err := scanEvent(row, &r.Event, append([]any{&status, &r.LastError, &next, &r.LeaseOwner, &until, &sent}, extra...)...); err != nil {
+		return r, err
+	}
+	r.Status = outbox.Status(status)
+	var err error
+	if r.NextAttemptAt, err = epoch(next); err != nil {
+		return r, err
+	}
+	if r.LeaseUntil, err = epoch(until); err != nil {
+		return r, err
+	}
+	r.SentAt, err = epoch(sent)
+	return r, err
+}
+
+// Get returns one event from the outbox or the archive, in one query (the
+// outbox first: during an Ack with KeepSent a row is briefly in both).
+func (s *Store) Get(ctx context.Context, id int64) (store.Record, error) {
+	var src int
+	r, err := scanRecord(s.db.QueryRowContext(ctx, "(SELECT "+cols(recordCols, "")+", 0 AS src FROM "+s.table+" WHERE id = ?) UNION ALL "+
+		"(SELECT "+cols(recordCols, "")+", 1 FROM "+s.archive+" WHERE id = ?) ORDER BY src LIMIT 1", id, id), &src)
+	if errors.Is(err, sql.ErrNoRows) {
+		return r, fmt.Errorf("mysqlstore: event %d: %w", id, store.ErrNotFound)
+	}
+	return r, wrap("get", err)
+}
+
+// deadFilter selects DEAD events matching q.
+func deadFilter(q store.DeadQuery) (string, []any) {
+	where := " WHERE status = 'DEAD'"
+	var args []any
+	if q.Topic != "" {
+		where += " AND topic = ?"
+		args = append(args, q.Topic)
+	}
+	if q.Key != "" {
+		where += " AND event_key = ?"
+		args = append(args, q.Key)
+	}
+	if len(q.IDs) > 0 {
+		where += " AND id IN (" + marks(len(q.IDs)) + ")"
+		args = appendIDs(args, q.IDs)
+	}
+	return where, args
+}
+
+// ListDead lists DEAD events in id order.
+func (s *Store) ListDead(ctx context.Context, q store.DeadQuery) ([]store.Record, error) {
+	if q.Limit <= 0 {
+		q.Limit = store.DefaultLimit
+	}
+	where, args := deadFilter(q)
+	rows, err := s.db.QueryContext(ctx, "SELECT "+cols(recordCols, "")+" FROM "+s.table+where+" AND id > ? ORDER BY id LIMIT ?", append(args, q.AfterID, q.Limit)...)
+	if err != nil {
+		return nil, wrap("list dead", err)
+	}
+	defer rows.Close()
+	var out []store.Record
+	for rows.Next() {
+		r, err := scanRecord(rows)
+		if err != nil {
+			return nil, wrap("list dead", err)
+		}
+		out = append(out, r)
+	}
+	return out, wrap("list dead", rows.Err())
+}
+
+// RequeueDead turns matching DEAD events back into NEW with attempts 0.
+func (s *Store) RequeueDead(ctx context.Context, q store.DeadQuery) (int64, error) {
+	where, args := deadFilter(q)
+	res, err := s.db.ExecContext(ctx, "UPDATE "+s.table+" SET status = 'NEW', attempts = 0, next_attempt_at = NOW(6), lease_owner = '', lease_until = NULL"+where, args...)
+	if err != nil {
+		return 0, wrap("requeue dead", err)
+	}
+	n, _ := res.RowsAffected()
+	if n > 0 {
+		s.signal()
+	}
+	return n, nil
+}
+
+// Purge deletes SENT (archived) or DEAD events older than req.OlderThan in
+// autocommitted batches of req.BatchSize.
+func (s *Store) Purge(ctx context.Context, req store.PurgeRequest) (int64, error) {
+	req, err := req.Normalize()
+	if err != nil {
+		return 0, err
+	}
+	var q string
+	switch req.Status {
+	case outbox.StatusSent:
+		q = "DELETE FROM " + s.archive + " WHERE sent_at < NOW(6) - INTERVAL ? MICROSECOND ORDER BY sent_at, id LIMIT ?"
+	case outbox.StatusDead:
+		q = "DELETE FROM " + s.table + " WHERE status = 'DEAD' AND created_at < NOW(6) - INTERVAL ? MICROSECOND AND (? = '' OR topic = ?) AND (? = '' OR event_key = ?) ORDER BY id LIMIT ?"
+	default:
+		return 0, fmt.Errorf("mysqlstore: purge: status must be SENT or DEAD, not %q", req.Status)
+	}
+	args := []any{req.OlderThan.Microseconds(), req.BatchSize}
+	if req.Status == outbox.StatusDead {
+		args = []any{req.OlderThan.Microseconds(), req.Topic, req.Topic, req.Key, req.Key, req.BatchSize}
+	}
+	var total int64
+	for {
+		res, err := s.db.ExecContext(ctx, q, args...)
+		if err != nil {
+			return total, wrap("purge", err)
+		}
+		n, _ := res.RowsAffected()
+		total += n
+		if n < int64(req.BatchSize) {
+			return total, nil
+		}
+	}
+}
+
+// Stats counts events by state, in one scan of the outbox (plus a count of
+// the archive when sent events are kept).
+func (s *Store) Stats(ctx context.Context) (store.Stats, error) {
+	var st store.Stats
+	var oldest sql.NullString
+	var now int64
+	err := s.db.QueryRowContext(ctx, `SELECT
+	COALESCE(SUM(CASE WHEN status = 'NEW' THEN 1 ELSE 0 END), 0),
+	COALESCE(SUM(CASE WHEN status = 'SENDING' THEN 1 ELSE 0 END), 0),
+	COALESCE(SUM(CASE WHEN status = 'DEAD' THEN 1 ELSE 0 END), 0),
+	COALESCE(SUM(CASE WHEN status = 'NEW' AND attempts > 0 THEN 1 ELSE 0 END), 0),
+	COALESCE(SUM(CASE WHEN status = 'SENDING' AND lease_until <= NOW(6) THEN 1 ELSE 0 END), 0),
+	COUNT(DISTINCT CASE WHEN status = 'DEAD' AND event_key <> '' THEN event_key END),
+	MIN(CASE WHEN status <> 'DEAD' THEN UNIX_TIMESTAMP(created_at) END),
+	`+dbNow+`
+FROM `+s.table).Scan(&st.New, &st.Sending, &st.Dead, &st.Retrying, &st.ExpiredLeases, &st.BlockedKeys, &oldest, &now)
+	if err != nil {
+		return st, wrap("stats", err)
+	}
+	if t, err := epoch(oldest); err != nil {
+		return st, err
+	} else if !t.IsZero() {
+		st.OldestPending = max(time.UnixMicro(now).Sub(t), 0)
+	}
+	if s.opts.KeepSent {
+		if err := s.db.QueryRowContext(ctx, "SELECT COUNT(*) FROM "+s.archive).Scan(&st.Sent); err != nil {
+			return st, wrap("stats", err)
+		}
+	}
+	return st, nil
+}

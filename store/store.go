@@ -143,6 +143,9 @@ type PurgeRequest struct {
 	// Topic and Key narrow a DEAD purge to one topic or key; empty
 	// matches every one. A SENT purge refuses them.
 	Topic, Key string
+	// IDs narrows a DEAD purge to these events (the dashboard's skip);
+	// empty matches every one. A SENT purge refuses them.
+	IDs []int64
 }
 
 // Normalize fills PurgeRequest defaults and refuses a Topic or Key on a
@@ -151,8 +154,8 @@ func (r PurgeRequest) Normalize() (PurgeRequest, error) {
 	if r.BatchSize <= 0 {
 		r.BatchSize = DefaultBatchSize
 	}
-	if r.Status == outbox.StatusSent && (r.Topic != "" || r.Key != "") {
-		return r, errors.New("store: purge: sent events are purged by age only; Topic and Key apply to DEAD events")
+	if r.Status == outbox.StatusSent && (r.Topic != "" || r.Key != "" || len(r.IDs) > 0) {
+		return r, errors.New("store: purge: sent events are purged by age only; Topic, Key and IDs apply to DEAD events")
 	}
 	return r, nil
 }

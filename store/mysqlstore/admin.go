@@ -111,13 +111,17 @@ func (s *Store) Purge(ctx context.Context, req store.PurgeRequest) (int64, error
 	case outbox.StatusSent:
 		q = "DELETE FROM " + s.archive + " WHERE sent_at < NOW(6) - INTERVAL ? MICROSECOND ORDER BY sent_at, id LIMIT ?"
 	case outbox.StatusDead:
-		q = "DELETE FROM " + s.table + " WHERE status = 'DEAD' AND created_at < NOW(6) - INTERVAL ? MICROSECOND AND (? = '' OR topic = ?) AND (? = '' OR event_key = ?) ORDER BY id LIMIT ?"
+		ids := ""
+		if len(req.IDs) > 0 {
+			ids = " AND id IN (" + marks(len(req.IDs)) + ")"
+		}
+		q = "DELETE FROM " + s.table + " WHERE status = 'DEAD' AND created_at < NOW(6) - INTERVAL ? MICROSECOND AND (? = '' OR topic = ?) AND (? = '' OR event_key = ?)" + ids + " ORDER BY id LIMIT ?"
 	default:
 		return 0, fmt.Errorf("mysqlstore: purge: status must be SENT or DEAD, not %q", req.Status)
 	}
 	args := []any{req.OlderThan.Microseconds(), req.BatchSize}
 	if req.Status == outbox.StatusDead {
-		args = []any{req.OlderThan.Microseconds(), req.Topic, req.Topic, req.Key, req.Key, req.BatchSize}
+		args = append(appendIDs([]any{req.OlderThan.Microseconds(), req.Topic, req.Topic, req.Key, req.Key}, req.IDs), req.BatchSize)
 	}
 	var total int64
 	for {

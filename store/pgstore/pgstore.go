@@ -558,13 +558,13 @@ func (s *Store) Purge(ctx context.Context, req store.PurgeRequest) (int64, error
 	case outbox.StatusSent:
 		sql = "DELETE FROM " + s.archive + " WHERE id IN (SELECT id FROM " + s.archive + " WHERE sent_at < now() - $1 * interval '1 microsecond' LIMIT $2)"
 	case outbox.StatusDead:
-		sql = "DELETE FROM " + s.table + " WHERE id IN (SELECT id FROM " + s.table + " WHERE status = 'DEAD' AND created_at < now() - $1 * interval '1 microsecond' AND ($3 = '' OR topic = $3) AND ($4 = '' OR event_key = $4) LIMIT $2)"
+		sql = "DELETE FROM " + s.table + " WHERE id IN (SELECT id FROM " + s.table + " WHERE status = 'DEAD' AND created_at < now() - $1 * interval '1 microsecond' AND ($3 = '' OR topic = $3) AND ($4 = '' OR event_key = $4) AND (cardinality($5::bigint[]) = 0 OR id = ANY($5)) LIMIT $2)"
 	default:
 		return 0, fmt.Errorf("pgstore: purge: status must be SENT or DEAD, not %q", req.Status)
 	}
 	args := []any{req.OlderThan.Microseconds(), req.BatchSize}
 	if req.Status == outbox.StatusDead {
-		args = append(args, req.Topic, req.Key)
+		args = append(args, req.Topic, req.Key, nonNil(req.IDs))
 	}
 	var total int64
 	for {

@@ -887,13 +887,13 @@ func (s *Store) Purge(ctx context.Context, req store.PurgeRequest) (int64, error
 	case outbox.StatusSent:
 		query = "DELETE FROM " + s.archive + " WHERE id IN (SELECT id FROM " + s.archive + " WHERE sent_at < " + nowUS + " - ?1 LIMIT ?2)"
 	case outbox.StatusDead:
-		query = "DELETE FROM " + s.table + " WHERE id IN (SELECT id FROM " + s.table + " WHERE status = 'DEAD' AND created_at < " + nowUS + " - ?1 AND (?3 = '' OR topic = ?3) AND (?4 = '' OR event_key = ?4) LIMIT ?2)"
+		query = "DELETE FROM " + s.table + " WHERE id IN (SELECT id FROM " + s.table + " WHERE status = 'DEAD' AND created_at < " + nowUS + " - ?1 AND (?3 = '' OR topic = ?3) AND (?4 = '' OR event_key = ?4) AND (?5 = '[]' OR id IN (SELECT value FROM json_each(?5))) LIMIT ?2)"
 	default:
 		return 0, fmt.Errorf("sqlitestore: purge: status must be SENT or DEAD, not %q", req.Status)
 	}
 	args := []any{req.OlderThan.Microseconds(), req.BatchSize}
 	if req.Status == outbox.StatusDead {
-		args = append(args, req.Topic, req.Key)
+		args = append(args, req.Topic, req.Key, idsJSON(req.IDs))
 	}
 	var total int64
 	for {

@@ -2,6 +2,7 @@ package storetest
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"slices"
 	"testing"
@@ -231,6 +232,20 @@ func (s *suite) testPurgeDead(t *testing.T) {
 	if _, err := fx.Store.Purge(t.Context(), store.PurgeRequest{Status: outbox.StatusSent, Topic: "t"}); err == nil {
 		t.Errorf("Purge(SENT, Topic) succeeded; sent events are purged by age only")
 	}
+	if _, err := fx.Store.Purge(t.Context(), store.PurgeRequest{Status: outbox.StatusSent, IDs: []int64{1}}); err == nil {
+		t.Errorf("Purge(SENT, IDs) succeeded; sent events are purged by age only")
+	}
+	// IDs purges those DEAD events alone, and never a live one.
+	dead, err := fx.Store.ListDead(t.Context(), store.DeadQuery{Limit: n})
+	if err != nil || len(dead) != n {
+		t.Fatalf("ListDead = %d records, %v; want %d", len(dead), err, n)
+	}
+	if got, err := fx.Store.Purge(t.Context(), store.PurgeRequest{Status: outbox.StatusDead, IDs: []int64{dead[2].ID, dead[4].ID, held.Events[0].ID}}); err != nil || got != 2 {
+		t.Errorf("Purge(DEAD, IDs of d02, d04 and a claimed event) = %d, %v; want 2", got, err)
+	}
+	if _, err := fx.Store.Get(t.Context(), dead[2].ID); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("Get(d02) after purging it by id: %v; want ErrNotFound", err)
+	}
 	// d00 has key dk; the events of topic "odd" are d01, d03, …
 	if got, err := fx.Store.Purge(t.Context(), store.PurgeRequest{Status: outbox.StatusDead, Key: "dk"}); err != nil || got != 1 {
 		t.Errorf("Purge(DEAD, Key dk) = %d, %v; want 1 (d00 alone)", got, err)
@@ -239,8 +254,8 @@ func (s *suite) testPurgeDead(t *testing.T) {
 		t.Errorf("Purge(DEAD, Topic odd) = %d, %v; want %d", got, err, n/2)
 	}
 	got, err := fx.Store.Purge(t.Context(), store.PurgeRequest{Status: outbox.StatusDead, OlderThan: 0, BatchSize: 7})
-	if err != nil || got != n/2-1 {
-		t.Fatalf("Purge(DEAD, older than 0, batch size 7) = %d, %v; want %d, nil (every batch, not just the first)", got, err, n/2-1)
+	if err != nil || got != n/2-3 {
+		t.Fatalf("Purge(DEAD, older than 0, batch size 7) = %d, %v; want %d, nil (every batch, not just the first)", got, err, n/2-3)
 	}
 	if recs, err := fx.Store.ListDead(t.Context(), store.DeadQuery{}); err != nil || len(recs) != 0 {
 		t.Errorf("ListDead after purging: %d records, %v; want none", len(recs), err)

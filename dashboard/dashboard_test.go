@@ -51,18 +51,25 @@ func poison(mb *membroker.Broker, keys ...string) {
 
 func start(t *testing.T, kind, token string) rig {
 	t.Helper()
+	return startWith(t, kind, token, 0, 50*time.Millisecond)
+}
+
+// startWith is start with a relay batch size (0: default) and a sampling
+// interval.
+func startWith(t *testing.T, kind, token string, batch int, sampleEvery time.Duration) rig {
+	t.Helper()
 	st := teststores.Open(t, kind, store.Options{}).Store
 	mb, err := membroker.New(membroker.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	r, err := relay.New(st, mb, relay.Config{PollInterval: 20 * time.Millisecond, LeaseFor: 2 * time.Second,
+	r, err := relay.New(st, mb, relay.Config{BatchSize: batch, PollInterval: 20 * time.Millisecond, LeaseFor: 2 * time.Second,
 		BackoffBase: 10 * time.Millisecond, BackoffMax: 50 * time.Millisecond, DrainTimeout: time.Second, Logger: quiet})
 	if err != nil {
 		t.Fatal(err)
 	}
-	d, err := dashboard.New(dashboard.Config{Store: st, Relay: r, Token: token, SampleEvery: 50 * time.Millisecond, Logger: quiet})
+	d, err := dashboard.New(dashboard.Config{Store: st, Relay: r, Token: token, SampleEvery: sampleEvery, Logger: quiet})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -50,6 +50,7 @@ type sampler struct {
 	heldAt   time.Time
 	heldFull bool // every dead event was scanned
 	heldErr  string
+	heldDead int64 // the dead count when the keys were scanned
 }
 
 func newSampler(st store.Store, r *relay.Relay, history int) *sampler {
@@ -106,15 +107,16 @@ func (s *sampler) take(ctx context.Context, every time.Duration) {
 	if err != nil {
 		s.lastErr = redact.Text(err.Error())
 	}
-	due := time.Since(s.heldAt) >= heldEvery || (smp.ok && s.held == nil && smp.backlog.Dead > 0)
+	// Rescan at once when the number of dead events changed.
+	due := time.Since(s.heldAt) >= heldEvery || (smp.ok && smp.backlog.Dead != s.heldDead)
 	s.mu.Unlock()
 	if due {
-		s.scanHeld(qctx)
+		s.scanHeld(qctx, smp.backlog.Dead)
 	}
 }
 
 // scanHeld lists the keys of the first heldScan dead events.
-func (s *sampler) scanHeld(ctx context.Context) {
+func (s *sampler) scanHeld(ctx context.Context, dead int64) {
 	recs, err := s.st.ListDead(ctx, store.DeadQuery{Limit: heldScan})
 	if ctx.Err() != nil && err != nil {
 		return
@@ -126,7 +128,7 @@ func (s *sampler) scanHeld(ctx context.Context) {
 		s.heldErr = redact.Text(err.Error())
 		return
 	}
-	s.heldErr = ""
+	s.heldErr, s.heldDead = "", dead
 	byKey := map[[2]string]int{}
 	for _, r := range recs {
 		if r.Key != "" {

@@ -136,7 +136,7 @@
     const b = o.backlog;
     $("pending").textContent = b ? fmtNum(b.pending) : "–";
     $("oldest").textContent = b ? fmtDur(b.oldest_pending_seconds) : "–";
-    const dead = $("dead");
+    const dead = $("dead-count");
     dead.textContent = b ? fmtNum(b.dead) : "–";
     dead.className = "value" + (b && b.dead > 0 ? " bad" : "");
     let eta = " ";
@@ -273,6 +273,7 @@
       token = $("token").value.trim();
       $("token").value = "";
       $("token-state").textContent = token ? "token set (kept in this tab only)" : "";
+      say("");
     });
     $("purge").addEventListener("click", (ev) => {
       const btn = ev.currentTarget;

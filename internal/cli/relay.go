@@ -60,11 +60,26 @@ func runRelay(ctx context.Context, e env, args []string) error {
 	var stallAfter, readyGrace time.Duration
 	f.durationFlag(&stallAfter, "stall-after", 5*time.Minute, time.Millisecond, "/readyz fails when the oldest pending event is older than this and nothing was delivered for as long")
 	f.durationFlag(&readyGrace, "ready-grace", 30*time.Second, time.Millisecond, "/readyz fails when the store or the broker has been failing for longer than this")
+	dashAddr := f.String("dashboard-addr", "", "serve the dashboard on this address (host:port; a bare :port binds 127.0.0.1); empty: off")
+	dashTokenFile := f.String("dashboard-token-file", "", "file holding the dashboard's token, which enables retry, skip and purge (else "+dashboardTokenEnv+"; neither: read-only)")
 	if err := f.parse(e, args); err != nil {
 		return err
 	}
 	if len(f.posArgs()) > 0 {
 		return fmt.Errorf("%w: unexpected argument %q", wire.ErrUsage, f.posArgs()[0])
+	}
+	dashListen, err := loopbackAddr("dashboard-addr", *dashAddr)
+	if err != nil {
+		return err
+	}
+	if dashListen == "" && *dashTokenFile != "" {
+		return fmt.Errorf("%w: --dashboard-token-file applies to --dashboard-addr: add --dashboard-addr", wire.ErrUsage)
+	}
+	var dashToken string
+	if dashListen != "" {
+		if dashToken, err = dashboardToken(*dashTokenFile); err != nil {
+			return err
+		}
 	}
 	switch *deadKeys {
 	case "hold":
@@ -93,6 +108,9 @@ func runRelay(ctx context.Context, e env, args []string) error {
 	listenAddr, err := metricsListenAddr(*metricsAddr)
 	if err != nil {
 		return err
+	}
+	if dashListen != "" && dashListen == listenAddr {
+		return fmt.Errorf("%w: --dashboard-addr and --metrics-addr are both %s: give them different ports", wire.ErrUsage, dashListen)
 	}
 	tuneGC()
 	cfg.Logger = slog.New(slog.NewTextHandler(e.stderr, &slog.HandlerOptions{Level: level}))
@@ -139,6 +157,19 @@ func runRelay(ctx context.Context, e env, args []string) error {
 			return err
 		}
 		defer stopServing()
+	}
+	if dashListen != "" {
+		d, err := newDashboard(st, r, dashToken, "Actions are off: restart `outbox relay` with --dashboard-token-file FILE (a file holding a secret token) or "+dashboardTokenEnv+" set, then enter the token here.", cfg.Logger)
+		if err != nil {
+			return fmt.Errorf("%w: %v", wire.ErrUsage, err)
+		}
+		defer d.Close()
+		stopDash, bound, err := serveDashboard(dashListen, d, cfg.Logger)
+		if err != nil {
+			return err
+		}
+		defer stopDash()
+		cfg.Logger.Info("outbox relay: dashboard at http://"+bound+"/", "actions", dashToken != "")
 	}
 	cfg.Logger.Info("outbox relay: started", "owner", r.Owner(), "db", wire.Mask(f.db), "broker", wire.Mask(*brokerURL),
 		"table", f.qualifiedTable(), "batch", cfg.BatchSize, "workers", cfg.Workers, "lease", cfg.LeaseFor,

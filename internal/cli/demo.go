@@ -7,12 +7,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -26,6 +28,7 @@ import (
 	"github.com/outbox-go/outbox/examples/orders"
 	"github.com/outbox-go/outbox/inbox"
 	"github.com/outbox-go/outbox/internal/wire"
+	"github.com/outbox-go/outbox/relay"
 	"github.com/outbox-go/outbox/store"
 )
 
@@ -41,7 +44,7 @@ func runDemo(ctx context.Context, e env, args []string) error {
 	var n int
 	fs.intFlag(&n, "orders", 500, 50, 100_000, "orders to pay")
 	keep := fs.Bool("keep", false, "keep the temp directory (SQLite file, NATS store) for a look afterwards")
-	serve := fs.String("serve", "", "after the story, keep running (a new order every second) and serve /status and /healthz on this address, e.g. 127.0.0.1:8080")
+	serve := fs.String("serve", "", "after the story, keep the relay running (a new order every second) and serve the dashboard, /status and /healthz on this address, e.g. 127.0.0.1:8080 (a bare :port binds 127.0.0.1); "+dashboardTokenEnv+" enables the dashboard's actions")
 	if err := fs.parse(e, args); err != nil {
 		return err
 	}
@@ -51,6 +54,11 @@ func runDemo(ctx context.Context, e env, args []string) error {
 	if err := checkBrokerURL(*brokerURL, false); err != nil {
 		return err
 	}
+	serveAddr, err := loopbackAddr("serve", *serve)
+	if err != nil {
+		return err
+	}
+	*serve = serveAddr
 	d := &demo{out: e.stdout, orders: n, serve: *serve, dbURL: fs.db, natsURL: *brokerURL, table: "outbox", inboxTable: inbox.DefaultTable}
 	if d.dbURL != "" {
 		// Someone else's database: tables of our own, dropped and made anew.
@@ -363,11 +371,42 @@ func (d *demo) stopRelay() {
 }
 
 // serveUntilStopped keeps the story going (one paid order a second) and
-// serves the live figures until SIGINT/SIGTERM.
+// serves the live figures and the dashboard until SIGINT/SIGTERM. The
+// story's relay, a child process, gives way to one in this process, so
+// that the dashboard shows its health and delivery rate.
 func (d *demo) serveUntilStopped(ctx context.Context, svc *orders.Service) error {
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	d.stopRelay()
+	d.relay = nil
+	bctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	br, err := wire.OpenBroker(bctx, d.natsURL)
+	cancel()
+	if err != nil {
+		return err
+	}
+	defer func() {
+		cctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		_ = br.Close(cctx)
+	}()
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	r, err := relay.New(d.st, br, relay.Config{LeaseFor: 2 * time.Second, BatchSize: 20, PollInterval: 100 * time.Millisecond, Logger: log})
+	if err != nil {
+		return err
+	}
+	rctx, stopRelay := context.WithCancel(ctx)
+	relayDone := make(chan struct{})
+	go func() { defer close(relayDone); _ = r.Run(rctx) }()
+	defer func() { stopRelay(); <-relayDone }()
+	token := strings.TrimSpace(os.Getenv(dashboardTokenEnv))
+	dash, err := newDashboard(d.st, r, token, "Actions are off: restart `outbox demo --serve ADDR` with "+dashboardTokenEnv+" set to a secret token, then enter it here.", log)
+	if err != nil {
+		return fmt.Errorf("%w: %s: %v", wire.ErrUsage, dashboardTokenEnv, err)
+	}
+	defer dash.Close()
 	mux := http.NewServeMux()
+	mux.Handle("/", dash)
 	mux.HandleFunc("GET /status", func(w http.ResponseWriter, r *http.Request) {
 		s, err := d.st.Stats(r.Context())
 		if err != nil {
@@ -399,7 +438,11 @@ func (d *demo) serveUntilStopped(ctx context.Context, svc *orders.Service) error
 	}
 	go func() { _ = srv.Serve(ln) }()
 	defer srv.Close()
-	d.say("serving http://%s/status and /healthz; a new order is paid every second; Ctrl-C to stop", ln.Addr())
+	actions := "read-only: set " + dashboardTokenEnv + " to enable retry, skip and purge"
+	if token != "" {
+		actions = "actions enabled with the token in " + dashboardTokenEnv
+	}
+	d.say("dashboard at http://%s/ (%s); also /status and /healthz; a new order is paid every second; Ctrl-C to stop", ln.Addr(), actions)
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
 	for i := 0; ; i++ {

@@ -13,6 +13,11 @@ import (
 )
 
 const statusUsage = `status --db URL [--json] [--check [--max-age 5m]]
+       outbox status --db URL --watch [--interval 2s] [--json]
+
+With --watch, a live view redrawn in place until Ctrl-C: pending events, the
+net drain rate and the ETA to drain the backlog, the oldest pending age, dead
+events and blocked keys; with --json, one JSON object per line.
 
 With --check, exits 3 when the table needs attention, printing one line on
 stderr per reason: dead events, keys held by a dead event, expired leases,
@@ -47,6 +52,9 @@ func runStatus(ctx context.Context, e env, args []string) error {
 	check := f.Bool("check", false, "exit 3 when events are dead, keys held, leases expired or the oldest pending event is older than --max-age")
 	var maxAge time.Duration
 	f.durationFlag(&maxAge, "max-age", defaultMaxAge, time.Millisecond, "with --check: the oldest pending event may be this old")
+	watch := f.Bool("watch", false, "a live view, redrawn every --interval until Ctrl-C (with --json: one object per line)")
+	var interval time.Duration
+	f.durationFlag(&interval, "interval", 2*time.Second, 100*time.Millisecond, "with --watch: how often to redraw")
 	if err := f.parse(e, args); err != nil {
 		return err
 	}
@@ -56,6 +64,12 @@ func runStatus(ctx context.Context, e env, args []string) error {
 	if !*check && isSet(f, "max-age") {
 		return fmt.Errorf("%w: --max-age applies to --check: add --check", wire.ErrUsage)
 	}
+	if *watch && *check {
+		return fmt.Errorf("%w: --check looks once and sets the exit code; drop --watch (or --check)", wire.ErrUsage)
+	}
+	if !*watch && isSet(f, "interval") {
+		return fmt.Errorf("%w: --interval applies to --watch: add --watch", wire.ErrUsage)
+	}
 	opts := f.options()
 	opts.KeepSent = true // count the archive too
 	st, err := f.openExisting(ctx, opts)
@@ -63,6 +77,12 @@ func runStatus(ctx context.Context, e env, args []string) error {
 		return err
 	}
 	defer st.Close()
+	if *watch {
+		if err := watchStatus(ctx, e, st, f.qualifiedTable(), wire.Mask(f.db), interval, *asJSON); err != nil {
+			return f.storeErr(err)
+		}
+		return nil
+	}
 	s, err := st.Stats(ctx)
 	if err != nil {
 		return f.storeErr(err)

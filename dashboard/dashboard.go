@@ -8,7 +8,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -46,6 +49,13 @@ type Config struct {
 	PreviewBytes int
 	// Logger receives one line per action taken; default slog.Default().
 	Logger *slog.Logger
+	// Hosts are the host names (the request's Host header, without the
+	// port) the dashboard answers besides IP addresses and localhost; "*"
+	// allows any. Default none: a web page that rebinds its own domain
+	// name to 127.0.0.1 (DNS rebinding) cannot read the dead letters
+	// through the operator's browser. Behind a reverse proxy, list the
+	// name it is reached by.
+	Hosts []string
 }
 
 // Defaults of Config.
@@ -87,6 +97,8 @@ func (c Config) validate() error {
 		return fmt.Errorf("dashboard: SampleEvery %s is below 10ms", c.SampleEvery)
 	case c.History < 2:
 		return fmt.Errorf("dashboard: History %d must be at least 2 samples", c.History)
+	case slices.ContainsFunc(c.Hosts, func(h string) bool { return h == "" || strings.ContainsAny(h, " \t\r\n/:") }):
+		return fmt.Errorf("dashboard: Hosts %q: give host names without ports or schemes, e.g. outbox.internal", c.Hosts)
 	case strings.ContainsAny(c.Token, " \t\r\n"):
 		return errors.New("dashboard: Token must not contain spaces or line breaks (a trailing newline from a token file? trim it)")
 	}
@@ -151,9 +163,32 @@ func (d *Dashboard) authorized(r *http.Request) bool {
 	return subtle.ConstantTimeCompare(got[:], d.tokenHash[:]) == 1
 }
 
+// hostAllowed reports whether the request's Host is an IP address,
+// localhost, or one of Config.Hosts.
+func (d *Dashboard) hostAllowed(r *http.Request) bool {
+	host := r.Host
+	if h, _, err := net.SplitHostPort(host); err == nil {
+		host = h
+	}
+	host = strings.TrimSuffix(strings.ToLower(strings.Trim(host, "[]")), ".")
+	if host == "" || host == "localhost" || strings.HasSuffix(host, ".localhost") || net.ParseIP(host) != nil {
+		return true
+	}
+	for _, h := range d.cfg.Hosts {
+		if h == "*" || strings.EqualFold(strings.TrimSuffix(h, "."), host) {
+			return true
+		}
+	}
+	return false
+}
+
 // ServeHTTP serves the page, its assets and the JSON API.
 func (d *Dashboard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h := w.Header()
+	if !d.hostAllowed(r) {
+		http.Error(w, "dashboard: the host name "+strconvQuote(r.Host)+" is not allowed: reach the dashboard by its IP address or localhost, or add the name to its allowed hosts (Config.Hosts, --dashboard-host)", http.StatusMisdirectedRequest)
+		return
+	}
 	h.Set("Content-Security-Policy", "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'")
 	h.Set("X-Content-Type-Options", "nosniff")
 	h.Set("Referrer-Policy", "no-referrer")
@@ -189,4 +224,12 @@ func (d *Dashboard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h.Set("Content-Type", ctype)
 	h.Set("Cache-Control", "no-cache")
 	_, _ = w.Write(b)
+}
+
+// strconvQuote quotes a header value for an error message, capped.
+func strconvQuote(s string) string {
+	if len(s) > 100 {
+		s = s[:100]
+	}
+	return strconv.Quote(s)
 }

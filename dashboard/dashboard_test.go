@@ -360,6 +360,40 @@ func TestOverview(t *testing.T) {
 	}
 }
 
+// Only IP addresses, localhost and the configured names are answered, so
+// that a site whose name was rebound to 127.0.0.1 cannot read the dead
+// letters through the operator's browser.
+func TestHostCheck(t *testing.T) {
+	st := teststores.Open(t, "sqlite", store.Options{}).Store
+	for _, c := range []struct {
+		hosts []string
+		host  string
+		code  int
+	}{
+		{nil, "127.0.0.1:8080", 200},
+		{nil, "[::1]:8080", 200},
+		{nil, "localhost:8080", 200},
+		{nil, "evil.example:8080", 421},
+		{nil, "evil.example", 421},
+		{[]string{"outbox.internal"}, "OUTBOX.internal:443", 200},
+		{[]string{"outbox.internal"}, "evil.example", 421},
+		{[]string{"*"}, "evil.example", 200},
+	} {
+		d, err := dashboard.New(dashboard.Config{Store: st, Hosts: c.hosts})
+		if err != nil {
+			t.Fatal(err)
+		}
+		req := httptest.NewRequest("GET", "/api/overview", nil)
+		req.Host = c.host
+		rec := httptest.NewRecorder()
+		d.ServeHTTP(rec, req)
+		d.Close()
+		if rec.Code != c.code {
+			t.Errorf("Hosts %v, Host %s: %d %s; want %d", c.hosts, c.host, rec.Code, rec.Body.String(), c.code)
+		}
+	}
+}
+
 func TestNewRefusesBadConfig(t *testing.T) {
 	st := teststores.Open(t, "sqlite", store.Options{}).Store
 	for _, c := range []dashboard.Config{
@@ -367,6 +401,8 @@ func TestNewRefusesBadConfig(t *testing.T) {
 		{Store: st, SampleEvery: -time.Second},
 		{Store: st, History: 1},
 		{Store: st, Token: "abc\n"},
+		{Store: st, Hosts: []string{"http://x"}},
+		{Store: st, Hosts: []string{""}},
 	} {
 		if d, err := dashboard.New(c); err == nil {
 			d.Close()

@@ -30,7 +30,10 @@
 // dashboard without a token is read-only and says how to enable actions.
 // Reading (GET) needs no token: bind the server to loopback (the CLI's
 // default) or put it behind an authenticating proxy, because dead letters
-// show payloads.
+// show payloads. It answers only requests addressed to an IP address,
+// localhost or a name listed in Config.Hosts, so that a web page that
+// rebinds its own name to 127.0.0.1 (DNS rebinding) cannot read it through
+// the operator's browser.
 //
 // Payloads are user data: the API caps each preview, shows a payload that
 // is not UTF-8 as hex, and the page puts every value into the document as

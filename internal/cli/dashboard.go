@@ -81,6 +81,21 @@ func serveDashboard(addr string, h http.Handler, log *slog.Logger) (stop func(),
 
 // newDashboard builds the dashboard of a relay (r may be nil) with the
 // CLI's wording for enabling actions.
-func newDashboard(st store.Store, r *relay.Relay, token, hint string, log *slog.Logger) (*dashboard.Dashboard, error) {
-	return dashboard.New(dashboard.Config{Store: st, Relay: r, Token: token, ReadOnlyHint: hint, Logger: log})
+func newDashboard(st store.Store, r *relay.Relay, token string, hosts []string, hint string, log *slog.Logger) (*dashboard.Dashboard, error) {
+	d, err := dashboard.New(dashboard.Config{Store: st, Relay: r, Token: token, Hosts: hosts, ReadOnlyHint: hint, Logger: log})
+	if err != nil {
+		return nil, errors.New(strings.ReplaceAll(strings.TrimPrefix(err.Error(), "dashboard: "), "Hosts", "--dashboard-host"))
+	}
+	return d, nil
+}
+
+// splitList splits a comma-separated flag value, dropping blanks.
+func splitList(v string) []string {
+	var out []string
+	for _, p := range strings.Split(v, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
 }

@@ -111,6 +111,8 @@ func TestRelayDashboardFlags(t *testing.T) {
 		{relay("--dashboard-addr", ":0", "--dashboard-token-file", short), "at least 16"},
 		{relay("--dashboard-addr", ":0", "--dashboard-token-file", filepath.Join(dir, "none")), "--dashboard-token-file"},
 		{relay("--dashboard-addr", "127.0.0.1:9464", "--metrics-addr", ":9464"), "different ports"},
+		{relay("--dashboard-host", "outbox.internal"), "add --dashboard-addr"},
+		{relay("--dashboard-addr", ":0", "--dashboard-host", "http://outbox.internal"), "--dashboard-host"},
 	} {
 		code, _, stderr := runCLI(c.args...)
 		if code != exitUsage || !strings.Contains(stderr, c.want) || strings.Count(stderr, "\n") != 1 {

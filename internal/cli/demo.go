@@ -400,7 +400,7 @@ func (d *demo) serveUntilStopped(ctx context.Context, svc *orders.Service) error
 	go func() { defer close(relayDone); _ = r.Run(rctx) }()
 	defer func() { stopRelay(); <-relayDone }()
 	token := strings.TrimSpace(os.Getenv(dashboardTokenEnv))
-	dash, err := newDashboard(d.st, r, token, "Actions are off: restart `outbox demo --serve ADDR` with "+dashboardTokenEnv+" set to a secret token, then enter it here.", log)
+	dash, err := newDashboard(d.st, r, token, nil, "Actions are off: restart `outbox demo --serve ADDR` with "+dashboardTokenEnv+" set to a secret token, then enter it here.", log)
 	if err != nil {
 		return fmt.Errorf("%w: %s: %v", wire.ErrUsage, dashboardTokenEnv, err)
 	}

@@ -62,6 +62,7 @@ func runRelay(ctx context.Context, e env, args []string) error {
 	f.durationFlag(&readyGrace, "ready-grace", 30*time.Second, time.Millisecond, "/readyz fails when the store or the broker has been failing for longer than this")
 	dashAddr := f.String("dashboard-addr", "", "serve the dashboard on this address (host:port; a bare :port binds 127.0.0.1); empty: off")
 	dashTokenFile := f.String("dashboard-token-file", "", "file holding the dashboard's token, which enables retry, skip and purge (else "+dashboardTokenEnv+"; neither: read-only)")
+	dashHosts := f.String("dashboard-host", "", "host names the dashboard answers besides IP addresses and localhost, comma-separated (the name a reverse proxy uses; * for any)")
 	if err := f.parse(e, args); err != nil {
 		return err
 	}
@@ -72,8 +73,13 @@ func runRelay(ctx context.Context, e env, args []string) error {
 	if err != nil {
 		return err
 	}
-	if dashListen == "" && *dashTokenFile != "" {
-		return fmt.Errorf("%w: --dashboard-token-file applies to --dashboard-addr: add --dashboard-addr", wire.ErrUsage)
+	if dashListen == "" && (*dashTokenFile != "" || *dashHosts != "") {
+		return fmt.Errorf("%w: --dashboard-token-file and --dashboard-host apply to --dashboard-addr: add --dashboard-addr", wire.ErrUsage)
+	}
+	for _, h := range splitList(*dashHosts) {
+		if strings.ContainsAny(h, " /:") {
+			return fmt.Errorf("%w: --dashboard-host %q: give host names without ports or schemes, e.g. outbox.internal", wire.ErrUsage, h)
+		}
 	}
 	var dashToken string
 	if dashListen != "" {
@@ -159,7 +165,7 @@ func runRelay(ctx context.Context, e env, args []string) error {
 		defer stopServing()
 	}
 	if dashListen != "" {
-		d, err := newDashboard(st, r, dashToken, "Actions are off: restart `outbox relay` with --dashboard-token-file FILE (a file holding a secret token) or "+dashboardTokenEnv+" set, then enter the token here.", cfg.Logger)
+		d, err := newDashboard(st, r, dashToken, splitList(*dashHosts), "Actions are off: restart `outbox relay` with --dashboard-token-file FILE (a file holding a secret token) or "+dashboardTokenEnv+" set, then enter the token here.", cfg.Logger)
 		if err != nil {
 			return fmt.Errorf("%w: %v", wire.ErrUsage, err)
 		}

@@ -19,18 +19,6 @@ import (
 	"github.com/outbox-go/outbox/store"
 )
 
-// The JSON API, under /api/:
-//
-//	GET  overview                 samples, backlog, ETA, held keys, relay health
-//	GET  dead?after=ID&limit=N&topic=T&key=K   dead events, in id order (limit ≤ MaxPageSize)
-//	GET  dead/ID                  one event (any status)
-//	POST dead/ID/retry            requeue it                     (token)
-//	POST dead/ID/skip             delete it; its key moves on    (token)
-//	POST purge {"older_than":"720h","topic":"","key":""}  delete dead events (token)
-//
-// Errors are {"error": "..."} with a 4xx for bad requests and 503 when the
-// store failed.
-
 // apiError is a 4xx or 503 with a message.
 type apiError struct {
 	code int

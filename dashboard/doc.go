@@ -6,9 +6,10 @@
 // It shows the backlog and the delivery rate over the last half hour (a
 // chart of samples it takes in the background, at a cost that does not grow
 // with the backlog: store.BacklogReader and the relay's counters), the age
-// of the oldest pending event, the keys held by dead events, the relay and
-// its health, and the dead letters with a preview of their payload and
-// their last error.
+// of the oldest pending event, the keys held by dead events (those of the
+// first 50, read every 5 s or when the number of dead events changes), the
+// relay and its health, and the dead letters with a preview of their
+// payload and their last error.
 //
 // Three actions change state, each on one dead event or a chosen set:
 //
@@ -34,6 +35,16 @@
 // localhost or a name listed in Config.Hosts, so that a web page that
 // rebinds its own name to 127.0.0.1 (DNS rebinding) cannot read it through
 // the operator's browser.
+//
+// The page uses a small JSON API, under /api/ (errors are {"error": "…"},
+// a 4xx for a bad request, 503 when the store failed; never a 500):
+//
+//	GET  overview                  samples, backlog, ETA, held keys, relay health
+//	GET  dead?after=ID&limit=N&topic=T&key=K   dead events in id order (limit ≤ MaxPageSize)
+//	GET  dead/ID                   one event, with its headers
+//	POST dead/ID/retry             requeue it                               (token)
+//	POST dead/ID/skip              delete it so its key moves on            (token)
+//	POST purge {"older_than":"720h","topic":"…","key":"…"}  delete dead events (token)
 //
 // Payloads are user data: the API caps each preview, shows a payload that
 // is not UTF-8 as hex, and the page puts every value into the document as

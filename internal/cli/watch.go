@@ -48,6 +48,9 @@ type watchJSON struct {
 	// ETASeconds is pending over the net drain rate; null when the backlog
 	// is not shrinking.
 	ETASeconds *float64 `json:"eta_seconds"`
+	// DeadPerMinute is how fast events go DEAD over the last minute; null
+	// until two readings exist.
+	DeadPerMinute *float64 `json:"dead_per_minute"`
 	// Exact holds the last exact counts and ExactAgeSeconds their age.
 	Exact           *statusJSON `json:"exact"`
 	ExactAgeSeconds float64     `json:"exact_age_seconds"`
@@ -142,19 +145,21 @@ func (w *watcher) add(r reading) {
 	}
 }
 
-// rates returns the net drain per second over the window and the time to
-// drain at that rate (nil when not shrinking).
-func (w *watcher) rates() (drain, eta *float64) {
+// rates returns the net drain per second over the window, the time to
+// drain at that rate (nil when not shrinking) and the dead per minute.
+func (w *watcher) rates() (drain, eta, deadPerMin *float64) {
 	if len(w.history) < 2 {
-		return nil, nil
+		return nil, nil, nil
 	}
 	o, n := w.history[0], w.history[len(w.history)-1]
 	dt := n.at.Sub(o.at).Seconds()
 	if dt <= 0 {
-		return nil, nil
+		return nil, nil, nil
 	}
 	d := float64(o.pending-n.pending) / dt
 	drain = &d
+	dm := max(float64(n.dead-o.dead), 0) / dt * 60
+	deadPerMin = &dm
 	switch {
 	case n.pending == 0:
 		z := 0.0
@@ -163,7 +168,7 @@ func (w *watcher) rates() (drain, eta *float64) {
 		e := float64(n.pending) / d
 		eta = &e
 	}
-	return drain, eta
+	return drain, eta, deadPerMin
 }
 
 func (w *watcher) draw(tickErr error) {
@@ -172,7 +177,7 @@ func (w *watcher) draw(tickErr error) {
 	if n := len(w.history); n > 0 {
 		last = w.history[n-1]
 	}
-	drain, eta := w.rates()
+	drain, eta, deadPerMin := w.rates()
 	errText := ""
 	if tickErr != nil {
 		errText = redact.Text(tickErr.Error())
@@ -180,7 +185,7 @@ func (w *watcher) draw(tickErr error) {
 	if w.asJSON {
 		s := w.exact
 		line := watchJSON{Time: time.Now().UTC(), Table: w.table, Pending: last.pending, OldestPendingSeconds: last.oldest.Seconds(), Dead: last.dead,
-			NetDrainPerSecond: drain, ETASeconds: eta, ExactAgeSeconds: time.Since(w.exactAt).Seconds(), Error: errText,
+			NetDrainPerSecond: drain, ETASeconds: eta, DeadPerMinute: deadPerMin, ExactAgeSeconds: time.Since(w.exactAt).Seconds(), Error: errText,
 			Exact: &statusJSON{w.table, s.New, s.Sending, s.Retrying, s.Dead, s.Sent, s.ExpiredLeases, s.BlockedKeys, s.OldestPending.Seconds(), nil}}
 		_ = json.NewEncoder(w.e.stdout).Encode(line) // one object per line
 		return
@@ -208,7 +213,11 @@ func (w *watcher) draw(tickErr error) {
 	}
 	fmt.Fprintf(&b, "  pending         %-10d %s  %s\n", last.pending, rate, etaText)
 	fmt.Fprintf(&b, "  oldest pending  %s\n", roundDur(last.oldest))
-	fmt.Fprintf(&b, "  dead            %d\n", last.dead)
+	deadRate := ""
+	if deadPerMin != nil && *deadPerMin > 0 {
+		deadRate = fmt.Sprintf("+%s/min", num(*deadPerMin))
+	}
+	fmt.Fprintf(&b, "  dead            %-10d %s\n", last.dead, deadRate)
 	age := roundDur(time.Since(w.exactAt))
 	fmt.Fprintf(&b, "  blocked keys    %-10d (exact counts from %s ago)\n", w.exact.BlockedKeys, age)
 	fmt.Fprintf(&b, "  retrying        %d\n", w.exact.Retrying)

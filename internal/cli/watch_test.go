@@ -119,7 +119,7 @@ func TestStatusWatchJSON(t *testing.T) {
 			if !sawETA {
 				t.Errorf("no line with a net drain rate and an ETA while draining:\n%s", out)
 			}
-			if last.Pending != 0 || last.ETASeconds == nil || *last.ETASeconds != 0 {
+			if last.Pending != 0 || last.ETASeconds == nil || *last.ETASeconds != 0 || last.DeadPerMinute == nil || *last.DeadPerMinute != 0 {
 				t.Errorf("last line once drained: %+v", last)
 			}
 		})

@@ -29,4 +29,14 @@
 // answers 503, one reason a line, when delivery has stalled: the store or
 // the broker failing for longer than Grace, or the oldest pending event
 // older than StallAfter while nothing was delivered for that long.
+//
+// Tracing (OpenTelemetry): a producer stores the W3C trace context of its
+// span with the event, as the traceparent and tracestate headers
+// (WithTrace, or TraceHeaders for a producer that writes the headers
+// column itself); the Tracing hook publishes each such event in a span
+// that is a child of the producer's, with the messaging and CloudEvents
+// attributes of the semantic conventions and what the broker answered
+// (stream and sequence, partition and offset, the error). The headers
+// travel to the broker unchanged, so a consumer extracts the traceparent
+// and links its span to the producer's trace.
 package telemetry

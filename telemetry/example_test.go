@@ -7,8 +7,13 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+
+	outbox "github.com/outbox-go/outbox"
 
 	"github.com/outbox-go/outbox/broker/membroker"
 	"github.com/outbox-go/outbox/relay"
@@ -41,4 +46,47 @@ func ExampleHandler() {
 	resp.Body.Close()
 	fmt.Print(resp.StatusCode, " ", string(body))
 	// Output: 200 ready
+}
+
+// Tracing: the producer stores its trace context with the event
+// (WithTrace), and the relay's tracing hook publishes the event in a span
+// that continues that trace.
+func ExampleNewTracing() {
+	ctx := context.Background()
+	dir, _ := os.MkdirTemp("", "example")
+	defer os.RemoveAll(dir)
+	st, _ := sqlitestore.Open(ctx, "sqlite:"+filepath.Join(dir, "app.db"), sqlitestore.Config{})
+	defer st.Close()
+	_ = st.Migrate(ctx)
+	br, _ := membroker.New(membroker.Config{})
+
+	exp := tracetest.NewInMemoryExporter() // otlptracehttp.New(ctx) in production
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
+	defer tp.Shutdown(ctx)
+
+	// the producer, inside its own span
+	pctx, span := tp.Tracer("shop").Start(ctx, "place order")
+	_ = st.Enqueue(pctx, telemetry.WithTrace(pctx, outbox.Message{Topic: "orders", Key: "order-42", Type: "OrderPlaced", Payload: []byte(`{}`)}))
+	span.End()
+
+	// the relay
+	tracing := telemetry.NewTracing(telemetry.TracingConfig{TracerProvider: tp, System: "nats"})
+	r, _ := relay.New(st, br, relay.Config{Hooks: []relay.Hook{tracing}})
+	rctx, stop := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); _ = r.Run(rctx) }()
+	for len(br.Events("orders")) == 0 {
+		time.Sleep(10 * time.Millisecond)
+	}
+	stop()
+	<-done
+
+	for _, s := range exp.GetSpans() {
+		fmt.Println(s.Name, s.SpanContext.TraceID() == span.SpanContext().TraceID())
+	}
+	fmt.Println("traceparent delivered:", br.Events("orders")[0].Headers["traceparent"] != "")
+	// Output:
+	// place order true
+	// publish orders true
+	// traceparent delivered: true
 }

@@ -2,12 +2,10 @@ package telemetry
 
 import (
 	"context"
-	"errors"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/outbox-go/outbox/broker"
 	"github.com/outbox-go/outbox/relay"
 )
 
@@ -84,19 +82,13 @@ func (m *Metrics) OnPublishEnd(_ context.Context, p relay.PublishInfo) {
 		if i >= len(p.Results) {
 			break
 		}
-		err := p.Results[i].Err
-		switch {
-		case err == nil:
-			m.published.WithLabelValues(e.Topic).Inc()
-			if !e.CreatedAt.IsZero() {
-				m.latency.Observe(max(now.Sub(e.CreatedAt), 0).Seconds())
-			}
-		case errors.Is(err, broker.ErrUnavailable):
-			m.failed.WithLabelValues(e.Topic, "unavailable").Inc()
-		case broker.IsPermanent(err):
-			m.failed.WithLabelValues(e.Topic, "permanent").Inc()
-		default:
-			m.failed.WithLabelValues(e.Topic, "transient").Inc()
+		if err := p.Results[i].Err; err != nil {
+			m.failed.WithLabelValues(e.Topic, errorKind(err)).Inc()
+			continue
+		}
+		m.published.WithLabelValues(e.Topic).Inc()
+		if !e.CreatedAt.IsZero() {
+			m.latency.Observe(max(now.Sub(e.CreatedAt), 0).Seconds())
 		}
 	}
 }

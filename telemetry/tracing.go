@@ -1,0 +1,239 @@
+package telemetry
+
+import (
+	"context"
+	"errors"
+	"maps"
+	"strconv"
+	"strings"
+
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/propagation"
+	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
+	"go.opentelemetry.io/otel/trace"
+
+	outbox "github.com/outbox-go/outbox"
+	"github.com/outbox-go/outbox/broker"
+	"github.com/outbox-go/outbox/internal/redact"
+	"github.com/outbox-go/outbox/relay"
+)
+
+// The W3C Trace Context header names under which an event carries the
+// trace of the code that enqueued it. They are ordinary Message.Headers, so
+// every broker adapter delivers them (the CloudEvents distributed tracing
+// extension uses the same names), and a plain-SQL producer sets them in the
+// headers column: {"traceparent": "00-…-…-01"}.
+const (
+	TraceParentHeader = "traceparent"
+	TraceStateHeader  = "tracestate"
+)
+
+// traceContext is the one propagation format the outbox stores: W3C Trace
+// Context, whatever the process's global propagator is, so that the stored
+// headers mean the same to every relay and consumer.
+var traceContext = propagation.TraceContext{}
+
+// TraceHeaders returns the traceparent (and tracestate, when set) headers
+// of the span in ctx, or nil when ctx carries no valid span context. For
+// producers that build the headers column themselves.
+func TraceHeaders(ctx context.Context) map[string]string {
+	if !trace.SpanContextFromContext(ctx).IsValid() {
+		return nil
+	}
+	h := make(map[string]string, 2)
+	traceContext.Inject(ctx, propagation.MapCarrier(h))
+	return h
+}
+
+// WithTrace returns m with the W3C trace context of the span in ctx in its
+// traceparent and tracestate headers, so that the relay continues that
+// trace when it publishes the event and the consumer can link to it. m's
+// own Headers map is not changed (a copy is made). Without a valid span
+// context in ctx, m is returned as it is; a traceparent m already carries
+// is replaced.
+//
+//	err := st.EnqueueTx(ctx, tx, telemetry.WithTrace(ctx, msg))
+func WithTrace(ctx context.Context, m outbox.Message) outbox.Message {
+	h := TraceHeaders(ctx)
+	if h == nil {
+		return m
+	}
+	out := make(map[string]string, len(m.Headers)+len(h))
+	for k, v := range m.Headers {
+		if !strings.EqualFold(k, TraceParentHeader) && !strings.EqualFold(k, TraceStateHeader) {
+			out[k] = v
+		}
+	}
+	maps.Copy(out, h)
+	m.Headers = out
+	return m
+}
+
+// TracingConfig configures NewTracing.
+type TracingConfig struct {
+	// TracerProvider makes the relay's tracer; default
+	// otel.GetTracerProvider().
+	TracerProvider trace.TracerProvider
+	// System is the messaging.system attribute: "kafka", "nats",
+	// "rabbitmq", "redis", "mqtt", …; default: left out.
+	System string
+	// Untraced also starts a span, the root of a new trace, for events
+	// enqueued without a trace context; default false: such events are
+	// published without a span (a relay draining a backlog of them would
+	// otherwise start a trace per event).
+	Untraced bool
+}
+
+// Tracing continues each event's trace in a publish span: a child of the
+// span that enqueued it (the traceparent header stored with the event),
+// with the messaging attributes of OpenTelemetry's semantic conventions and
+// what the broker answered. Pass it in relay.Config.Hooks. The event's
+// traceparent travels to the broker unchanged, among its headers, so the
+// consumer's span can link to the producer's trace.
+type Tracing struct {
+	tracer   trace.Tracer
+	system   attribute.KeyValue
+	hasSys   bool
+	untraced bool
+}
+
+var (
+	_ relay.HookPublishStart = (*Tracing)(nil)
+	_ relay.HookPublishEnd   = (*Tracing)(nil)
+)
+
+// NewTracing returns the tracing hook.
+func NewTracing(c TracingConfig) *Tracing {
+	tp := c.TracerProvider
+	if tp == nil {
+		tp = otel.GetTracerProvider()
+	}
+	t := &Tracing{
+		tracer:   tp.Tracer("github.com/outbox-go/outbox/relay", trace.WithSchemaURL(semconv.SchemaURL)),
+		untraced: c.Untraced,
+	}
+	if c.System != "" {
+		t.system, t.hasSys = semconv.MessagingSystemKey.String(c.System), true
+	}
+	return t
+}
+
+// spansKey finds a wave's spans in the publish context.
+type spansKey struct{}
+
+// OnPublishStart implements relay.HookPublishStart: one span per event,
+// kept in the returned context until OnPublishEnd ends them.
+func (t *Tracing) OnPublishStart(ctx context.Context, events []outbox.Event) context.Context {
+	var spans []trace.Span
+	for i := range events {
+		e := &events[i]
+		parent := traceContext.Extract(context.Background(), headerCarrier(e.Headers))
+		if !trace.SpanContextFromContext(parent).IsValid() && !t.untraced {
+			if spans != nil {
+				spans = append(spans, nil)
+			}
+			continue
+		}
+		if spans == nil {
+			spans = make([]trace.Span, i, len(events))
+		}
+		attrs := make([]attribute.KeyValue, 0, 9)
+		if t.hasSys {
+			attrs = append(attrs, t.system)
+		}
+		attrs = append(attrs,
+			semconv.MessagingOperationTypeSend,
+			semconv.MessagingOperationName("publish"),
+			semconv.MessagingDestinationName(e.Topic),
+			semconv.MessagingMessageID(e.EventID),
+			semconv.CloudEventsEventID(e.EventID),
+			semconv.CloudEventsEventType(e.Type),
+			attribute.Int64("outbox.event.row_id", e.ID),
+			attribute.Int("outbox.event.attempt", e.Attempts+1),
+		)
+		_, span := t.tracer.Start(parent, "publish "+e.Topic,
+			trace.WithSpanKind(trace.SpanKindProducer), trace.WithAttributes(attrs...))
+		spans = append(spans, span)
+	}
+	if spans == nil {
+		return ctx
+	}
+	return context.WithValue(ctx, spansKey{}, spans)
+}
+
+// OnPublishEnd implements relay.HookPublishEnd: each span gets what the
+// broker answered for its event, and ends.
+func (t *Tracing) OnPublishEnd(ctx context.Context, p relay.PublishInfo) {
+	spans, _ := ctx.Value(spansKey{}).([]trace.Span)
+	for i, span := range spans {
+		if span == nil {
+			continue
+		}
+		if i >= len(p.Results) {
+			span.SetStatus(codes.Error, "the broker returned no result")
+			span.End()
+			continue
+		}
+		r := &p.Results[i]
+		if span.IsRecording() {
+			if r.Stream != "" {
+				span.SetAttributes(attribute.String("outbox.broker.stream", r.Stream))
+			}
+			if r.Sequence != 0 {
+				span.SetAttributes(attribute.Int64("outbox.broker.sequence", int64(r.Sequence)))
+			}
+			if r.Offset >= 0 {
+				span.SetAttributes(semconv.MessagingDestinationPartitionID(strconv.Itoa(int(r.Partition))), semconv.MessagingKafkaOffset(int(r.Offset)))
+			}
+			if r.Duplicate {
+				span.SetAttributes(attribute.Bool("outbox.broker.duplicate", true))
+			}
+			if r.Err != nil {
+				span.SetAttributes(semconv.ErrorTypeKey.String(errorKind(r.Err)))
+				span.SetStatus(codes.Error, redact.Text(r.Err.Error()))
+			}
+		}
+		span.End()
+	}
+}
+
+// errorKind is the kind of a failed publish: the kind label of
+// outbox_publish_failures_total and the error.type of its span.
+func errorKind(err error) string {
+	switch {
+	case errors.Is(err, broker.ErrUnavailable):
+		return "unavailable"
+	case broker.IsPermanent(err):
+		return "permanent"
+	default:
+		return "transient"
+	}
+}
+
+// headerCarrier reads an event's headers for the propagator, ignoring the
+// case of the names: a plain-SQL producer may have written Traceparent.
+type headerCarrier map[string]string
+
+func (h headerCarrier) Get(key string) string {
+	if v, ok := h[key]; ok {
+		return v
+	}
+	for k, v := range h {
+		if strings.EqualFold(k, key) {
+			return v
+		}
+	}
+	return ""
+}
+
+func (h headerCarrier) Set(string, string) {} // never written: events are read only here
+
+func (h headerCarrier) Keys() []string {
+	out := make([]string, 0, len(h))
+	for k := range h {
+		out = append(out, k)
+	}
+	return out
+}

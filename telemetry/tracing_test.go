@@ -1,0 +1,263 @@
+package telemetry_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/propagation"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.opentelemetry.io/otel/trace"
+
+	outbox "github.com/outbox-go/outbox"
+	"github.com/outbox-go/outbox/broker/membroker"
+	"github.com/outbox-go/outbox/broker/natsbroker"
+	"github.com/outbox-go/outbox/inbox/natsmsg"
+	"github.com/outbox-go/outbox/internal/testnats"
+	"github.com/outbox-go/outbox/internal/teststores"
+	"github.com/outbox-go/outbox/relay"
+	"github.com/outbox-go/outbox/store"
+	"github.com/outbox-go/outbox/telemetry"
+)
+
+func newTracer(t *testing.T) (*tracetest.InMemoryExporter, *sdktrace.TracerProvider) {
+	t.Helper()
+	exp := tracetest.NewInMemoryExporter()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
+	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
+	return exp, tp
+}
+
+// The producer's trace goes through the outbox: an event enqueued with
+// WithTrace (and one a plain-SQL producer wrote with a traceparent in its
+// headers column) is published in a span that is a child of the producer's
+// span, with the messaging attributes and the stream sequence NATS
+// returned; the message on the real NATS JetStream carries the traceparent,
+// and the consumer's span, started from it, links to the producer's trace.
+// An event enqueued without a trace gets no span.
+func TestTracingContinuesTheProducersTrace(t *testing.T) {
+	natsURL := testnats.Shared(t)
+	for _, kind := range teststores.Kinds {
+		t.Run(kind, func(t *testing.T) {
+			t.Parallel()
+			o := teststores.Open(t, kind, store.Options{})
+			stream := testnats.NewStream(t, natsURL)
+			topic := stream.Topic("orders")
+			exp, tp := newTracer(t)
+			tracer := tp.Tracer("shop")
+			ctx := context.Background()
+
+			// a Go producer, in its own span
+			pctx, producer := tracer.Start(ctx, "place order")
+			msg := telemetry.WithTrace(pctx, outbox.Message{Topic: topic, Key: "order-1", Type: "OrderPlaced", Payload: []byte(`{"id":1}`), Headers: map[string]string{"tenant": "acme"}})
+			if err := o.Store.Enqueue(pctx, msg); err != nil {
+				t.Fatal(err)
+			}
+			producer.End()
+			// a plain-SQL producer, in a span of its own, writing the
+			// header itself (as any language can)
+			sqlctx, sqlProducer := tracer.Start(ctx, "plain SQL insert")
+			tp1 := telemetry.TraceHeaders(sqlctx)[telemetry.TraceParentHeader]
+			ph := func(n int) string {
+				if kind == "postgres" {
+					return fmt.Sprintf("$%d", n)
+				}
+				return "?"
+			}
+			insert := fmt.Sprintf("INSERT INTO %s (topic, event_key, event_type, payload, headers) VALUES (%s, %s, %s, %s, %s)", o.Opts.Table, ph(1), ph(2), ph(3), ph(4), ph(5))
+			if _, err := o.DB.ExecContext(ctx, insert, topic, "order-2", "OrderPlaced", []byte(`{"id":2}`), `{"Traceparent": "`+tp1+`"}`); err != nil {
+				t.Fatal(err)
+			}
+			sqlProducer.End()
+			// and one with no trace at all
+			if err := o.Store.Enqueue(ctx, outbox.Message{Topic: topic, Key: "order-3", Type: "OrderPlaced", Payload: []byte(`{"id":3}`)}); err != nil {
+				t.Fatal(err)
+			}
+
+			br, err := natsbroker.Dial(natsURL, natsbroker.Config{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { br.Close(context.Background()) })
+			r, err := relay.New(o.Store, br, relay.Config{
+				Hooks:  []relay.Hook{telemetry.NewTracing(telemetry.TracingConfig{TracerProvider: tp, System: "nats"})},
+				Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), PollInterval: 20 * time.Millisecond,
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			rctx, stop := context.WithCancel(ctx)
+			done := make(chan struct{})
+			go func() { defer close(done); _ = r.Run(rctx) }()
+			t.Cleanup(func() { stop(); <-done })
+
+			var got []testnats.Message
+			waitFor(t, "3 messages on the stream", 30*time.Second, func() bool {
+				got, err = stream.All(ctx)
+				return err == nil && len(got) == 3
+			})
+			// the consumer: reads the trace context from the message
+			// (through inbox/natsmsg, as a handler would) and links its
+			// span to it
+			links := map[string]trace.SpanContext{}
+			for _, m := range got {
+				im, err := natsmsg.FromHeader(m.Subject, m.Headers, m.Data)
+				if err != nil {
+					t.Fatal(err)
+				}
+				remote := propagation.TraceContext{}.Extract(ctx, propagation.MapCarrier{"traceparent": headerFold(im.Headers, "traceparent")})
+				_, consumer := tracer.Start(ctx, "handle "+im.Key, trace.WithSpanKind(trace.SpanKindConsumer), trace.WithLinks(trace.LinkFromContext(remote)))
+				consumer.End()
+				links[im.Key] = trace.SpanContextFromContext(remote)
+				if im.Key == "order-1" && im.Headers["tenant"] != "acme" {
+					t.Errorf("the producer's own header is lost: %v", im.Headers)
+				}
+			}
+			waitFor(t, "the publish spans", 10*time.Second, func() bool { return len(spansNamed(exp, "publish "+topic)) >= 2 })
+
+			for key, prod := range map[string]trace.SpanContext{"order-1": producer.SpanContext(), "order-2": sqlProducer.SpanContext()} {
+				if links[key].TraceID() != prod.TraceID() {
+					t.Errorf("%s: the consumer's link is to trace %s, not the producer's %s", key, links[key].TraceID(), prod.TraceID())
+				}
+				var pub *tracetest.SpanStub
+				for _, s := range spansNamed(exp, "publish "+topic) {
+					if s.Parent.SpanID() == prod.SpanID() {
+						pub = &s
+					}
+				}
+				if pub == nil {
+					t.Errorf("%s: no publish span is a child of the producer's span", key)
+					continue
+				}
+				if pub.SpanKind != trace.SpanKindProducer || pub.SpanContext.TraceID() != prod.TraceID() || pub.Status.Code == codes.Error {
+					t.Errorf("%s: publish span kind %v trace %s status %v", key, pub.SpanKind, pub.SpanContext.TraceID(), pub.Status)
+				}
+				attrs := attrMap(pub.Attributes)
+				for k, want := range map[string]string{
+					"messaging.system": "nats", "messaging.destination.name": topic, "messaging.operation.type": "send",
+					"cloudevents.event_type": "OrderPlaced", "outbox.event.attempt": "1",
+				} {
+					if attrs[k] != want {
+						t.Errorf("%s: publish span attribute %s = %q, want %q (all: %v)", key, k, attrs[k], want, attrs)
+					}
+				}
+				if attrs["messaging.message.id"] == "" || attrs["messaging.message.id"] != attrs["cloudevents.event_id"] {
+					t.Errorf("%s: publish span lacks the event id: %v", key, attrs)
+				}
+			}
+			if links["order-3"].IsValid() {
+				t.Errorf("an event enqueued without a trace arrived with one: %v", links["order-3"])
+			}
+			if n := len(spansNamed(exp, "publish "+topic)); n != 2 {
+				t.Errorf("%d publish spans, want 2 (none for the untraced event)", n)
+			}
+		})
+	}
+}
+
+// A failed publish marks its span as an error, with error.type and the
+// broker's message; Untraced starts a root span for an event without a
+// trace context; a confirmed one carries where the broker stored it.
+func TestTracingRecordsFailures(t *testing.T) {
+	exp, tp := newTracer(t)
+	st := teststores.Open(t, "sqlite", store.Options{}).Store
+	mb, err := membroker.New(membroker.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mb.SetDown(true)
+	r, err := relay.New(st, mb, relay.Config{
+		Hooks:  []relay.Hook{telemetry.NewTracing(telemetry.TracingConfig{TracerProvider: tp, Untraced: true})},
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), PollInterval: 20 * time.Millisecond,
+		BackoffBase: 10 * time.Millisecond, BackoffMax: 20 * time.Millisecond,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Enqueue(context.Background(), outbox.Message{Topic: "t", Type: "T", Payload: []byte("{}")}); err != nil {
+		t.Fatal(err)
+	}
+	ctx, stop := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = r.Run(ctx) }()
+	defer func() { stop(); <-done }()
+	waitFor(t, "a failed publish span", 10*time.Second, func() bool { return len(spansNamed(exp, "publish t")) > 0 })
+	s := spansNamed(exp, "publish t")[0]
+	if s.Status.Code != codes.Error || attrMap(s.Attributes)["error.type"] != "unavailable" || s.Parent.IsValid() {
+		t.Errorf("failed publish span: status %v, attributes %v, parent %v", s.Status, s.Attributes, s.Parent)
+	}
+	if _, ok := attrMap(s.Attributes)["messaging.system"]; ok {
+		t.Errorf("messaging.system set although System was empty")
+	}
+	mb.SetDown(false)
+	var ok tracetest.SpanStub
+	waitFor(t, "a successful publish span", 10*time.Second, func() bool {
+		for _, s := range spansNamed(exp, "publish t") {
+			if s.Status.Code != codes.Error {
+				ok = s
+				return true
+			}
+		}
+		return false
+	})
+	if a := attrMap(ok.Attributes); a["outbox.broker.stream"] != "t" || a["outbox.broker.sequence"] != "1" || a["outbox.event.attempt"] != "1" {
+		t.Errorf("confirmed publish span attributes: %v", a)
+	}
+}
+
+// WithTrace copies the headers, replaces a stale traceparent whatever its
+// case, and leaves a message alone when there is no span.
+func TestWithTrace(t *testing.T) {
+	_, tp := newTracer(t)
+	m := outbox.Message{Topic: "t", Type: "T", Headers: map[string]string{"TraceParent": "00-stale", "tenant": "acme"}}
+	if got := telemetry.WithTrace(context.Background(), m); got.Headers["TraceParent"] != "00-stale" || len(got.Headers) != 2 {
+		t.Errorf("without a span: %v", got.Headers)
+	}
+	ctx, span := tp.Tracer("x").Start(context.Background(), "op")
+	defer span.End()
+	got := telemetry.WithTrace(ctx, m)
+	want := fmt.Sprintf("00-%s-%s-01", span.SpanContext().TraceID(), span.SpanContext().SpanID())
+	if got.Headers["traceparent"] != want || got.Headers["tenant"] != "acme" || len(got.Headers) != 2 {
+		t.Errorf("WithTrace headers = %v, want traceparent %s and tenant", got.Headers, want)
+	}
+	if m.Headers["TraceParent"] != "00-stale" || len(m.Headers) != 2 {
+		t.Errorf("WithTrace changed the caller's map: %v", m.Headers)
+	}
+	if err := outbox.Validate(outbox.Limits{}, got); err != nil {
+		t.Errorf("a traced message does not validate: %v", err)
+	}
+}
+
+func spansNamed(exp *tracetest.InMemoryExporter, name string) []tracetest.SpanStub {
+	var out []tracetest.SpanStub
+	for _, s := range exp.GetSpans() {
+		if s.Name == name {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+func attrMap(kvs []attribute.KeyValue) map[string]string {
+	m := make(map[string]string, len(kvs))
+	for _, kv := range kvs {
+		m[string(kv.Key)] = kv.Value.Emit()
+	}
+	return m
+}
+
+func headerFold(h map[string]string, name string) string {
+	for k, v := range h {
+		if strings.EqualFold(k, name) {
+			return v
+		}
+	}
+	return ""
+}

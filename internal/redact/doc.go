@@ -81,4 +81,10 @@
 // which unwraps to the original, so errors.Is and errors.As still classify
 // it. Only its Error() text is safe to print: a caller that digs out a
 // wrapped error with errors.As and prints that must redact it again.
+//
+// # Logs
+//
+// [Handler] wraps a log/slog handler so that the message and every
+// string, error, Stringer or (when its JSON form holds a secret) other
+// attribute of each record passes through [Text] first.
 package redact

@@ -60,8 +60,12 @@ func Handler(c HandlerConfig) (http.Handler, error) {
 
 // notReady lists why delivery is stalled, or nothing.
 func (c HandlerConfig) notReady(r *http.Request) []string {
-	h := c.State.relay.Health()
 	now := time.Now()
+	rl, _, _ := c.State.snapshot()
+	if rl == nil {
+		return c.State.startingReasons(now)
+	}
+	h := rl.Health()
 	var out []string
 	if h.StoreError != "" && now.Sub(h.StoreFailingSince) > c.Grace {
 		out = append(out, fmt.Sprintf("store failing for %s: %s", now.Sub(h.StoreFailingSince).Round(time.Second), h.StoreError))

@@ -202,3 +202,68 @@ func TestMetricsSurviveAStoreOutage(t *testing.T) {
 		t.Errorf("/readyz while the backlog fails = %d %q", code, body)
 	}
 }
+
+// A process that serves its endpoints before it reached its database and
+// broker answers /readyz 503 naming what it waits for (secrets masked),
+// serves the gauges it can, and turns ready once the relay is attached.
+func TestReadyzWhileStarting(t *testing.T) {
+	state := telemetry.NewState(nil, nil)
+	metrics := telemetry.NewMetrics()
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(metrics, state)
+	h, err := telemetry.Handler(telemetry.HandlerConfig{Gatherer: reg, State: state})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(h)
+	defer srv.Close()
+	ready := func(want ...string) {
+		t.Helper()
+		code, body := get(t, srv.URL+"/readyz")
+		if code != http.StatusServiceUnavailable {
+			t.Errorf("/readyz = %d %q, want 503", code, body)
+		}
+		for _, w := range want {
+			if !strings.Contains(body, w) {
+				t.Errorf("/readyz %q does not say %q", body, w)
+			}
+		}
+		if strings.Contains(body, "s3cret") {
+			t.Errorf("/readyz shows a password: %q", body)
+		}
+	}
+	ready("starting: connecting to the database")
+	state.Connecting(telemetry.ComponentStore, errors.New("pgstore: cannot reach postgres://u:s3cret@127.0.0.1:1/db: connection refused"))
+	ready("starting: the database is unreachable", "connection refused", "retrying")
+	if code, body := get(t, srv.URL+"/metrics"); code != 200 || !strings.Contains(body, "outbox_store_up 0\n") || !strings.Contains(body, "outbox_broker_up 0\n") {
+		t.Errorf("/metrics while starting = %d:\n%s", code, body)
+	}
+	if code, _ := get(t, srv.URL+"/healthz"); code != 200 {
+		t.Errorf("/healthz while starting = %d", code)
+	}
+
+	st := teststores.Open(t, "sqlite", store.Options{}).Store
+	state.Connecting(telemetry.ComponentStore, nil)
+	state.SetStore(st)
+	ready("starting: connecting to the broker")
+	state.Connecting(telemetry.ComponentBroker, errors.New("nats: no servers available for connection"))
+	ready("starting: the broker is unreachable", "no servers available")
+	if _, body := get(t, srv.URL+"/metrics"); !strings.Contains(body, "outbox_store_up 1\n") || !strings.Contains(body, "outbox_broker_up 0\n") || !strings.Contains(body, "outbox_pending_events 0\n") {
+		t.Errorf("/metrics with the store reached:\n%s", body)
+	}
+	state.Connecting(telemetry.ComponentBroker, nil)
+	ready("starting: the relay is not running yet")
+
+	mb, err := membroker.New(membroker.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := relay.New(st, mb, relay.Config{Hooks: []relay.Hook{metrics}, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	state.SetRelay(r)
+	if code, body := get(t, srv.URL+"/readyz"); code != 200 {
+		t.Errorf("/readyz with the relay attached = %d %q", code, body)
+	}
+}

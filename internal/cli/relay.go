@@ -2,7 +2,9 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"os"
 	"os/signal"
@@ -12,6 +14,7 @@ import (
 	"time"
 
 	"github.com/outbox-go/outbox"
+	"github.com/outbox-go/outbox/broker"
 	"github.com/outbox-go/outbox/internal/wire"
 	"github.com/outbox-go/outbox/relay"
 	"github.com/outbox-go/outbox/store"
@@ -55,7 +58,10 @@ func runRelay(ctx context.Context, e env, args []string) error {
 	deadKeys := f.String("dead-keys", "hold", "after a DEAD event: hold its key's later events (hold) or let them flow (skip)")
 	var keepSent time.Duration
 	f.durationFlag(&keepSent, "keep-sent", 0, 0, "keep sent events in the archive table this long (0: delete at once)")
-	logLevel := f.String("log", "info", "log level: debug, info, warn, error")
+	var logLevel string
+	f.StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn, error")
+	f.StringVar(&logLevel, "log", "info", "the same as --log-level (the older name)")
+	logFormat := f.String("log-format", "text", "log lines as text (key=value) or json, on stderr")
 	metricsAddr := f.String("metrics-addr", "", "serve /metrics, /healthz and /readyz on this address (host:port; a bare :port binds 127.0.0.1); empty: off")
 	var stallAfter, readyGrace time.Duration
 	f.durationFlag(&stallAfter, "stall-after", 5*time.Minute, time.Millisecond, "/readyz fails when the oldest pending event is older than this and nothing was delivered for as long")
@@ -63,6 +69,7 @@ func runRelay(ctx context.Context, e env, args []string) error {
 	dashAddr := f.String("dashboard-addr", "", "serve the dashboard on this address (host:port; a bare :port binds 127.0.0.1); empty: off")
 	dashTokenFile := f.String("dashboard-token-file", "", "file holding the dashboard's token, which enables retry, skip and purge (else "+dashboardTokenEnv+"; neither: read-only)")
 	dashHosts := f.String("dashboard-host", "", "host names the dashboard answers besides IP addresses and localhost, comma-separated (the name a reverse proxy uses; * for any)")
+	otlpEndpoint := f.String("otlp-endpoint", "", "send traces (OTLP over HTTP) to this URL, e.g. http://127.0.0.1:4318; default OTEL_EXPORTER_OTLP_(TRACES_)ENDPOINT; neither: tracing off")
 	if err := f.parse(e, args); err != nil {
 		return err
 	}
@@ -101,11 +108,13 @@ func runRelay(ctx context.Context, e env, args []string) error {
 	if len(cfg.Owner) > 64 {
 		return fmt.Errorf("%w: --owner is %d characters long; at most 64", wire.ErrUsage, len(cfg.Owner))
 	}
-	var level slog.Level
-	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
-		return fmt.Errorf("%w: --log must be debug, info, warn or error, not %q", wire.ErrUsage, *logLevel)
+	log, err := newLogger(e.stderr, *logFormat, logLevel, append(connectionArgs(args), *brokerURL, f.db)...)
+	if err != nil {
+		return err
 	}
-	if err := checkBrokerURL(*brokerURL, true); err != nil {
+	// Only a mistake in the URL is refused here: a broker that cannot be
+	// reached is waited for below.
+	if err := checkBrokerURL(*brokerURL, true); err != nil && errors.Is(err, wire.ErrUsage) {
 		return err
 	}
 	if f.db == "" {
@@ -118,28 +127,64 @@ func runRelay(ctx context.Context, e env, args []string) error {
 	if dashListen != "" && dashListen == listenAddr {
 		return fmt.Errorf("%w: --dashboard-addr and --metrics-addr are both %s: give them different ports", wire.ErrUsage, dashListen)
 	}
+	endpoint := tracingEndpoint(*otlpEndpoint)
+	if err := checkOTLPEndpoint(*otlpEndpoint); err != nil {
+		return err
+	}
+	cfg.Logger = log
+	var metrics *telemetry.Metrics
+	if listenAddr != "" {
+		metrics = telemetry.NewMetrics()
+		cfg.Hooks = append(cfg.Hooks, metrics)
+	}
+	if endpoint != "" {
+		tracing, flush, err := startTracing(ctx, *otlpEndpoint, *brokerURL)
+		if err != nil {
+			return err
+		}
+		defer flush()
+		cfg.Hooks = append(cfg.Hooks, tracing)
+	}
+	// Every setting is checked before anything is opened: relay.New
+	// touches neither its store nor its broker, so stand-ins do here.
+	if _, err := relay.New(struct{ store.Store }{}, struct{ broker.Broker }{}, cfg); err != nil {
+		return fmt.Errorf("%w: %s", wire.ErrUsage, flagNames(strings.TrimPrefix(err.Error(), "relay: ")))
+	}
+	if path, ok := sqlitePath(f.db); ok && path != ":memory:" {
+		if _, err := os.Stat(path); errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("SQLite database file %s does not exist: check --db, or create it with `outbox migrate --db %s`", path, wire.Mask(f.db))
+		}
+	}
 	tuneGC()
-	cfg.Logger = slog.New(slog.NewTextHandler(e.stderr, &slog.HandlerOptions{Level: level}))
 
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	// The endpoints come first, so that a relay waiting for its database
+	// or broker is seen to be alive and not ready, and why.
+	var state *telemetry.State
+	if listenAddr != "" {
+		state = telemetry.NewState(nil, nil)
+		stopServing, err := serveTelemetry(listenAddr, state, metrics, stallAfter, readyGrace, log)
+		if err != nil {
+			return err
+		}
+		defer stopServing()
+	}
 	opts := f.options()
 	opts.KeepSent = keepSent > 0
 	opts.ProbeInterval = probe
 	if probe == 0 {
 		opts.ProbeInterval = -1 // off: such commits wait for the next --poll
 	}
-	st, err := f.openExisting(ctx, opts)
+	st, err := openStoreRetrying(ctx, f, opts, retrier{what: "database", component: telemetry.ComponentStore, log: log, state: state})
 	if err != nil {
 		return stoppedOr(ctx, err)
 	}
 	defer st.Close()
-	if _, err := st.Stats(ctx); err != nil { // fail fast on a missing table
-		return stoppedOr(ctx, f.storeErr(err))
+	if state != nil {
+		state.SetStore(st)
 	}
-	bctx, cancel := context.WithTimeout(ctx, 15*time.Second)
-	br, err := wire.OpenBroker(bctx, *brokerURL)
-	cancel()
+	br, err := openBrokerRetrying(ctx, *brokerURL, retrier{what: "broker", component: telemetry.ComponentBroker, log: log, state: state})
 	if err != nil {
 		return stoppedOr(ctx, err)
 	}
@@ -148,41 +193,33 @@ func runRelay(ctx context.Context, e env, args []string) error {
 		defer cancel()
 		_ = br.Close(cctx)
 	}()
-	var metrics *telemetry.Metrics
-	if listenAddr != "" {
-		metrics = telemetry.NewMetrics()
-		cfg.Hooks = append(cfg.Hooks, metrics)
-	}
 	r, err := relay.New(st, br, cfg)
 	if err != nil {
 		return fmt.Errorf("%w: %s", wire.ErrUsage, flagNames(strings.TrimPrefix(err.Error(), "relay: ")))
 	}
-	if listenAddr != "" {
-		stopServing, err := serveTelemetry(listenAddr, r, st, metrics, stallAfter, readyGrace, cfg.Logger)
-		if err != nil {
-			return err
-		}
-		defer stopServing()
+	if state != nil {
+		state.SetRelay(r)
 	}
 	if dashListen != "" {
-		d, err := newDashboard(st, r, dashToken, splitList(*dashHosts), "Actions are off: restart `outbox relay` with --dashboard-token-file FILE (a file holding a secret token) or "+dashboardTokenEnv+" set, then enter the token here.", cfg.Logger)
+		d, err := newDashboard(st, r, dashToken, splitList(*dashHosts), "Actions are off: restart `outbox relay` with --dashboard-token-file FILE (a file holding a secret token) or "+dashboardTokenEnv+" set, then enter the token here.", log)
 		if err != nil {
 			return fmt.Errorf("%w: %v", wire.ErrUsage, err)
 		}
 		defer d.Close()
-		stopDash, bound, err := serveDashboard(dashListen, d, cfg.Logger)
+		stopDash, bound, err := serveDashboard(dashListen, d, log)
 		if err != nil {
 			return err
 		}
 		defer stopDash()
-		cfg.Logger.Info("outbox relay: dashboard at http://"+bound+"/", "actions", dashToken != "")
+		log.Info("outbox relay: dashboard at http://"+bound+"/", "actions", dashToken != "")
 	}
-	cfg.Logger.Info("outbox relay: started", "owner", r.Owner(), "db", wire.Mask(f.db), "broker", wire.Mask(*brokerURL),
+	log.Info("outbox relay: started", "owner", r.Owner(), "db", wire.Mask(f.db), "broker", wire.Mask(*brokerURL),
 		"table", f.qualifiedTable(), "batch", cfg.BatchSize, "workers", cfg.Workers, "lease", cfg.LeaseFor,
 		"publish_timeout", cfg.PublishTimeout, "poll", cfg.PollInterval, "probe", probe, "max_attempts", cfg.MaxAttempts,
-		"backoff", cfg.BackoffBase, "backoff_max", cfg.BackoffMax, "dead_keys", *deadKeys, "keep_sent", keepSent, "metrics_addr", listenAddr)
+		"backoff", cfg.BackoffBase, "backoff_max", cfg.BackoffMax, "dead_keys", *deadKeys, "keep_sent", keepSent,
+		"metrics_addr", listenAddr, "tracing", wire.Mask(endpoint))
 	if keepSent > 0 {
-		go purgeSent(ctx, st, keepSent, cfg.Logger)
+		go purgeSent(ctx, st, keepSent, log)
 	}
 	done := make(chan struct{})
 	go func() {
@@ -190,14 +227,14 @@ func runRelay(ctx context.Context, e env, args []string) error {
 		_ = r.Run(ctx)
 	}()
 	<-ctx.Done()
-	cfg.Logger.Info("outbox relay: stopping", "within", stopWithin)
+	log.Info("outbox relay: stopping", "within", stopWithin)
 	select {
 	case <-done:
 	case <-time.After(stopWithin - time.Second):
-		cfg.Logger.Warn("outbox relay: in-flight work did not settle in time; its leases will expire and it will be redelivered")
+		log.Warn("outbox relay: in-flight work did not settle in time; its leases will expire and it will be redelivered")
 	}
 	t := r.Totals()
-	cfg.Logger.Info("outbox relay: stopped", "delivered", t.Delivered.Load(), "retried", t.Retried.Load(), "dead", t.Dead.Load())
+	log.Info("outbox relay: stopped", "delivered", t.Delivered.Load(), "retried", t.Retried.Load(), "dead", t.Dead.Load())
 	return nil
 }
 

@@ -13,8 +13,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/outbox-go/outbox/internal/wire"
-	"github.com/outbox-go/outbox/relay"
-	"github.com/outbox-go/outbox/store"
 	"github.com/outbox-go/outbox/telemetry"
 )
 
@@ -34,11 +32,10 @@ func metricsListenAddr(raw string) (string, error) {
 	return net.JoinHostPort(host, port), nil
 }
 
-// serveTelemetry serves the relay's metrics and health on addr until the
-// returned stop is called.
-func serveTelemetry(addr string, r *relay.Relay, st store.Store, m *telemetry.Metrics, stallAfter, grace time.Duration, log *slog.Logger) (stop func(), err error) {
+// serveTelemetry serves the relay's metrics and health, as state tells
+// them, on addr until the returned stop is called.
+func serveTelemetry(addr string, state *telemetry.State, m *telemetry.Metrics, stallAfter, grace time.Duration, log *slog.Logger) (stop func(), err error) {
 	reg := prometheus.NewRegistry()
-	state := telemetry.NewState(r, st)
 	reg.MustRegister(m, state, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	h, err := telemetry.Handler(telemetry.HandlerConfig{Gatherer: reg, State: state, StallAfter: stallAfter, Grace: grace})
 	if err != nil {

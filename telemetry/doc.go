@@ -19,7 +19,8 @@
 //	outbox_backlog_up                             gauge     0 when the three gauges above could not be read
 //	outbox_in_flight_events                       gauge     claimed by this relay, not settled
 //	outbox_last_delivery_timestamp_seconds        gauge     Unix time of the last delivery (0: none yet)
-//	outbox_store_up, outbox_broker_up             gauge     0 while failing as a whole
+//	outbox_store_up, outbox_broker_up             gauge     0 while failing as a whole (or not reached yet)
+//	outbox_ready                                  gauge     1 while /readyz answers 200 (exported once Handler is built)
 //
 // The gauges are read at scrape time from the relay's own state and from
 // store.BacklogReader, whose cost does not grow with the backlog; results
@@ -28,7 +29,13 @@
 // Health (Handler): /healthz answers 200 while the process runs; /readyz
 // answers 503, one reason a line, when delivery has stalled: the store or
 // the broker failing for longer than Grace, or the oldest pending event
-// older than StallAfter while nothing was delivered for that long.
+// older than StallAfter while nothing was delivered for that long, or,
+// while the process is still connecting (NewState(nil, nil), Connecting),
+// naming what it waits for.
+//
+// Alerting: alerts/outbox-rules.yml holds Prometheus alert rules over these
+// metrics (with unit tests for promtool test rules), grafana/outbox.json a
+// Grafana dashboard.
 //
 // Tracing (OpenTelemetry): a producer stores the W3C trace context of its
 // span with the event, as the traceparent and tracestate headers

@@ -1,6 +1,7 @@
 package telemetry
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 	"strings"
@@ -26,7 +27,8 @@ type HandlerConfig struct {
 	Grace time.Duration
 }
 
-// Handler serves /metrics, /healthz and /readyz.
+// Handler serves /metrics, /healthz and /readyz. From then on the State
+// also exports outbox_ready, /readyz as a gauge, for alerting.
 func Handler(c HandlerConfig) (http.Handler, error) {
 	if c.Gatherer == nil || c.State == nil {
 		return nil, fmt.Errorf("telemetry: Handler needs a Gatherer and a State")
@@ -40,13 +42,14 @@ func Handler(c HandlerConfig) (http.Handler, error) {
 	if c.Grace == 0 {
 		c.Grace = 30 * time.Second
 	}
+	c.State.setReadiness(c.notReady)
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(c.Gatherer, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError}))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		fmt.Fprintln(w, "ok")
 	})
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
-		reasons := c.notReady(r)
+		reasons := c.notReady(r.Context())
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		if len(reasons) > 0 {
 			w.WriteHeader(http.StatusServiceUnavailable)
@@ -59,7 +62,7 @@ func Handler(c HandlerConfig) (http.Handler, error) {
 }
 
 // notReady lists why delivery is stalled, or nothing.
-func (c HandlerConfig) notReady(r *http.Request) []string {
+func (c HandlerConfig) notReady(ctx context.Context) []string {
 	now := time.Now()
 	rl, _, _ := c.State.snapshot()
 	if rl == nil {
@@ -73,7 +76,7 @@ func (c HandlerConfig) notReady(r *http.Request) []string {
 	if h.BrokerError != "" && now.Sub(h.BrokerFailingSince) > c.Grace {
 		out = append(out, fmt.Sprintf("broker failing for %s: %s", now.Sub(h.BrokerFailingSince).Round(time.Second), h.BrokerError))
 	}
-	b, ok, err := c.State.Backlog(r.Context())
+	b, ok, err := c.State.Backlog(ctx)
 	switch {
 	case !ok:
 	case err != nil:

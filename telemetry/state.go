@@ -25,15 +25,16 @@ import (
 type State struct {
 	mu         sync.Mutex
 	relay      *relay.Relay
-	backlog    store.BacklogReader // nil when the store has none
-	connecting [2]connecting       // store, broker: before the relay runs
+	backlog    store.BacklogReader            // nil when the store has none
+	connecting [2]connecting                  // store, broker: before the relay runs
+	ready      func(context.Context) []string // the Handler's readiness check; nil before Handler
 
 	bmu     sync.Mutex // the backlog cache
 	at      time.Time
 	last    store.Backlog
 	lastErr error
 
-	pending, oldest, dead, backlogUp, inFlight, lastDelivery, storeUp, brokerUp *prometheus.Desc
+	pending, oldest, dead, backlogUp, inFlight, lastDelivery, storeUp, brokerUp, readyDesc *prometheus.Desc
 }
 
 // connecting is one start-up connection: done once it succeeded, else
@@ -67,7 +68,16 @@ func NewState(r *relay.Relay, st store.Store) *State {
 	s.lastDelivery = d("outbox_last_delivery_timestamp_seconds", "Unix time of this relay's last delivery; 0 before the first.")
 	s.storeUp = d("outbox_store_up", "1 while the store answers, 0 while it fails as a whole (or was never reached).")
 	s.brokerUp = d("outbox_broker_up", "1 while the broker confirms, 0 while it fails as a whole (or was never reached).")
+	s.readyDesc = d("outbox_ready", "1 while /readyz answers 200, 0 while it answers 503 (starting, store or broker failing past the grace, delivery stalled).")
 	return s
+}
+
+// setReadiness gives the State the Handler's readiness check, for the
+// outbox_ready gauge.
+func (s *State) setReadiness(f func(context.Context) []string) {
+	s.mu.Lock()
+	s.ready = f
+	s.mu.Unlock()
 }
 
 // SetStore attaches the store whose backlog the gauges and /readyz read;
@@ -165,7 +175,7 @@ func (s *State) Backlog(ctx context.Context) (b store.Backlog, ok bool, err erro
 
 // Describe implements prometheus.Collector.
 func (s *State) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{s.pending, s.oldest, s.dead, s.backlogUp, s.inFlight, s.lastDelivery, s.storeUp, s.brokerUp} {
+	for _, d := range []*prometheus.Desc{s.pending, s.oldest, s.dead, s.backlogUp, s.inFlight, s.lastDelivery, s.storeUp, s.brokerUp, s.readyDesc} {
 		ch <- d
 	}
 }
@@ -174,6 +184,12 @@ func (s *State) Describe(ch chan<- *prometheus.Desc) {
 func (s *State) Collect(ch chan<- prometheus.Metric) {
 	r, _, conn := s.snapshot()
 	gauge := func(d *prometheus.Desc, v float64) { ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v) }
+	s.mu.Lock()
+	ready := s.ready
+	s.mu.Unlock()
+	if ready != nil {
+		gauge(s.readyDesc, bool01(len(ready(context.Background())) == 0))
+	}
 	// A store that does not answer leaves the backlog gauges out of this
 	// scrape (outbox_backlog_up 0) rather than failing the whole scrape:
 	// during an outage outbox_store_up 0 is the one metric that matters.

@@ -267,3 +267,20 @@ func TestReadyzWhileStarting(t *testing.T) {
 		t.Errorf("/readyz with the relay attached = %d %q", code, body)
 	}
 }
+
+// outbox_ready follows /readyz.
+func TestReadyGaugeFollowsReadyz(t *testing.T) {
+	w := start(t, "sqlite", 300*time.Millisecond, 200*time.Millisecond)
+	waitFor(t, "outbox_ready 1", 10*time.Second, func() bool { _, m := get(t, w.srv.URL+"/metrics"); return strings.Contains(m, "outbox_ready 1\n") })
+	w.mb.SetDown(true)
+	if err := w.st.Enqueue(context.Background(), outbox.Message{Topic: "t", Key: "k", Type: "T", Payload: []byte("{}")}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "outbox_ready 0", 10*time.Second, func() bool {
+		code, _ := get(t, w.srv.URL+"/readyz")
+		_, m := get(t, w.srv.URL+"/metrics")
+		return code == http.StatusServiceUnavailable && strings.Contains(m, "outbox_ready 0\n")
+	})
+	w.mb.SetDown(false)
+	waitFor(t, "outbox_ready 1 again", 10*time.Second, func() bool { _, m := get(t, w.srv.URL+"/metrics"); return strings.Contains(m, "outbox_ready 1\n") })
+}

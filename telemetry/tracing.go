@@ -123,41 +123,59 @@ func NewTracing(c TracingConfig) *Tracing {
 // spansKey finds a wave's spans in the publish context.
 type spansKey struct{}
 
-// OnPublishStart implements relay.HookPublishStart: one span per event,
-// kept in the returned context until OnPublishEnd ends them.
+// OnPublishStart implements relay.HookPublishStart: one span per event
+// whose stored trace context is sampled (an unsampled producer's trace is
+// not recorded, so a span under it would be thrown away), kept in the
+// returned context until OnPublishEnd ends them.
 func (t *Tracing) OnPublishStart(ctx context.Context, events []outbox.Event) context.Context {
-	var spans []trace.Span
+	var (
+		spans     []trace.Span
+		attrs     []attribute.KeyValue // reused: Start copies them
+		topic     string
+		spanName  string
+		bg        = context.Background()
+		spanKind  = trace.WithSpanKind(trace.SpanKindProducer)
+		anyTraced = false
+	)
 	for i := range events {
 		e := &events[i]
-		parent := traceContext.Extract(context.Background(), headerCarrier(e.Headers))
-		if !trace.SpanContextFromContext(parent).IsValid() && !t.untraced {
-			if spans != nil {
-				spans = append(spans, nil)
+		var parent context.Context
+		if len(e.Headers) > 0 {
+			parent = traceContext.Extract(bg, headerCarrier(e.Headers))
+			if sc := trace.SpanContextFromContext(parent); !sc.IsValid() {
+				parent = nil
+			} else if !sc.IsSampled() {
+				continue
 			}
-			continue
 		}
-		if spans == nil {
-			spans = make([]trace.Span, i, len(events))
+		if parent == nil {
+			if !t.untraced {
+				continue
+			}
+			parent = bg
 		}
-		attrs := make([]attribute.KeyValue, 0, 9)
+		if !anyTraced {
+			anyTraced = true
+			spans = make([]trace.Span, len(events))
+			attrs = make([]attribute.KeyValue, 0, 7)
+		}
+		if e.Topic != topic || spanName == "" {
+			topic, spanName = e.Topic, "publish "+e.Topic
+		}
+		attrs = attrs[:0]
 		if t.hasSys {
 			attrs = append(attrs, t.system)
 		}
 		attrs = append(attrs,
 			semconv.MessagingOperationTypeSend,
-			semconv.MessagingOperationName("publish"),
 			semconv.MessagingDestinationName(e.Topic),
 			semconv.MessagingMessageID(e.EventID),
-			semconv.CloudEventsEventID(e.EventID),
 			semconv.CloudEventsEventType(e.Type),
-			attribute.Int64("outbox.event.row_id", e.ID),
 			attribute.Int("outbox.event.attempt", e.Attempts+1),
 		)
-		_, span := t.tracer.Start(parent, "publish "+e.Topic,
-			trace.WithSpanKind(trace.SpanKindProducer), trace.WithAttributes(attrs...))
-		spans = append(spans, span)
+		_, spans[i] = t.tracer.Start(parent, spanName, spanKind, trace.WithAttributes(attrs...))
 	}
-	if spans == nil {
+	if !anyTraced {
 		return ctx
 	}
 	return context.WithValue(ctx, spansKey{}, spans)
@@ -167,6 +185,7 @@ func (t *Tracing) OnPublishStart(ctx context.Context, events []outbox.Event) con
 // broker answered for its event, and ends.
 func (t *Tracing) OnPublishEnd(ctx context.Context, p relay.PublishInfo) {
 	spans, _ := ctx.Value(spansKey{}).([]trace.Span)
+	var attrs []attribute.KeyValue
 	for i, span := range spans {
 		if span == nil {
 			continue
@@ -178,21 +197,25 @@ func (t *Tracing) OnPublishEnd(ctx context.Context, p relay.PublishInfo) {
 		}
 		r := &p.Results[i]
 		if span.IsRecording() {
+			attrs = attrs[:0] // one SetAttributes call: each grows the span's slice
 			if r.Stream != "" {
-				span.SetAttributes(attribute.String("outbox.broker.stream", r.Stream))
+				attrs = append(attrs, attribute.String("outbox.broker.stream", r.Stream))
 			}
 			if r.Sequence != 0 {
-				span.SetAttributes(attribute.Int64("outbox.broker.sequence", int64(r.Sequence)))
+				attrs = append(attrs, attribute.Int64("outbox.broker.sequence", int64(r.Sequence)))
 			}
 			if r.Offset >= 0 {
-				span.SetAttributes(semconv.MessagingDestinationPartitionID(strconv.Itoa(int(r.Partition))), semconv.MessagingKafkaOffset(int(r.Offset)))
+				attrs = append(attrs, semconv.MessagingDestinationPartitionID(strconv.Itoa(int(r.Partition))), semconv.MessagingKafkaOffset(int(r.Offset)))
 			}
 			if r.Duplicate {
-				span.SetAttributes(attribute.Bool("outbox.broker.duplicate", true))
+				attrs = append(attrs, attribute.Bool("outbox.broker.duplicate", true))
 			}
 			if r.Err != nil {
-				span.SetAttributes(semconv.ErrorTypeKey.String(errorKind(r.Err)))
+				attrs = append(attrs, semconv.ErrorTypeKey.String(errorKind(r.Err)))
 				span.SetStatus(codes.Error, redact.Text(r.Err.Error()))
+			}
+			if len(attrs) > 0 {
+				span.SetAttributes(attrs...)
 			}
 		}
 		span.End()

@@ -249,7 +249,7 @@ func spansNamed(exp *tracetest.InMemoryExporter, name string) []tracetest.SpanSt
 func attrMap(kvs []attribute.KeyValue) map[string]string {
 	m := make(map[string]string, len(kvs))
 	for _, kv := range kvs {
-		m[string(kv.Key)] = kv.Value.Emit()
+		m[string(kv.Key)] = kv.Value.String()
 	}
 	return m
 }
@@ -290,5 +290,20 @@ func TestTracingSpansOnlySampledTraces(t *testing.T) {
 	}
 	if a := attrMap(spans[0].Attributes); a["messaging.message.id"] != events[3].EventID {
 		t.Errorf("the span is not the sampled event's: %v", a)
+	}
+}
+
+// No transport reserves the trace context headers: enqueue accepts them and
+// every adapter delivers them as they are.
+func TestTraceHeadersAreNotReserved(t *testing.T) {
+	for _, tr := range []broker.Transport{"", broker.NATS, broker.Kafka, broker.AMQP, broker.HTTP} {
+		for _, h := range []string{telemetry.TraceParentHeader, telemetry.TraceStateHeader} {
+			if broker.IsReservedHeader(tr, h) || outbox.IsReservedHeader(h) {
+				t.Errorf("%s is reserved for transport %q", h, tr)
+			}
+			if err := broker.CheckHeader(tr, h, "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"); err != nil {
+				t.Errorf("%s over %q: %v", h, tr, err)
+			}
+		}
 	}
 }

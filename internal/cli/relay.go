@@ -69,7 +69,7 @@ func runRelay(ctx context.Context, e env, args []string) error {
 	dashAddr := f.String("dashboard-addr", "", "serve the dashboard on this address (host:port; a bare :port binds 127.0.0.1); empty: off")
 	dashTokenFile := f.String("dashboard-token-file", "", "file holding the dashboard's token, which enables retry, skip and purge (else "+dashboardTokenEnv+"; neither: read-only)")
 	dashHosts := f.String("dashboard-host", "", "host names the dashboard answers besides IP addresses and localhost, comma-separated (the name a reverse proxy uses; * for any)")
-	otlpEndpoint := f.String("otlp-endpoint", "", "send traces (OTLP over HTTP) to this URL, e.g. http://127.0.0.1:4318; default OTEL_EXPORTER_OTLP_(TRACES_)ENDPOINT; neither: tracing off")
+	otlpEndpoint := f.String("otlp-endpoint", "", "send traces over OTLP/HTTP to this collector (a base URL, /v1/traces is appended, as for OTEL_EXPORTER_OTLP_ENDPOINT), e.g. http://127.0.0.1:4318; default OTEL_EXPORTER_OTLP_(TRACES_)ENDPOINT; neither: tracing off")
 	if err := f.parse(e, args); err != nil {
 		return err
 	}

@@ -7,16 +7,20 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+
 	outbox "github.com/outbox-go/outbox"
 	"github.com/outbox-go/outbox/internal/testnats"
 	"github.com/outbox-go/outbox/internal/teststores"
 	"github.com/outbox-go/outbox/store"
+	"github.com/outbox-go/outbox/telemetry"
 )
 
 // runningRelay is `outbox relay` run through Main in the test's process,
@@ -317,5 +321,62 @@ func TestRelayReadyzFailsWhileTheBrokerStalls(t *testing.T) {
 	log := r.log()
 	if n := strings.Count(log, "broker failing"); n != 1 {
 		t.Errorf("%d lines say the broker is failing, want 1:\n%s", n, log)
+	}
+}
+
+// --otlp-endpoint turns tracing on: the publish spans of traced events
+// reach an OTLP/HTTP receiver (a stand-in collector on loopback) by the
+// time the relay has stopped; a URL that is not http(s) is refused.
+func TestRelayExportsTracesOverOTLP(t *testing.T) {
+	var (
+		mu    sync.Mutex
+		posts int
+		kinds []string
+	)
+	collector := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		mu.Lock()
+		if r.Method == http.MethodPost && r.URL.Path == "/v1/traces" && len(body) > 0 {
+			posts++
+			kinds = append(kinds, r.Header.Get("Content-Type"))
+		}
+		mu.Unlock()
+		w.Header().Set("Content-Type", "application/x-protobuf")
+	}))
+	defer collector.Close()
+
+	natsURL := testnats.Shared(t)
+	stream := testnats.NewStream(t, natsURL)
+	o := teststores.Open(t, "sqlite", store.Options{})
+	tp := sdktrace.NewTracerProvider()
+	defer tp.Shutdown(context.Background())
+	ctx, span := tp.Tracer("producer").Start(context.Background(), "produce")
+	for i := range 5 {
+		m := telemetry.WithTrace(ctx, outbox.Message{Topic: stream.Topic("orders"), Key: itoa(int64(i)), Type: "T", Payload: []byte(`{}`)})
+		if err := o.Store.Enqueue(ctx, m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	span.End()
+
+	r := startRelayCLI(t, "--db", o.URL, "--table", o.Opts.Table, "--broker", natsURL, "--otlp-endpoint", collector.URL)
+	r.waitFor("the events", 30*time.Second, streamHolds(t, stream, 5))
+	if code := r.stop(); code != exitOK {
+		t.Fatalf("relay exit %d:\n%s", code, r.log())
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if posts == 0 {
+		t.Fatalf("the collector received no spans:\n%s", r.log())
+	}
+	if kinds[0] != "application/x-protobuf" {
+		t.Errorf("OTLP content type %q", kinds[0])
+	}
+	if !strings.Contains(r.log(), "tracing="+collector.URL) {
+		t.Errorf("the start line does not say where traces go:\n%s", r.log())
+	}
+
+	if code, _, stderr := runCLI("relay", "--db", o.URL, "--broker", natsURL, "--otlp-endpoint", "ftp://u:s3cret@x"); code != exitUsage || !strings.Contains(stderr, "--otlp-endpoint") || strings.Contains(stderr, "s3cret") {
+		t.Errorf("--otlp-endpoint ftp://…: exit %d %q", code, stderr)
 	}
 }

@@ -54,7 +54,11 @@ func checkOTLPEndpoint(raw string) error {
 func startTracing(ctx context.Context, endpointFlag, brokerURL string) (hook *telemetry.Tracing, flush func(), err error) {
 	var opts []otlptracehttp.Option
 	if endpointFlag != "" {
-		opts = append(opts, otlptracehttp.WithEndpointURL(endpointFlag))
+		// A base URL, as OTEL_EXPORTER_OTLP_ENDPOINT is: the signal's
+		// path is appended (WithEndpointURL alone would post to "/").
+		u, _ := url.Parse(endpointFlag) // checkOTLPEndpoint parsed it
+		u.Path = strings.TrimSuffix(u.Path, "/") + "/v1/traces"
+		opts = append(opts, otlptracehttp.WithEndpointURL(u.String()))
 	}
 	exp, err := otlptracehttp.New(ctx, opts...)
 	if err != nil {

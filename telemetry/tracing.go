@@ -140,7 +140,10 @@ func (t *Tracing) OnPublishStart(ctx context.Context, events []outbox.Event) con
 	for i := range events {
 		e := &events[i]
 		var parent context.Context
-		if len(e.Headers) > 0 {
+		if tp := headerCarrier(e.Headers).Get(TraceParentHeader); tp != "" {
+			if unsampled(tp) {
+				continue // the cheap way out, before Extract allocates
+			}
 			parent = traceContext.Extract(bg, headerCarrier(e.Headers))
 			if sc := trace.SpanContextFromContext(parent); !sc.IsValid() {
 				parent = nil
@@ -220,6 +223,19 @@ func (t *Tracing) OnPublishEnd(ctx context.Context, p relay.PublishInfo) {
 		}
 		span.End()
 	}
+}
+
+// unsampled reports whether traceparent is a version-00 value whose
+// sampled flag is clear; anything else is left to the propagator.
+func unsampled(traceparent string) bool {
+	if len(traceparent) != 55 || traceparent[:3] != "00-" {
+		return false
+	}
+	switch traceparent[54] {
+	case '0', '2', '4', '6', '8', 'a', 'c', 'e': // the low bit of the flags byte
+		return true
+	}
+	return false
 }
 
 // errorKind is the kind of a failed publish: the kind label of

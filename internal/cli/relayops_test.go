@@ -242,14 +242,20 @@ func (p *proxy) close() {
 	p.wg.Wait()
 }
 
-// A relay started while its PostgreSQL is unreachable (a closed port)
-// keeps running and says so on /readyz and /metrics; once the database
-// answers on that port (a proxy to the real server) it connects and
-// delivers.
+// A relay started while its PostgreSQL or MariaDB is unreachable (a closed
+// port) keeps running and says so on /readyz and /metrics; once the
+// database answers on that port (a proxy to the real server) it connects
+// and delivers.
 func TestRelayWaitsForItsDatabase(t *testing.T) {
+	for _, kind := range []string{"postgres", "mysql"} {
+		t.Run(kind, func(t *testing.T) { t.Parallel(); relayWaitsForDatabase(t, kind) })
+	}
+}
+
+func relayWaitsForDatabase(t *testing.T, kind string) {
 	natsURL := testnats.Shared(t)
 	stream := testnats.NewStream(t, natsURL)
-	o := teststores.Open(t, "postgres", store.Options{})
+	o := teststores.Open(t, kind, store.Options{})
 	enqueueN(t, o.Store, stream.Topic("orders"), 30)
 	u, err := url.Parse(o.URL)
 	if err != nil {
@@ -257,7 +263,9 @@ func TestRelayWaitsForItsDatabase(t *testing.T) {
 	}
 	target := u.Host
 	u.Host = freeAddr(t)
-	u.User = url.UserPassword(u.User.Username(), "s3cret") // trust auth ignores it; the log must not show it
+	if kind == "postgres" {
+		u.User = url.UserPassword(u.User.Username(), "s3cret") // trust auth ignores it; the log must not show it
+	}
 
 	r := startRelayCLI(t, "--db", u.String(), "--table", o.Opts.Table, "--broker", natsURL)
 	body := r.notReady("starting: the database is unreachable")

@@ -125,19 +125,20 @@ func TestRelayServesMetricsAndHealth(t *testing.T) {
 		b, _ := io.ReadAll(resp.Body)
 		return resp.StatusCode, string(b)
 	}
+	// /healthz answers from the start; /readyz once the relay connected
+	// to its database and broker and runs.
 	deadline := time.Now().Add(20 * time.Second)
 	for {
-		if code, _ := get("/healthz"); code == 200 {
+		hcode, _ := get("/healthz")
+		if code, body := get("/readyz"); hcode == 200 && code == 200 && body == "ready\n" {
 			break
 		}
 		if time.Now().After(deadline) {
 			mu.Lock()
-			t.Fatalf("/healthz never answered: %s", stderr.String())
+			code, body := get("/readyz")
+			t.Fatalf("/healthz %d, /readyz %d %q after 20s: %s", hcode, code, body, stderr.String())
 		}
 		time.Sleep(20 * time.Millisecond)
-	}
-	if code, body := get("/readyz"); code != 200 || body != "ready\n" {
-		t.Errorf("/readyz = %d %q", code, body)
 	}
 	code, body := get("/metrics")
 	for _, want := range []string{"outbox_pending_events 0", "outbox_broker_up 1", "outbox_store_up 1", "go_goroutines"} {

@@ -388,3 +388,18 @@ func TestRelayExportsTracesOverOTLP(t *testing.T) {
 		t.Errorf("--otlp-endpoint ftp://…: exit %d %q", code, stderr)
 	}
 }
+
+// A SIGTERM while the relay waits for its broker is a graceful stop: exit
+// 0, promptly, nothing left running.
+func TestRelayStopsWhileWaiting(t *testing.T) {
+	o := teststores.Open(t, "sqlite", store.Options{})
+	r := startRelayCLI(t, "--db", o.URL, "--table", o.Opts.Table, "--broker", "nats://"+freeAddr(t))
+	r.notReady("starting: the broker is unreachable")
+	start := time.Now()
+	if code := r.stop(); code != exitOK {
+		t.Errorf("stopped while waiting: exit %d:\n%s", code, r.log())
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Errorf("stopping took %s", d)
+	}
+}

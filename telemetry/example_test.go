@@ -2,11 +2,13 @@ package telemetry_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -89,4 +91,21 @@ func ExampleNewTracing() {
 	// place order true
 	// publish orders true
 	// traceparent delivered: true
+}
+
+// A producer that writes the outbox row with its own SQL stores the trace
+// context in the headers column as JSON.
+func ExampleTraceHeaders() {
+	tp := sdktrace.NewTracerProvider()
+	defer tp.Shutdown(context.Background())
+	ctx, span := tp.Tracer("shop").Start(context.Background(), "place order")
+	defer span.End()
+
+	headers, _ := json.Marshal(telemetry.TraceHeaders(ctx))
+	// INSERT INTO outbox (topic, event_key, event_type, payload, headers) VALUES ($1, $2, $3, $4, $5)
+	fmt.Println(strings.HasPrefix(string(headers), `{"traceparent":"00-`+span.SpanContext().TraceID().String()))
+	fmt.Println(telemetry.TraceHeaders(context.Background()) == nil) // no span: no headers
+	// Output:
+	// true
+	// true
 }

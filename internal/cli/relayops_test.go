@@ -330,6 +330,9 @@ func TestRelayReadyzFailsWhileTheBrokerStalls(t *testing.T) {
 	if n := strings.Count(log, "broker failing"); n != 1 {
 		t.Errorf("%d lines say the broker is failing, want 1:\n%s", n, log)
 	}
+	if n := strings.Count(log, "broker recovered"); n != 1 {
+		t.Errorf("%d lines say the broker recovered, want 1:\n%s", n, log)
+	}
 }
 
 // --otlp-endpoint turns tracing on: the publish spans of traced events

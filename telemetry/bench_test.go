@@ -50,14 +50,16 @@ func (s *settled) OnSettle(_ context.Context, r relay.BatchReport) { s.n.Add(int
 // "off" and "on" drain events enqueued without a trace context (producers
 // that do not trace); "off-traced" and "on-traced" drain events that each
 // carry a sampled traceparent (every producer traced, 100 % sampled: a
-// recorded span per event), the worst case.
+// recorded span per event), the worst case; "on-traced-wave" is that with
+// TracingConfig.PerWave (one span per publish call, linked to the events'
+// traces).
 func BenchmarkTelemetryOverhead(b *testing.B) {
 	const events = 50_000
 	const rounds = 5
 	url := testnats.Shared(b)
 	stream := testnats.NewStream(b, url)
 	st := teststores.Open(b, "postgres", store.Options{}).Store // one table: a drain leaves it empty
-	variants := []string{"off", "on", "off-traced", "on-traced"}
+	variants := []string{"off", "on", "off-traced", "on-traced", "on-traced-wave"}
 	for i := 0; i < b.N; i++ {
 		rates, cpus := map[string][]float64{}, map[string][]float64{}
 		for round := -1; round < rounds; round++ {
@@ -73,7 +75,7 @@ func BenchmarkTelemetryOverhead(b *testing.B) {
 		}
 		// medians: the machine is shared, and a round that another
 		// process slowed should not count more than one that it did not
-		for _, pair := range [][2]string{{"off", "on"}, {"off-traced", "on-traced"}} {
+		for _, pair := range [][2]string{{"off", "on"}, {"off-traced", "on-traced"}, {"off-traced", "on-traced-wave"}} {
 			off, on := median(rates[pair[0]]), median(rates[pair[1]])
 			b.ReportMetric(off, pair[0]+"-ev/s")
 			b.ReportMetric(on, pair[1]+"-ev/s")
@@ -104,7 +106,7 @@ func drainOnce(b *testing.B, st store.Store, variant, topic string, n int) (rate
 	ctx := context.Background()
 	var tracedCtx context.Context
 	var tp *sdktrace.TracerProvider
-	traced := strings.HasSuffix(variant, "-traced")
+	traced := strings.Contains(variant, "-traced")
 	hooksOn := strings.HasPrefix(variant, "on")
 	if traced || hooksOn {
 		tp = sdktrace.NewTracerProvider(sdktrace.WithBatcher(discard{}))
@@ -133,7 +135,7 @@ func drainOnce(b *testing.B, st store.Store, variant, topic string, n int) (rate
 	var reg *prometheus.Registry
 	if hooksOn {
 		metrics := telemetry.NewMetrics()
-		hooks = append(hooks, metrics, telemetry.NewTracing(telemetry.TracingConfig{TracerProvider: tp, System: "nats"}))
+		hooks = append(hooks, metrics, telemetry.NewTracing(telemetry.TracingConfig{TracerProvider: tp, System: "nats", PerWave: strings.HasSuffix(variant, "-wave")}))
 		reg = prometheus.NewRegistry()
 		reg.MustRegister(metrics)
 	}

@@ -16,7 +16,7 @@ import (
 
 // BenchmarkTracingHook is the tracing hook's own cost per event (one wave
 // of 1,000), for events with a sampled traceparent, with an unsampled one,
-// and with none:
+// with none, and with sampled ones in PerWave mode:
 //
 //	go test -run XXX -bench TracingHook ./telemetry/
 func BenchmarkTracingHook(b *testing.B) {
@@ -24,7 +24,8 @@ func BenchmarkTracingHook(b *testing.B) {
 		name    string
 		sampled bool
 		traced  bool
-	}{{"sampled", true, true}, {"unsampled", false, true}, {"untraced", false, false}} {
+		perWave bool
+	}{{"sampled", true, true, false}, {"unsampled", false, true, false}, {"untraced", false, false, false}, {"sampled-per-wave", true, true, true}} {
 		b.Run(c.name, func(b *testing.B) {
 			tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(discard{}))
 			defer tp.Shutdown(context.Background())
@@ -43,7 +44,7 @@ func BenchmarkTracingHook(b *testing.B) {
 				events[i] = outbox.Event{ID: int64(i), Message: m}
 			}
 			results := make([]broker.Result, len(events))
-			h := telemetry.NewTracing(telemetry.TracingConfig{TracerProvider: tp, System: "nats"})
+			h := telemetry.NewTracing(telemetry.TracingConfig{TracerProvider: tp, System: "nats", PerWave: c.perWave})
 			b.ReportAllocs()
 			b.ResetTimer()
 			for i := 0; i < b.N; i++ {

@@ -84,6 +84,15 @@ type TracingConfig struct {
 	// published without a span (a relay draining a backlog of them would
 	// otherwise start a trace per event).
 	Untraced bool
+	// PerWave publishes each wave (one publish call, up to a batch) in one
+	// span instead of one span per event: the span is the root of a trace
+	// of its own, linked to the traces of the wave's sampled events (up to
+	// 128, the SDK's default link limit; the rest are counted in
+	// outbox.batch.unlinked), with messaging.batch.message_count and the
+	// number that failed (outbox.batch.failed). The producers' traces then show no publish span of their own,
+	// but cost the relay next to nothing (BENCHMARKS.md §5). Default false:
+	// a span per sampled event.
+	PerWave bool
 }
 
 // Tracing continues each event's trace in a publish span: a child of the
@@ -97,6 +106,7 @@ type Tracing struct {
 	system   attribute.KeyValue
 	hasSys   bool
 	untraced bool
+	perWave  bool
 }
 
 var (
@@ -113,6 +123,7 @@ func NewTracing(c TracingConfig) *Tracing {
 	t := &Tracing{
 		tracer:   tp.Tracer("github.com/outbox-go/outbox/relay", trace.WithSchemaURL(semconv.SchemaURL)),
 		untraced: c.Untraced,
+		perWave:  c.PerWave,
 	}
 	if c.System != "" {
 		t.system, t.hasSys = semconv.MessagingSystemKey.String(c.System), true
@@ -120,14 +131,21 @@ func NewTracing(c TracingConfig) *Tracing {
 	return t
 }
 
-// spansKey finds a wave's spans in the publish context.
-type spansKey struct{}
+// spansKey finds a wave's spans in the publish context (per event), and
+// waveKey its one span (PerWave).
+type (
+	spansKey struct{}
+	waveKey  struct{}
+)
 
 // OnPublishStart implements relay.HookPublishStart: one span per event
 // whose stored trace context is sampled (an unsampled producer's trace is
 // not recorded, so a span under it would be thrown away), kept in the
 // returned context until OnPublishEnd ends them.
 func (t *Tracing) OnPublishStart(ctx context.Context, events []outbox.Event) context.Context {
+	if t.perWave {
+		return t.startWave(ctx, events)
+	}
 	var (
 		spans     []trace.Span
 		attrs     []attribute.KeyValue // reused: Start copies them
@@ -187,6 +205,10 @@ func (t *Tracing) OnPublishStart(ctx context.Context, events []outbox.Event) con
 // OnPublishEnd implements relay.HookPublishEnd: each span gets what the
 // broker answered for its event, and ends.
 func (t *Tracing) OnPublishEnd(ctx context.Context, p relay.PublishInfo) {
+	if span, ok := ctx.Value(waveKey{}).(trace.Span); ok {
+		endWave(span, p)
+		return
+	}
 	spans, _ := ctx.Value(spansKey{}).([]trace.Span)
 	var attrs []attribute.KeyValue
 	for i, span := range spans {
@@ -223,6 +245,132 @@ func (t *Tracing) OnPublishEnd(ctx context.Context, p relay.PublishInfo) {
 		}
 		span.End()
 	}
+}
+
+// maxWaveLinks bounds a PerWave span's links: the SDK's default limit, past
+// which it evicts one link per link added (a copy of the whole queue each
+// time).
+const maxWaveLinks = 128
+
+// startWave is OnPublishStart for PerWave: one span, linked to the first
+// maxWaveLinks of the events' sampled traces; the rest are counted in
+// outbox.batch.unlinked.
+func (t *Tracing) startWave(ctx context.Context, events []outbox.Event) context.Context {
+	var links []trace.Link
+	unlinked := 0
+	for i := range events {
+		tp := headerCarrier(events[i].Headers).Get(TraceParentHeader)
+		if tp == "" || unsampled(tp) {
+			continue
+		}
+		sc, ok := parseTraceParent(tp)
+		if !ok { // another version, or malformed: the propagator decides
+			sc = trace.SpanContextFromContext(traceContext.Extract(context.Background(), headerCarrier(events[i].Headers)))
+		}
+		if sc.IsValid() && sc.IsSampled() {
+			if len(links) == maxWaveLinks {
+				unlinked++
+				continue
+			}
+			if links == nil {
+				links = make([]trace.Link, 0, min(len(events)-i, maxWaveLinks))
+			}
+			links = append(links, trace.Link{SpanContext: sc})
+		}
+	}
+	if len(links) == 0 && !t.untraced {
+		return ctx
+	}
+	name, topic := "publish", ""
+	if len(events) > 0 {
+		topic = events[0].Topic
+		for i := range events {
+			if events[i].Topic != topic {
+				topic = ""
+				break
+			}
+		}
+	}
+	attrs := make([]attribute.KeyValue, 0, 5)
+	if t.hasSys {
+		attrs = append(attrs, t.system)
+	}
+	attrs = append(attrs, semconv.MessagingOperationTypeSend, semconv.MessagingBatchMessageCount(len(events)))
+	if unlinked > 0 {
+		attrs = append(attrs, attribute.Int("outbox.batch.unlinked", unlinked))
+	}
+	if topic != "" {
+		name = "publish " + topic
+		attrs = append(attrs, semconv.MessagingDestinationName(topic))
+	}
+	_, span := t.tracer.Start(context.Background(), name, trace.WithSpanKind(trace.SpanKindProducer),
+		trace.WithNewRoot(), trace.WithLinks(links...), trace.WithAttributes(attrs...))
+	return context.WithValue(ctx, waveKey{}, span)
+}
+
+// endWave ends a PerWave span with how many events failed and the first
+// failure.
+func endWave(span trace.Span, p relay.PublishInfo) {
+	failed := len(p.Events) - len(p.Results)
+	var first error
+	for i := range p.Results {
+		if err := p.Results[i].Err; err != nil {
+			failed++
+			if first == nil {
+				first = err
+			}
+		}
+	}
+	if failed > 0 {
+		span.SetAttributes(attribute.Int("outbox.batch.failed", failed))
+		if first != nil {
+			span.SetAttributes(semconv.ErrorTypeKey.String(errorKind(first)))
+			span.SetStatus(codes.Error, redact.Text(first.Error()))
+		} else {
+			span.SetStatus(codes.Error, "the broker returned no result")
+		}
+	}
+	span.End()
+}
+
+// parseTraceParent reads a version-00 traceparent without allocating (a
+// link needs no tracestate); ok is false for anything else.
+func parseTraceParent(v string) (trace.SpanContext, bool) {
+	if len(v) != 55 || v[:3] != "00-" || v[35] != '-' || v[52] != '-' {
+		return trace.SpanContext{}, false
+	}
+	var tid trace.TraceID
+	var sid trace.SpanID
+	var flags [1]byte
+	if !hexInto(tid[:], v[3:35]) || !hexInto(sid[:], v[36:52]) || !hexInto(flags[:], v[53:55]) {
+		return trace.SpanContext{}, false
+	}
+	sc := trace.NewSpanContext(trace.SpanContextConfig{TraceID: tid, SpanID: sid, TraceFlags: trace.TraceFlags(flags[0]), Remote: true})
+	return sc, sc.IsValid()
+}
+
+// hexInto decodes lower-case hex s into dst (len(s) == 2·len(dst)), as
+// W3C Trace Context requires it.
+func hexInto(dst []byte, s string) bool {
+	for i := range dst {
+		hi, ok1 := unhex(s[2*i])
+		lo, ok2 := unhex(s[2*i+1])
+		if !ok1 || !ok2 {
+			return false
+		}
+		dst[i] = hi<<4 | lo
+	}
+	return true
+}
+
+func unhex(c byte) (byte, bool) {
+	switch {
+	case '0' <= c && c <= '9':
+		return c - '0', true
+	case 'a' <= c && c <= 'f':
+		return c - 'a' + 10, true
+	}
+	return 0, false
 }
 
 // unsampled reports whether traceparent is a version-00 value whose

@@ -307,3 +307,76 @@ func TestTraceHeadersAreNotReserved(t *testing.T) {
 		}
 	}
 }
+
+// PerWave: one span per publish call, a root of its own, linked to the
+// traces of the wave's sampled events, with the count and the failures.
+func TestTracingPerWave(t *testing.T) {
+	exp, tp := newTracer(t)
+	h := telemetry.NewTracing(telemetry.TracingConfig{TracerProvider: tp, PerWave: true, System: "kafka"})
+	tracer := tp.Tracer("shop")
+	var producers []trace.SpanContext
+	var events []outbox.Event
+	for i := range 3 {
+		ctx, s := tracer.Start(context.Background(), "produce")
+		s.End()
+		producers = append(producers, s.SpanContext())
+		events = append(events, outbox.Event{ID: int64(i), Message: telemetry.WithTrace(ctx, outbox.Message{Topic: "orders", Type: "T"})})
+	}
+	events = append(events, outbox.Event{ID: 9, Message: outbox.Message{Topic: "orders", Type: "T"}}) // untraced
+	results := make([]broker.Result, len(events))
+	results[1].Err = broker.Permanentf("too large")
+	ctx := h.OnPublishStart(context.Background(), events)
+	h.OnPublishEnd(ctx, relay.PublishInfo{Events: events, Results: results})
+
+	spans := spansNamed(exp, "publish orders")
+	if len(spans) != 1 {
+		t.Fatalf("%d wave spans, want 1", len(spans))
+	}
+	s := spans[0]
+	if s.Parent.IsValid() || len(s.Links) != 3 || s.Status.Code != codes.Error {
+		t.Errorf("wave span: parent %v, %d links, status %v", s.Parent, len(s.Links), s.Status)
+	}
+	for i, l := range s.Links {
+		if l.SpanContext.TraceID() != producers[i].TraceID() || l.SpanContext.SpanID() != producers[i].SpanID() {
+			t.Errorf("link %d is to %v, not the producer's %v", i, l.SpanContext, producers[i])
+		}
+	}
+	a := attrMap(s.Attributes)
+	if a["messaging.batch.message_count"] != "4" || a["outbox.batch.failed"] != "1" || a["error.type"] != "permanent" || a["messaging.system"] != "kafka" || a["messaging.destination.name"] != "orders" {
+		t.Errorf("wave span attributes: %v", a)
+	}
+
+	// a wave without a traced event has no span
+	untraced := events[3:]
+	ctx = h.OnPublishStart(context.Background(), untraced)
+	h.OnPublishEnd(ctx, relay.PublishInfo{Events: untraced, Results: results[3:]})
+	if n := len(exp.GetSpans()); n != 4 {
+		t.Errorf("%d spans after an untraced wave, want the 4 from before", n)
+	}
+}
+
+// A PerWave span links at most 128 events (the SDK's default limit) and
+// counts the rest.
+func TestTracingPerWaveBoundsItsLinks(t *testing.T) {
+	exp, tp := newTracer(t)
+	h := telemetry.NewTracing(telemetry.TracingConfig{TracerProvider: tp, PerWave: true})
+	ctx, s := tp.Tracer("shop").Start(context.Background(), "produce")
+	s.End()
+	events := make([]outbox.Event, 200)
+	for i := range events {
+		events[i] = outbox.Event{ID: int64(i), Message: telemetry.WithTrace(ctx, outbox.Message{Topic: fmt.Sprint("t", i%2), Type: "T"})}
+	}
+	wctx := h.OnPublishStart(context.Background(), events)
+	h.OnPublishEnd(wctx, relay.PublishInfo{Events: events, Results: make([]broker.Result, len(events))})
+	spans := spansNamed(exp, "publish") // two topics: no topic in the name
+	if len(spans) != 1 {
+		t.Fatalf("%d wave spans named publish, want 1 (all: %d)", len(spans), len(exp.GetSpans()))
+	}
+	a := attrMap(spans[0].Attributes)
+	if len(spans[0].Links) != 128 || spans[0].DroppedLinks != 0 || a["outbox.batch.unlinked"] != "72" || a["messaging.batch.message_count"] != "200" || spans[0].Status.Code == codes.Error {
+		t.Errorf("wave span: %d links (%d dropped), attributes %v, status %v", len(spans[0].Links), spans[0].DroppedLinks, a, spans[0].Status)
+	}
+	if _, ok := a["messaging.destination.name"]; ok {
+		t.Errorf("a wave of two topics names one: %v", a)
+	}
+}

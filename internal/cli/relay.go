@@ -70,6 +70,7 @@ func runRelay(ctx context.Context, e env, args []string) error {
 	dashTokenFile := f.String("dashboard-token-file", "", "file holding the dashboard's token, which enables retry, skip and purge (else "+dashboardTokenEnv+"; neither: read-only)")
 	dashHosts := f.String("dashboard-host", "", "host names the dashboard answers besides IP addresses and localhost, comma-separated (the name a reverse proxy uses; * for any)")
 	otlpEndpoint := f.String("otlp-endpoint", "", "send traces over OTLP/HTTP to this collector (a base URL, /v1/traces is appended, as for OTEL_EXPORTER_OTLP_ENDPOINT), e.g. http://127.0.0.1:4318; default OTEL_EXPORTER_OTLP_(TRACES_)ENDPOINT; neither: tracing off")
+	traceSpans := f.String("trace-spans", "event", "with tracing on: a publish span per sampled event (event, in the producer's trace) or one per publish call linked to the events' traces (wave, cheaper)")
 	if err := f.parse(e, args); err != nil {
 		return err
 	}
@@ -93,6 +94,9 @@ func runRelay(ctx context.Context, e env, args []string) error {
 		if dashToken, err = dashboardToken(*dashTokenFile); err != nil {
 			return err
 		}
+	}
+	if *traceSpans != "event" && *traceSpans != "wave" {
+		return fmt.Errorf("%w: --trace-spans must be event or wave, not %q", wire.ErrUsage, *traceSpans)
 	}
 	switch *deadKeys {
 	case "hold":
@@ -138,7 +142,7 @@ func runRelay(ctx context.Context, e env, args []string) error {
 		cfg.Hooks = append(cfg.Hooks, metrics)
 	}
 	if endpoint != "" {
-		tracing, flush, err := startTracing(ctx, *otlpEndpoint, *brokerURL)
+		tracing, flush, err := startTracing(ctx, *otlpEndpoint, *brokerURL, *traceSpans == "wave")
 		if err != nil {
 			return err
 		}

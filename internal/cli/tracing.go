@@ -51,7 +51,7 @@ func checkOTLPEndpoint(raw string) error {
 // startTracing builds the OTLP/HTTP exporter and the relay's tracing hook.
 // The exporter connects lazily: an unreachable collector costs dropped
 // spans, never the relay. flush sends what is buffered and stops.
-func startTracing(ctx context.Context, endpointFlag, brokerURL string) (hook *telemetry.Tracing, flush func(), err error) {
+func startTracing(ctx context.Context, endpointFlag, brokerURL string, perWave bool) (hook *telemetry.Tracing, flush func(), err error) {
 	var opts []otlptracehttp.Option
 	if endpointFlag != "" {
 		// A base URL, as OTEL_EXPORTER_OTLP_ENDPOINT is: the signal's
@@ -73,7 +73,7 @@ func startTracing(ctx context.Context, endpointFlag, brokerURL string) (hook *te
 		return nil, nil, fmt.Errorf("tracing: OTEL_RESOURCE_ATTRIBUTES: %w", err)
 	}
 	tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp), sdktrace.WithResource(res))
-	hook = telemetry.NewTracing(telemetry.TracingConfig{TracerProvider: tp, System: messagingSystem(brokerURL)})
+	hook = telemetry.NewTracing(telemetry.TracingConfig{TracerProvider: tp, System: messagingSystem(brokerURL), PerWave: perWave})
 	return hook, func() {
 		fctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 		defer cancel()

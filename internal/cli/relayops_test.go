@@ -406,3 +406,19 @@ func TestRelayStopsWhileWaiting(t *testing.T) {
 		t.Errorf("stopping took %s", d)
 	}
 }
+
+// What retrying cannot fix still exits at once, in one line: a missing
+// outbox table (exit 1, naming it), on every database.
+func TestRelayExitsOnAMissingTable(t *testing.T) {
+	for _, kind := range teststores.Kinds {
+		o := teststores.Open(t, kind, store.Options{})
+		start := time.Now()
+		code, _, stderr := runCLI("relay", "--db", o.URL, "--table", "no_such_table", "--broker", "nats://"+freeAddr(t), "--metrics-addr", freeAddr(t))
+		if code != exitFail || strings.Count(stderr, "\n") != 1 || !strings.Contains(stderr, "no_such_table does not exist") {
+			t.Errorf("%s: exit %d %q; want 1 naming the table", kind, code, stderr)
+		}
+		if d := time.Since(start); d > 10*time.Second {
+			t.Errorf("%s: took %s to refuse", kind, d)
+		}
+	}
+}

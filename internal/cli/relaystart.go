@@ -111,7 +111,7 @@ func openStoreRetrying(ctx context.Context, f *flags, opts store.Options, r retr
 		}
 		cctx, cancel := context.WithTimeout(ctx, 15*time.Second)
 		defer cancel()
-		if _, err := s.Stats(cctx); err != nil { // fail fast on a missing table
+		if err := checkTable(cctx, s); err != nil { // fail fast on a missing table
 			s.Close()
 			return errors.Is(err, store.ErrNotMigrated), f.storeErr(err)
 		}
@@ -136,4 +136,17 @@ func openBrokerRetrying(ctx context.Context, raw string, r retrier) (broker.Brok
 		return false, nil
 	})
 	return br, err
+}
+
+// checkTable fails with store.ErrNotMigrated when the outbox table is
+// missing. It reads the bounded-cost Backlog where the store has one:
+// Stats counts every row, seconds over a million-row backlog, which a
+// relay restarted during an incident should not wait for.
+func checkTable(ctx context.Context, st store.Store) error {
+	if br, ok := st.(store.BacklogReader); ok {
+		_, err := br.Backlog(ctx)
+		return err
+	}
+	_, err := st.Stats(ctx)
+	return err
 }

@@ -90,7 +90,7 @@ type TracingConfig struct {
 	// 128, the SDK's default link limit; the rest are counted in
 	// outbox.batch.unlinked), with messaging.batch.message_count and the
 	// number that failed (outbox.batch.failed). The producers' traces then show no publish span of their own,
-	// but cost the relay next to nothing (BENCHMARKS.md §5). Default false:
+	// but cost the relay next to nothing (BENCHMARKS.md §6). Default false:
 	// a span per sampled event.
 	PerWave bool
 }

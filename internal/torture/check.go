@@ -173,16 +173,23 @@ func Check(h History) Report {
 	ds := append([]Delivery(nil), h.Deliveries...)
 	sort.SliceStable(ds, func(i, j int) bool { return ds[i].N < ds[j].N })
 	r.Deliveries = len(ds)
-	first := map[string]bool{} // event ids delivered at least once
-	good := map[string]bool{}  // … of which one delivery matched the ledger
-	last := map[string]int64{} // key → last version first-delivered
+	first := map[string]bool{}      // event ids delivered at least once
+	good := map[string]bool{}       // … of which one delivery matched the ledger
+	last := map[string]int64{}      // key → last version first-delivered
+	firstSeq := map[string]uint64{} // event id → stream seq of its first delivery
+	firstAt := map[string]int64{}   // … and when it came
 	for _, d := range ds {
 		if d.NumDelivered > 1 {
 			r.Redelivered++
 		}
 		if first[d.EventID] {
 			r.Duplicates++
-			if nearFault(d.AtMs, h.Faults, h.Lease) {
+			// The broker redelivering the one message it stored (same
+			// stream sequence, delivered again) means the consumer's ack
+			// was lost: that happens at the fault that hit the first
+			// delivery, and shows only after the consumer's AckWait.
+			redelivery := d.NumDelivered > 1 && d.StreamSeq == firstSeq[d.EventID]
+			if nearFault(d.AtMs, h.Faults, h.Lease) || (redelivery && nearFault(firstAt[d.EventID], h.Faults, h.Lease)) {
 				r.DupsNearFaults++
 			} else {
 				add("duplicate-away-from-faults", d.EventID, d.Key, fmt.Sprintf("delivery #%d at %s (stream seq %d, delivered %d times) is a duplicate and no fault was near", d.N, ms(d.AtMs), d.StreamSeq, d.NumDelivered))
@@ -190,6 +197,7 @@ func Check(h History) Report {
 			continue
 		}
 		first[d.EventID] = true
+		firstSeq[d.EventID], firstAt[d.EventID] = d.StreamSeq, d.AtMs
 		l, ok := ledger[d.EventID]
 		if !ok {
 			r.Phantom++

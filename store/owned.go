@@ -59,6 +59,10 @@ type BalanceRequest struct {
 	// Leave: the relay is stopping; give up every shard and the membership
 	// (after its work is settled). Other relays take the shards at once.
 	Leave bool
+	// HoldDeadKeys is the relay's ClaimRequest.HoldDeadKeys: Balance also
+	// unparks rows whose key no longer holds them (a bounded sweep), and a
+	// DEAD earlier event holds a key only when this is set.
+	HoldDeadKeys bool
 }
 
 // Ownership is what a relay holds after Balance.

@@ -51,7 +51,7 @@ func uniqueTable(prefix string) string {
 func dropTables(t testing.TB, pool *pgxpool.Pool, opts store.Options) {
 	t.Helper()
 	t.Cleanup(func() {
-		for _, suffix := range []string{"", "_archive", "_migrations", "_claims"} {
+		for _, suffix := range []string{"", "_archive", "_migrations", "_claims", "_shards", "_relays"} {
 			_, _ = pool.Exec(context.Background(), "DROP TABLE IF EXISTS "+pgx.Identifier{opts.Table + suffix}.Sanitize())
 		}
 		for _, suffix := range domainSuffixes {
@@ -83,6 +83,9 @@ func TestConformance(t *testing.T) {
 	storetest.Run(t, storetest.Harness{
 		Name:          "postgres",
 		ClaimedStatus: outbox.StatusNew, // claims live in <table>_claims
+		ClaimReads: func(ctx context.Context, st store.Store, req store.OwnedClaimRequest) (store.Claim, int64, error) {
+			return st.(*pgstore.Store).ClaimOwnedReads(ctx, req)
+		},
 		New: func(opts store.Options) (store.Store, error) {
 			return pgstore.New(pool, pgstore.Config{Options: opts})
 		},

@@ -165,6 +165,38 @@ WHERE status NOT IN ('NEW', 'DEAD');
 	END IF;
 END $$;
 `, t) + domain(t, "event_type", "VARCHAR(255)", q(short+"_type_t"), short+"_type_check", "VALUE <> ''"),
+		// 8: ordering by ownership (owned.go). A row's shard is computed
+		// from the row (shardExpr), so a plain-SQL INSERT names no new
+		// column; the claim walks one expression index per owned shard, in
+		// id order, over the pending rows that are not parked. parked has
+		// a constant default, so adding it rewrites nothing (PostgreSQL 11+
+		// stores the default in the catalog); the small partial index on
+		// parked rows makes "has this key parked rows" one probe. The
+		// shard leases and relay heartbeats are tables of their own, with
+		// the 64 shard rows made here. A claim in flight from an earlier
+		// version gets no shard list (NULL): until it is settled or
+		// expires, ClaimOwned treats it as touching every shard, so an
+		// upgrade during a drain cannot split a key between an old relay
+		// and a new one. The index builds take one scan of the pending
+		// rows under a SHARE lock (inserts wait for it), as migration 6's
+		// rebuild does: short for an outbox that is being drained.
+		fmt.Sprintf(`
+ALTER TABLE %[1]s ADD COLUMN IF NOT EXISTS parked BOOLEAN NOT NULL DEFAULT false;
+CREATE INDEX IF NOT EXISTS %[2]s_shard_idx ON %[1]s ((%[6]s), id) WHERE status = 'NEW' AND NOT parked;
+CREATE INDEX IF NOT EXISTS %[2]s_parked_idx ON %[1]s (event_key, id) WHERE parked;
+CREATE TABLE IF NOT EXISTS %[3]s (
+	shard       INTEGER     PRIMARY KEY,
+	owner       VARCHAR(64) NOT NULL DEFAULT '',
+	epoch       BIGINT      NOT NULL DEFAULT 0,
+	lease_until TIMESTAMPTZ NOT NULL DEFAULT '-infinity'
+);
+INSERT INTO %[3]s (shard) SELECT g FROM generate_series(0, %[7]d) g ON CONFLICT (shard) DO NOTHING;
+CREATE TABLE IF NOT EXISTS %[4]s (
+	owner       VARCHAR(64) PRIMARY KEY,
+	lease_until TIMESTAMPTZ NOT NULL
+);
+ALTER TABLE %[5]s ADD COLUMN IF NOT EXISTS shards INTEGER[];
+`, t, short, q(short+"_shards"), q(short+"_relays"), claims, shardExpr(""), numShards-1),
 	}
 }
 

@@ -242,6 +242,63 @@ func TestMigrateRefusesPendingEventsWithoutAType(t *testing.T) {
 	}
 }
 
+// Migration 8 adds ownership to a table of version 7 in place (no rewrite)
+// while an earlier version's relay has a claim in flight: that claim has
+// no shard list, so ClaimOwned claims nothing beside it until it is
+// settled, and the old relay's ack still works; then the owned claim
+// takes the rest.
+func TestMigrateToOwnership(t *testing.T) {
+	ctx := context.Background()
+	pool, s := unmigratedStore(t)
+	setup := append(s.schemaAt(7),
+		"INSERT INTO "+s.table+" (id, topic, event_key, event_type) SELECT g, 'orders', 'k' || (g % 3), 'T' FROM generate_series(1, 9) g",
+		// ids 1 to 3 in flight under version 7: no shards column yet
+		"INSERT INTO "+s.claimsTable()+" (owner, epoch, lease_until, ids, n, keys) VALUES ('old', 3, now() + interval '1 hour', '{[1,4)}', 3, '{k1,k2,k0}')",
+	)
+	for _, sql := range setup {
+		if _, err := pool.Exec(ctx, sql); err != nil {
+			t.Fatalf("%s: %v", sql, err)
+		}
+	}
+	file := func() (f uint32) {
+		if err := pool.QueryRow(ctx, "SELECT pg_relation_filenode($1::regclass)", s.table).Scan(&f); err != nil {
+			t.Fatal(err)
+		}
+		return f
+	}
+	before := file()
+	if err := s.Migrate(ctx); err != nil {
+		t.Fatalf("Migrate from version 7: %v", err)
+	}
+	if after := file(); after != before {
+		t.Errorf("migration 8 rewrote the table (file node %d, then %d)", before, after)
+	}
+	if err := s.Migrate(ctx); err != nil {
+		t.Fatalf("Migrate again: %v", err)
+	}
+	own, err := s.Balance(ctx, store.BalanceRequest{Owner: "new", LeaseFor: time.Minute})
+	if err != nil || len(own.Held) != numShards {
+		t.Fatalf("Balance after the upgrade: %d shards, %v; want all %d", len(own.Held), err, numShards)
+	}
+	req := store.OwnedClaimRequest{ClaimRequest: store.ClaimRequest{Lease: store.Lease{Owner: "new", Epoch: 1}, Limit: 100, LeaseFor: time.Minute, HoldDeadKeys: true}, Shards: own.Held}
+	c, err := s.ClaimOwned(ctx, req)
+	if err != nil || len(c.Events) != 0 {
+		t.Fatalf("ClaimOwned beside an earlier version's live claim: %d events, %v; want none (it has no shard list, so it touches every shard)", len(c.Events), err)
+	}
+	if err := s.AckClaim(ctx, store.Lease{Owner: "old", Epoch: 3}, 3); err != nil {
+		t.Fatalf("the old relay's ack after the upgrade: %v", err)
+	}
+	req.Lease.Epoch = 2
+	c, err = s.ClaimOwned(ctx, req)
+	if err != nil || len(c.Events) != 6 {
+		t.Fatalf("ClaimOwned after the old claim was acked: %d events, %v; want 6", len(c.Events), err)
+	}
+	var shards string
+	if err := pool.QueryRow(ctx, "SELECT shards::text FROM "+s.claimsTable()+" WHERE owner = 'new'").Scan(&shards); err != nil || shards == "" || shards == "{}" {
+		t.Fatalf("the owned claim's shard list: %q, %v", shards, err)
+	}
+}
+
 // schemaAt returns the statements that build s's schema as version v left
 // it (migrations 1 to v, recorded), for upgrade tests.
 func (s *Store) schemaAt(v int) []string {

@@ -87,7 +87,7 @@
 //     until it is settled or expires.
 //
 // Dialect difference: SQLite has one writer and runs embedded, so
-// sqlitestore has one shard; MariaDB's shard is crc32(event_key) & 63.
+// sqlitestore has one shard; MariaDB is to use crc32(event_key) & 63.
 //
 // Claims walk the primary key from its start, so the dead index entries of
 // drained rows slow every claim until VACUUM removes them; a Store vacuums

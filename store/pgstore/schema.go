@@ -225,3 +225,20 @@ func DomainNames(table string) []string {
 	}
 	return out
 }
+
+// tableSuffixes name the tables the migrations create, after the outbox
+// table's name ("" is the table itself).
+var tableSuffixes = []string{"", "_archive", "_migrations", "_claims", "_shards", "_relays"}
+
+// TableNames returns the names of the tables the migrations create for an
+// outbox table (in the table's schema): the table, its archive, the
+// migration bookkeeping, the claims, the shard leases and the relay
+// heartbeats. Drop them (and DomainNames) to remove a scratch table for
+// good.
+func TableNames(table string) []string {
+	out := make([]string, len(tableSuffixes))
+	for i, s := range tableSuffixes {
+		out[i] = table + s
+	}
+	return out
+}

@@ -299,6 +299,63 @@ func TestMigrateToOwnership(t *testing.T) {
 	}
 }
 
+// Over a table too big to lock for an index build, migration 8 leaves its
+// indexes to Migrate, which builds them with CREATE INDEX CONCURRENTLY
+// after the migration's transaction; an index an interrupted build left
+// invalid is dropped and built again by the next Migrate.
+func TestMigrateBuildsIndexesConcurrently(t *testing.T) {
+	ctx := context.Background()
+	pool, s := unmigratedStore(t)
+	defer func(v int64) { inTxIndexBytes = v }(inTxIndexBytes)
+	inTxIndexBytes = -1 // every table is "big"
+	setup := append(s.schemaAt(7), "INSERT INTO "+s.table+" (topic, event_key, event_type) SELECT 'orders', 'k' || (g % 7), 'T' FROM generate_series(1, 1000) g")
+	for _, sql := range setup {
+		if _, err := pool.Exec(ctx, sql); err != nil {
+			t.Fatalf("%s: %v", sql, err)
+		}
+	}
+	valid := func() map[string]bool {
+		rows, err := pool.Query(ctx, "SELECT c.relname, i.indisvalid FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid WHERE i.indrelid = $1::regclass", s.table)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer rows.Close()
+		out := map[string]bool{}
+		for rows.Next() {
+			var n string
+			var ok bool
+			_ = rows.Scan(&n, &ok)
+			out[n] = ok
+		}
+		return out
+	}
+	if err := s.Migrate(ctx); err != nil {
+		t.Fatalf("Migrate: %v", err)
+	}
+	name := s.opts.Table
+	if v := valid(); !v[name+"_shard_idx"] || !v[name+"_parked_idx"] {
+		t.Fatalf("indexes after Migrate of a big table: %v; want the shard and parked indexes, valid", v)
+	}
+	// As an interrupted CREATE INDEX CONCURRENTLY leaves it.
+	if _, err := pool.Exec(ctx, "UPDATE pg_index SET indisvalid = false WHERE indexrelid = $1::regclass", s.qualified(name+"_shard_idx")); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Migrate(ctx); err != nil {
+		t.Fatalf("Migrate over an invalid index: %v", err)
+	}
+	if v := valid(); !v[name+"_shard_idx"] {
+		t.Fatalf("the invalid shard index was not rebuilt: %v", v)
+	}
+	own, err := s.Balance(ctx, store.BalanceRequest{Owner: "a", LeaseFor: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := s.ClaimOwned(ctx, store.OwnedClaimRequest{ClaimRequest: store.ClaimRequest{Lease: store.Lease{Owner: "a", Epoch: 1}, Limit: 2000, LeaseFor: time.Minute}, Shards: own.Held})
+	if err != nil || len(c.Events) != 1000 {
+		t.Fatalf("ClaimOwned after the concurrent builds: %d events, %v; want 1000", len(c.Events), err)
+	}
+}
+
 // schemaAt returns the statements that build s's schema as version v left
 // it (migrations 1 to v, recorded), for upgrade tests.
 func (s *Store) schemaAt(v int) []string {

@@ -269,6 +269,9 @@ func (s *Store) Migrate(ctx context.Context) error {
 	if err := tx.Commit(ctx); err != nil {
 		return fmt.Errorf("pgstore: migrate: %w", err)
 	}
+	if err := s.ensureIndexes(ctx); err != nil {
+		return fmt.Errorf("pgstore: migrate: building the indexes of migration 8 concurrently: %w", err)
+	}
 	return nil
 }
 

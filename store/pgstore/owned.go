@@ -162,10 +162,23 @@ SELECT (SELECT lease_until FROM ins), COALESCE((SELECT n FROM ins), 0), (SELECT 
 // transactions as in Claim: the claim, committed, then the read of its
 // events. ErrLeaseLost when the owner holds none of the shards any more
 // (its view is stale: Balance again).
+//
+// A claim whose candidates were all held parks them and claims nothing;
+// it then runs again at once (up to maxParkingRounds times), so a relay
+// does not take an empty claim behind a held key's backlog for "caught
+// up" while other keys wait.
 func (s *Store) ClaimOwned(ctx context.Context, req store.OwnedClaimRequest) (store.Claim, error) {
-	c, _, err := s.claimOwned(ctx, req, false)
-	return c, err
+	for round := 1; ; round++ {
+		c, _, parked, err := s.claimOwned(ctx, req, false)
+		if err != nil || len(c.Events) > 0 || parked == 0 || round == maxParkingRounds {
+			return c, err
+		}
+	}
 }
+
+// maxParkingRounds bounds the claims one ClaimOwned runs while each only
+// parks rows (each reads at most about three rows per row of its batch).
+const maxParkingRounds = 8
 
 // ClaimOwnedReads is ClaimOwned run under EXPLAIN ANALYZE: it also returns
 // how many rows of the outbox table the claim statement read (index
@@ -173,14 +186,17 @@ func (s *Store) ClaimOwned(ctx context.Context, req store.OwnedClaimRequest) (st
 // diagnosis: a claim should read about as many rows as it claims and
 // parks, whatever the backlog behind it.
 func (s *Store) ClaimOwnedReads(ctx context.Context, req store.OwnedClaimRequest) (store.Claim, int64, error) {
-	return s.claimOwned(ctx, req, true)
+	c, reads, _, err := s.claimOwned(ctx, req, true)
+	return c, reads, err
 }
 
-func (s *Store) claimOwned(ctx context.Context, req store.OwnedClaimRequest, explain bool) (store.Claim, int64, error) {
+// claimOwned runs one claim; it also returns the rows of the table its
+// statement read (with explain) and how many rows it parked (without).
+func (s *Store) claimOwned(ctx context.Context, req store.OwnedClaimRequest, explain bool) (store.Claim, int64, int64, error) {
 	req = req.Normalize()
 	c := store.Claim{Lease: req.Lease}
 	if len(req.Shards) == 0 {
-		return c, 0, nil
+		return c, 0, 0, nil
 	}
 	leases := slices.Clone(req.Shards)
 	slices.SortFunc(leases, func(a, b store.ShardLease) int { return cmp.Compare(a.Shard, b.Shard) })
@@ -189,7 +205,7 @@ func (s *Store) claimOwned(ctx context.Context, req store.OwnedClaimRequest, exp
 	epochs := make([]int64, len(leases))
 	for i, l := range leases {
 		if l.Shard < 0 || l.Shard >= numShards {
-			return c, 0, fmt.Errorf("pgstore: claim: shard %d does not exist: a table has shards 0 to %d", l.Shard, numShards-1)
+			return c, 0, 0, fmt.Errorf("pgstore: claim: shard %d does not exist: a table has shards 0 to %d", l.Shard, numShards-1)
 		}
 		shards[i], epochs[i] = l.Shard, l.Epoch
 	}
@@ -222,7 +238,7 @@ func (s *Store) claimOwned(ctx context.Context, req store.OwnedClaimRequest, exp
 	defer br.Close()
 	for range 5 {
 		if _, err := br.Exec(); err != nil {
-			return store.Claim{}, 0, wrap("claim", err)
+			return store.Claim{}, 0, 0, wrap("claim", err)
 		}
 	}
 	var n, held, parked int64
@@ -230,18 +246,18 @@ func (s *Store) claimOwned(ctx context.Context, req store.OwnedClaimRequest, exp
 	if explain {
 		var plan []byte
 		if err := br.QueryRow().Scan(&plan); err != nil {
-			return store.Claim{}, 0, wrap("claim", err)
+			return store.Claim{}, 0, 0, wrap("claim", err)
 		}
 		var err error
 		if reads, err = planReads(plan, s.opts.Table); err != nil {
-			return store.Claim{}, 0, err
+			return store.Claim{}, 0, 0, err
 		}
 		// EXPLAIN returns no result rows: the counts come from the claim row.
 		held = int64(len(shards))
 	} else {
 		var until *time.Time
 		if err := br.QueryRow().Scan(&until, &n, &held, &parked); err != nil {
-			return store.Claim{}, 0, wrap("claim", err)
+			return store.Claim{}, 0, 0, wrap("claim", err)
 		}
 		if until != nil {
 			c.Until = *until
@@ -249,12 +265,12 @@ func (s *Store) claimOwned(ctx context.Context, req store.OwnedClaimRequest, exp
 	}
 	for range 2 {
 		if _, err := br.Exec(); err != nil {
-			return store.Claim{}, 0, wrap("claim", err)
+			return store.Claim{}, 0, 0, wrap("claim", err)
 		}
 	}
 	rows, err := br.Query()
 	if err != nil {
-		return store.Claim{}, 0, wrap("claim", err)
+		return store.Claim{}, 0, 0, wrap("claim", err)
 	}
 	c.Events = make([]outbox.Event, 0, n)
 	var headers []byte
@@ -264,7 +280,7 @@ func (s *Store) claimOwned(ctx context.Context, req store.OwnedClaimRequest, exp
 		e := &c.Events[len(c.Events)-1]
 		if err := rows.Scan(&e.ID, &e.EventID, &e.Topic, &e.Key, &e.Type, &e.AggregateType, &e.SchemaVersion, &e.Payload, &e.ContentType, &headers, &e.Attempts, &e.CreatedAt); err != nil {
 			rows.Close()
-			return store.Claim{}, 0, wrap("claim", err)
+			return store.Claim{}, 0, 0, wrap("claim", err)
 		}
 		var err error
 		if e.Headers, err = store.DecodeHeaders(headers); err != nil {
@@ -275,24 +291,24 @@ func (s *Store) claimOwned(ctx context.Context, req store.OwnedClaimRequest, exp
 		}
 	}
 	if err := rows.Err(); err != nil {
-		return store.Claim{}, 0, wrap("claim", err)
+		return store.Claim{}, 0, 0, wrap("claim", err)
 	}
 	if err := br.Close(); err != nil {
-		return store.Claim{}, 0, wrap("claim", err)
+		return store.Claim{}, 0, 0, wrap("claim", err)
 	}
 	if explain {
 		n = int64(len(c.Events))
 		if n > 0 {
 			if err := s.pool.QueryRow(ctx, "SELECT lease_until FROM "+claims+" WHERE owner = $1 AND epoch = $2", req.Lease.Owner, req.Lease.Epoch).Scan(&c.Until); err != nil {
-				return store.Claim{}, 0, wrap("claim", err)
+				return store.Claim{}, 0, 0, wrap("claim", err)
 			}
 		}
 	}
 	if held == 0 {
-		return store.Claim{}, reads, fmt.Errorf("pgstore: claim: owner %q holds none of the %d shards asked for (%s) under their epochs any more: %w", req.Lease.Owner, len(shards), fmtShards(leases), store.ErrLeaseLost)
+		return store.Claim{}, reads, parked, fmt.Errorf("pgstore: claim: owner %q holds none of the %d shards asked for (%s) under their epochs any more: %w", req.Lease.Owner, len(shards), fmtShards(leases), store.ErrLeaseLost)
 	}
 	if len(c.Events) != int(n) {
-		return store.Claim{}, reads, fmt.Errorf("pgstore: claim: read %d of the %d events claimed", len(c.Events), n)
+		return store.Claim{}, reads, parked, fmt.Errorf("pgstore: claim: read %d of the %d events claimed", len(c.Events), n)
 	}
 	if n == 0 {
 		c.Events = nil
@@ -305,9 +321,9 @@ func (s *Store) claimOwned(ctx context.Context, req store.OwnedClaimRequest, exp
 		s.caughtUp()
 	}
 	if c.Events, err = store.Screen(ctx, c.Lease, c.Events, bad, req.HoldDeadKeys, s.Bury, s.Release); err != nil {
-		return store.Claim{}, reads, fmt.Errorf("pgstore: claim: %w", err)
+		return store.Claim{}, reads, parked, fmt.Errorf("pgstore: claim: %w", err)
 	}
-	return c, reads, nil
+	return c, reads, parked, nil
 }
 
 // fmtShards lists shard leases as shard@epoch, for error messages.

@@ -6,6 +6,7 @@ import (
 	"database/sql"
 	"encoding/hex"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -111,4 +112,47 @@ func itoa(n int) string {
 		return string(rune('0' + n))
 	}
 	return itoa(n/10) + string(rune('0'+n%10))
+}
+
+// A claim that meets only rows of a held key parks them and runs again at
+// once: behind 3,000 rows of a key whose first event is DEAD, one
+// ClaimOwned of 1,000 returns the other keys' events, not an empty claim
+// that a relay would take for "caught up".
+func TestClaimOwnedParksThenClaims(t *testing.T) {
+	pool, _ := openPool(t)
+	ctx := context.Background()
+	st, table := migratedStore(t, pool, "own_", pgstore.Config{})
+	own, err := st.Balance(ctx, store.BalanceRequest{Owner: "a", LeaseFor: time.Minute, HoldDeadKeys: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	claim := func(epoch int64) store.Claim {
+		t.Helper()
+		c, err := st.ClaimOwned(ctx, store.OwnedClaimRequest{ClaimRequest: store.ClaimRequest{Lease: store.Lease{Owner: "a", Epoch: epoch}, Limit: 1000, LeaseFor: time.Minute, HoldDeadKeys: true}, Shards: own.Held})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	if err := st.Enqueue(ctx, outbox.Message{Topic: "orders", Key: "HOT", Type: "Head", Payload: []byte("{}")}); err != nil {
+		t.Fatal(err)
+	}
+	c := claim(1)
+	if err := st.Bury(ctx, c.Lease, []store.Burial{{ID: c.Events[0].ID, Error: "poison"}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, "INSERT INTO "+table+" (topic, event_key, event_type) SELECT 'orders', 'HOT', 'T' FROM generate_series(1, 3000)"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, "INSERT INTO "+table+" (topic, event_key, event_type) SELECT 'orders', 'k' || g, 'Other' FROM generate_series(1, 5) g"); err != nil {
+		t.Fatal(err)
+	}
+	c = claim(2)
+	if len(c.Events) != 5 {
+		t.Fatalf("ClaimOwned behind 3,000 held rows returned %d events; want the 5 of other keys", len(c.Events))
+	}
+	var parked int
+	if err := pool.QueryRow(ctx, "SELECT count(*) FROM "+table+" WHERE parked").Scan(&parked); err != nil || parked != 3000 {
+		t.Fatalf("%d rows parked (%v); want 3000", parked, err)
+	}
 }

@@ -135,14 +135,7 @@ func Run(t *testing.T, h Harness) {
 		{"ClaimAcker", s.testClaimAcker},
 	}
 	// The Owned group runs for stores that implement store.Owned.
-	if st, err := h.New(store.Options{Table: newTableName()}); err == nil {
-		if store.OwnedFor(st) != nil {
-			tests = append(tests, s.ownedTests()...)
-		} else {
-			t.Logf("%s: the store does not implement store.Owned; the Owned group is skipped", h.Name)
-		}
-		_ = st.Close()
-	}
+	tests = append(tests, s.ownedTests(t)...)
 	// The group makes Run wait for its parallel subtests, so a caller's
 	// deferred db.Close runs after them.
 	t.Run(h.Name, func(t *testing.T) {

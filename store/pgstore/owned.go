@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -91,9 +92,14 @@ func (s *Store) holdSQL(hold string) string {
 		AND EXISTS (SELECT 1 FROM ` + t + ` b WHERE b.status = 'DEAD' AND b.status <> 'NEW' AND b.event_key = c.event_key AND b.id < c.id)))`
 }
 
-// ownedSQL caches the claim statement per set of shards (its text names
-// them: one branch per shard).
-var ownedSQL sync.Map // key: table + shard list → string
+// ownedSQL caches the claim statement per table and set of shards (its
+// text names them: one branch per shard), up to maxOwnedSQL of them.
+var (
+	ownedSQL  sync.Map // key: table + shard list → string
+	ownedSQLs atomic.Int64
+)
+
+const maxOwnedSQL = 4096
 
 // ownedClaimSQL is the claim statement for the shards (sorted, distinct).
 // Parameters: $1 owner, $2 claim epoch, $3 HoldDeadKeys, $4 limit, $5
@@ -152,7 +158,11 @@ func (s *Store) ownedClaimSQL(shards []int) string {
 )
 SELECT (SELECT lease_until FROM ins), COALESCE((SELECT n FROM ins), 0), (SELECT count(*) FROM held), (SELECT count(*) FROM parking)`)
 	q := b.String()
-	ownedSQL.Store(kb.String(), q)
+	if ownedSQLs.Load() < maxOwnedSQL {
+		if _, loaded := ownedSQL.LoadOrStore(kb.String(), q); !loaded {
+			ownedSQLs.Add(1)
+		}
+	}
 	return q
 }
 

@@ -374,7 +374,8 @@ func (s *Store) Balance(ctx context.Context, req store.BalanceRequest) (store.Ow
 	shards, relays := s.shardsTable(), s.relaysTable()
 	lease := req.LeaseFor.Microseconds()
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, "SELECT set_config('statement_timeout', '5000', true), set_config('synchronous_commit', 'off', true)"); err != nil {
+		// Sequential scans off: see noSeqScan (the orphan sweep).
+		if _, err := tx.Exec(ctx, "SELECT set_config('statement_timeout', '5000', true), set_config('synchronous_commit', 'off', true), set_config('enable_seqscan', 'off', true)"); err != nil {
 			return err
 		}
 		// The owner's shard rows first, in shard order (as claims lock them).

@@ -546,9 +546,9 @@ func (s *Store) RequeueDead(ctx context.Context, q store.DeadQuery) (int64, erro
 	// The requeued keys' parked rows are unparked: the next claim
 	// decides again whether anything still holds them.
 	var n int64
-	err := s.pool.QueryRow(ctx, "WITH req AS (UPDATE "+s.table+" SET status = 'NEW', attempts = 0, next_attempt_at = now(), lease_owner = '', lease_until = NULL, parked = false"+deadFilter+
+	err := s.queryRow(ctx, "WITH req AS (UPDATE "+s.table+" SET status = 'NEW', attempts = 0, next_attempt_at = now(), lease_owner = '', lease_until = NULL, parked = false"+deadFilter+
 		" RETURNING id, event_key), "+s.unparkCTE("unparked", "SELECT event_key FROM req", "p.id IN (SELECT id FROM req)")+" SELECT count(*) FROM req",
-		q.Topic, q.Key, nonNil(q.IDs)).Scan(&n)
+		[]any{q.Topic, q.Key, nonNil(q.IDs)}, &n)
 	if err != nil {
 		return 0, wrap("requeue dead", err)
 	}
@@ -584,7 +584,7 @@ func (s *Store) Purge(ctx context.Context, req store.PurgeRequest) (int64, error
 	for {
 		var n int64
 		if req.Status == outbox.StatusDead {
-			if err := s.pool.QueryRow(ctx, sql, args...).Scan(&n); err != nil {
+			if err := s.queryRow(ctx, sql, args, &n); err != nil {
 				return total, wrap("purge", err)
 			}
 			s.deleted(n)
@@ -651,4 +651,27 @@ func wrap(op string, err error) error {
 		return fmt.Errorf("pgstore: %s: %w", op, store.ErrNotFound)
 	}
 	return fmt.Errorf("pgstore: %s: %w", op, err)
+}
+
+// noSeqScan is the transaction-local setting of statements that probe the
+// small partial indexes (parked, waiting): with a new table's missing
+// statistics PostgreSQL chose a sequential scan of the whole table for
+// "is any row parked", which finds none only at the end.
+const noSeqScan = "SELECT set_config('enable_seqscan', 'off', true)"
+
+// queryRow runs sql with noSeqScan in one round trip (a batch is one
+// implicit transaction) and scans its one row into dest.
+func (s *Store) queryRow(ctx context.Context, sql string, args []any, dest ...any) error {
+	b := &pgx.Batch{}
+	b.Queue(noSeqScan)
+	b.Queue(sql, args...)
+	br := s.pool.SendBatch(ctx, b)
+	_, err := br.Exec()
+	if err == nil {
+		err = br.QueryRow().Scan(dest...)
+	}
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	return err
 }

@@ -287,7 +287,7 @@ func (s *suite) testOwnedFairShares(t *testing.T) {
 // and its next Balance shows what it holds now.
 func (s *suite) testOwnedTakeover(t *testing.T) {
 	fx, o := s.ownedFixture(t)
-	const short = 800 * time.Millisecond
+	const short = 3 * time.Second // generous: a loaded machine may stall between two calls
 	a := balance(t, o, store.BalanceRequest{Owner: "a", LeaseFor: short})
 	if len(a.Held) != a.Shards {
 		t.Fatalf("a alone holds %d of %d shards", len(a.Held), a.Shards)
@@ -401,7 +401,7 @@ func (s *suite) testOwnedStaleClaim(t *testing.T) {
 	enqueue(t, fx, msg("k1", "K"), msg("k2", "K"))
 	a := sole(t, o, "a", true)
 	r := s.ownedReq("a", claimable(a), 10, true)
-	r.LeaseFor = 500 * time.Millisecond
+	r.LeaseFor = 3 * time.Second // generous: b must claim within it below
 	ca := claimOwned(t, o, r)
 	wantLabels(t, "a's claim", ca.Events, "k1", "k2")
 	balance(t, o, store.BalanceRequest{Owner: "a", Leave: true}) // a vanishes, as if SIGSTOPped, its shards freed
@@ -510,7 +510,7 @@ func (s *suite) testOwnedDelayed(t *testing.T) {
 	fx, o := s.ownedFixture(t)
 	own := sole(t, o, "a", true)
 	d := msg("k1", "K")
-	d.AvailableAt = time.Now().Add(1500 * time.Millisecond)
+	d.AvailableAt = time.Now().Add(4 * time.Second) // generous: the claims below must come before it
 	enqueue(t, fx, d, msg("k2", "K"), msg("o1", "O"), msg("k3", "K"))
 	c := claimOwned(t, o, s.ownedReq("a", claimable(own), 10, true))
 	wantLabels(t, "claim while k1 is delayed", c.Events, "o1")
@@ -522,7 +522,7 @@ func (s *suite) testOwnedDelayed(t *testing.T) {
 	if c := claimOwned(t, o, s.ownedReq("a", claimable(own), 10, true)); len(c.Events) != 0 {
 		t.Fatalf("claim while k1 is still delayed: %v; want nothing", labels(c.Events))
 	}
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(20 * time.Second)
 	for {
 		c = claimOwned(t, o, s.ownedReq("a", claimable(own), 10, true))
 		if len(c.Events) > 0 || time.Now().After(deadline) {
@@ -549,7 +549,7 @@ func (s *suite) testOwnedRetrying(t *testing.T) {
 	c := claimOwned(t, o, s.ownedReq("a", claimable(own), 10, true))
 	wantLabels(t, "first claim", c.Events, "k1", "k2", "o1", "k3")
 	ev := byLabel(c.Events)
-	if err := fx.Store.Retry(t.Context(), c.Lease, []store.Retry{{ID: ev["k1"].ID, Delay: time.Second, Error: "broker said no"}}); err != nil {
+	if err := fx.Store.Retry(t.Context(), c.Lease, []store.Retry{{ID: ev["k1"].ID, Delay: 4 * time.Second, Error: "broker said no"}}); err != nil {
 		t.Fatal(err)
 	}
 	if err := fx.Store.Release(t.Context(), c.Lease, []int64{ev["k2"].ID, ev["k3"].ID}); err != nil {
@@ -565,7 +565,7 @@ func (s *suite) testOwnedRetrying(t *testing.T) {
 	if n := parkedCount(t, fx); n != 3 {
 		t.Errorf("%d rows parked behind the retrying k1; want 3 (k2, k3, k4)", n)
 	}
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(20 * time.Second)
 	for {
 		c = claimOwned(t, o, s.ownedReq("a", claimable(own), 10, true))
 		if len(c.Events) > 0 || time.Now().After(deadline) {

@@ -425,6 +425,9 @@ func (s *Store) Balance(ctx context.Context, req store.BalanceRequest) (store.Ow
 		if err := rows.Err(); err != nil {
 			return err
 		}
+		// Byte order, not the database's collation: every relay computes
+		// the same ranks.
+		slices.Sort(names)
 		own.Relays = len(names)
 		share := func(owner string) int {
 			i, _ := slices.BinarySearch(names, owner)
@@ -436,7 +439,7 @@ func (s *Store) Balance(ctx context.Context, req store.BalanceRequest) (store.Ow
 		}
 		// Who holds how many live leases now.
 		holding := map[string]int{}
-		free := 0
+		var free int
 		rows, err = tx.Query(ctx, "SELECT owner, count(*) FROM "+shards+" WHERE owner <> '' AND lease_until > now() GROUP BY owner")
 		if err != nil {
 			return err

@@ -43,7 +43,9 @@ type Owned interface {
 	// ClaimOwned takes up to req.Limit ready events from req.Shards under
 	// a new claim lease req.Lease, in id order within each shard. Shards
 	// that req.Lease.Owner no longer holds under the given epoch, or that a
-	// live claim of another owner still touches, are skipped.
+	// live claim of another owner still touches, are skipped; when it holds
+	// none of them any more the error wraps ErrLeaseLost (its view is
+	// stale: Balance again). An empty claim means nothing is claimable.
 	ClaimOwned(ctx context.Context, req OwnedClaimRequest) (Claim, error)
 }
 
@@ -59,6 +61,10 @@ type BalanceRequest struct {
 	// Leave: the relay is stopping; give up every shard and the membership
 	// (after its work is settled). Other relays take the shards at once.
 	Leave bool
+	// HoldDeadKeys is the relay's ClaimRequest.HoldDeadKeys: Balance also
+	// unparks rows whose key no longer holds them (a bounded sweep), and a
+	// DEAD earlier event holds a key only when this is set.
+	HoldDeadKeys bool
 }
 
 // Ownership is what a relay holds after Balance.

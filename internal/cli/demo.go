@@ -125,7 +125,7 @@ func (d *demo) run(ctx context.Context, dir string) error {
 	defer d.db.Close()
 	d.dialect = orders.Dialect(dialect)
 	if d.table != "outbox" {
-		for _, t := range []string{d.table, d.table + "_archive", d.table + "_migrations", d.table + "_claims", d.inboxTable, d.inboxTable + "_versions"} {
+		for _, t := range []string{d.table, d.table + "_archive", d.table + "_migrations", d.table + "_claims", d.table + "_shards", d.table + "_relays", d.inboxTable, d.inboxTable + "_versions"} {
 			if _, err := d.db.ExecContext(ctx, "DROP TABLE IF EXISTS "+t); err != nil {
 				return err
 			}

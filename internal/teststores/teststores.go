@@ -142,7 +142,7 @@ func Drop(t testing.TB, kind, url, table string) {
 		return
 	}
 	defer db.Close()
-	for _, suffix := range []string{"", "_archive", "_migrations", "_claims", "_lock"} {
+	for _, suffix := range []string{"", "_archive", "_migrations", "_claims", "_shards", "_relays", "_lock"} {
 		_, _ = db.Exec("DROP TABLE IF EXISTS " + table + suffix)
 	}
 	if kind == "postgres" { // the domains of the table's columns outlive it

@@ -109,8 +109,9 @@ func (s *Store) Claim(ctx context.Context, req store.ClaimRequest) (store.Claim,
 	ORDER BY o.id
 	LIMIT $4
 )
-INSERT INTO ` + claims + ` (owner, epoch, lease_until, ids, n, keys)
-SELECT $1, $2, now() + $5 * interval '1 microsecond', range_agg(int8range(id, id, '[]')), count(*), COALESCE(array_agg(event_key) FILTER (WHERE event_key <> ''), '{}')
+INSERT INTO ` + claims + ` (owner, epoch, lease_until, ids, n, keys, shards)
+SELECT $1, $2, now() + $5 * interval '1 microsecond', range_agg(int8range(id, id, '[]')), count(*), COALESCE(array_agg(event_key) FILTER (WHERE event_key <> ''), '{}'),
+	array_agg(DISTINCT ` + shardExpr("") + `)
 FROM picked HAVING count(*) > 0
 RETURNING lease_until, n`
 	// The claim commits before its events are read, so the advisory lock
@@ -210,12 +211,18 @@ RETURNING lease_until, n`
 // key is free at once, as far as the claim goes) and drops the claim once
 // it is empty. change is one or more CTEs, the last named "changed", that
 // read the ids to change from the CTE "mine" and return one row per event
-// changed. Its arguments start at $4.
-func (s *Store) settle(ctx context.Context, op string, lease store.Lease, ids []int64, live bool, change string, args ...any) error {
+// changed. Its arguments start at $4. With unpark, the keys of the events
+// changed get their lowest parked rows unparked (see unparkCTE): their
+// next claim decides again whether the key still holds them.
+func (s *Store) settle(ctx context.Context, op string, lease store.Lease, ids []int64, live, unpark bool, change string, args ...any) error {
 	if len(ids) == 0 {
 		return nil
 	}
 	claims := s.claimsTable()
+	unparked := ""
+	if unpark {
+		unparked = ", " + s.unparkCTE("unparked", "SELECT o.event_key FROM "+s.table+" o WHERE o.id IN (SELECT id FROM mine)", "p.id = ANY($1::bigint[])")
+	}
 	alive := ""
 	if live {
 		alive = " AND lease_until > now()"
@@ -224,7 +231,7 @@ func (s *Store) settle(ctx context.Context, op string, lease store.Lease, ids []
 	SELECT ids FROM ` + claims + ` WHERE owner = $2 AND epoch = $3` + alive + ` FOR UPDATE
 ), mine AS (
 	SELECT DISTINCT x AS id FROM unnest($1::bigint[]) x WHERE x <@ (SELECT ids FROM c)
-), ` + change + `, remaining AS (
+), ` + change + unparked + `, remaining AS (
 	SELECT (SELECT ids FROM c) - (SELECT COALESCE(range_agg(int8range(x, x, '[]')), '{}') FROM unnest($1::bigint[]) x) AS ids
 ), rest AS (
 	UPDATE ` + claims + ` k SET ids = r.ids,
@@ -298,20 +305,20 @@ func (s *Store) Extend(ctx context.Context, lease store.Lease, ids []int64, d ti
 // lease need not be live (the broker has the events), but the claim must
 // still be this relay's: after a takeover nothing is changed.
 func (s *Store) Ack(ctx context.Context, lease store.Lease, ids []int64) error {
-	return s.settle(ctx, "ack", lease, ids, false, s.ackChange("", "t.id IN (SELECT id FROM mine)", "$2", "$3"))
+	return s.settle(ctx, "ack", lease, ids, false, true, s.ackChange("", "t.id IN (SELECT id FROM mine)", "$2", "$3"))
 }
 
 // ackChange is the CTE "changed" of an ack: it deletes the rows that match
 // which (an SQL condition on t and the tables of using, a USING clause or
 // empty), or with KeepSent moves them to the archive as SENT under the
-// lease in the parameters owner and epoch.
+// lease in the parameters owner and epoch. It returns their keys.
 func (s *Store) ackChange(using, which, owner, epoch string) string {
 	if !s.opts.KeepSent {
-		return "changed AS (DELETE FROM " + s.table + " t" + using + " WHERE " + which + " RETURNING 1)"
+		return "changed AS (DELETE FROM " + s.table + " t" + using + " WHERE " + which + " RETURNING t.event_key)"
 	}
 	const cols = "id, event_id, topic, event_key, event_type, aggregate_type, schema_version, payload, content_type, headers, attempts, next_attempt_at, last_error, created_at"
 	return "gone AS (DELETE FROM " + s.table + " t" + using + " WHERE " + which + " RETURNING t.*), " +
-		"changed AS (INSERT INTO " + s.archive + " (" + cols + ", lease_owner, lease_epoch, lease_until, status, sent_at) SELECT " + cols + ", " + owner + ", " + epoch + ", NULL, 'SENT', now() FROM gone RETURNING 1)"
+		"changed AS (INSERT INTO " + s.archive + " (" + cols + ", lease_owner, lease_epoch, lease_until, status, sent_at) SELECT " + cols + ", " + owner + ", " + epoch + ", NULL, 'SENT', now() FROM gone RETURNING event_key)"
 }
 
 // AckClaim acks every event of the claim lease (store.ClaimAcker): one
@@ -324,7 +331,10 @@ func (s *Store) AckClaim(ctx context.Context, lease store.Lease, n int) error {
 	change := s.ackChange(" USING (SELECT unnest(ids) AS r FROM c) u", "t.id >= lower(u.r) AND t.id < upper(u.r) AND t.status = 'NEW'", "$1", "$2")
 	b := &pgx.Batch{}
 	b.Queue(ackClaimSettings)
-	b.Queue("WITH c AS (DELETE FROM "+claims+" WHERE owner = $1 AND epoch = $2 RETURNING ids), "+change+" SELECT (SELECT count(*) FROM changed), (SELECT count(*) FROM c)", lease.Owner, lease.Epoch)
+	// The acked keys' parked rows are unparked (not those of the claim,
+	// which this statement deletes).
+	unpark := s.unparkCTE("unparked", "SELECT event_key FROM changed", "p.id <@ (SELECT ids FROM c)")
+	b.Queue("WITH c AS (DELETE FROM "+claims+" WHERE owner = $1 AND epoch = $2 RETURNING ids), "+change+", "+unpark+" SELECT (SELECT count(*) FROM changed), (SELECT count(*) FROM c)", lease.Owner, lease.Epoch)
 	br := s.pool.SendBatch(ctx, b)
 	var changed, found int64
 	_, err := br.Exec()
@@ -357,7 +367,7 @@ func (s *Store) Retry(ctx context.Context, lease store.Lease, retries []store.Re
 	}
 	change := "changed AS (UPDATE " + s.table + " t SET attempts = t.attempts + 1, next_attempt_at = now() + u.delay_us * interval '1 microsecond', last_error = u.err " +
 		"FROM unnest($1::bigint[], $4::bigint[], $5::text[]) AS u(id, delay_us, err) WHERE t.id = u.id AND t.id IN (SELECT id FROM mine) AND t.status = 'NEW' RETURNING 1)"
-	return s.settle(ctx, "retry", lease, ids, true, change, delays, errs)
+	return s.settle(ctx, "retry", lease, ids, true, false, change, delays, errs)
 }
 
 // Bury marks events DEAD with their reason. The lease must still be live.
@@ -369,12 +379,12 @@ func (s *Store) Bury(ctx context.Context, lease store.Lease, burials []store.Bur
 	}
 	change := "changed AS (UPDATE " + s.table + " t SET status = 'DEAD', attempts = t.attempts + 1, last_error = u.err " +
 		"FROM unnest($1::bigint[], $4::text[]) AS u(id, err) WHERE t.id = u.id AND t.id IN (SELECT id FROM mine) AND t.status = 'NEW' RETURNING 1)"
-	return s.settle(ctx, "bury", lease, ids, true, change, errs)
+	return s.settle(ctx, "bury", lease, ids, true, true, change, errs)
 }
 
 // Release gives events back untouched: they leave the claim and are free
 // again. The lease must still be live.
 func (s *Store) Release(ctx context.Context, lease store.Lease, ids []int64) error {
 	change := "changed AS (SELECT 1 FROM " + s.table + " t WHERE t.id IN (SELECT id FROM mine) AND t.status = 'NEW')"
-	return s.settle(ctx, "release", lease, ids, true, change)
+	return s.settle(ctx, "release", lease, ids, true, true, change)
 }

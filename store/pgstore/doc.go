@@ -4,8 +4,8 @@
 // pgx.Batch so the event rides the business statements' round trip
 // (EnqueueInBatch), and gives the relay engine its claim/ack/retry seam.
 //
-// Claims are one round trip: an advisory transaction lock that serializes
-// claims of one table (so two relays never hold events of one key at once),
+// Claims (Claim, the exclusion engine; ClaimOwned below) are one round
+// trip: an advisory transaction lock that serializes claims of one table (so two relays never hold events of one key at once),
 // the takeover of expired claims, and one statement that reads the next free
 // rows in id order and records them as one row of <table>_claims (owner,
 // fencing epoch, lease expiry, the ids as ranges, the keys); that
@@ -18,6 +18,76 @@
 // ack walks the primary key once per range. One small partial index
 // covers only dead and delayed rows, so ordinary inserts maintain just the
 // primary key and the event_id unique index.
+//
+// # Ordering by ownership (store.Owned, engine v2)
+//
+// Claim keeps per-key order by exclusion: one advisory lock serializes
+// every claimer, and a claim skips each row whose key is in any live
+// claim, so concurrency is bounded by the number of distinct keys and a
+// claim reads past every row of the held keys (measured: a 1,000-key
+// backlog drained at a third of the 100,000-key rate, and slower as the
+// backlog grew). Balance and ClaimOwned order by ownership instead, as
+// Kafka consumer groups do with partitions:
+//
+//   - Shards. A table has 64 shards. A row's shard is computed by the
+//     database from the row (a keyless row's id, or hashtext of the key,
+//     masked to 6 bits: shardExpr), so a plain-SQL producer names no new
+//     column: all of a key's rows are in one shard, keyless rows spread by
+//     id. An expression index on (shard, id) over the pending rows that
+//     are not parked serves the claim.
+//   - Leases. <table>_shards holds one row per shard (owner, epoch,
+//     lease_until), <table>_relays one heartbeat per relay. Balance renews
+//     the caller's leases and membership, takes free or expired shards up
+//     to its fair share (64 / live relays; the first 64 mod n relays by
+//     name get one more, so the shares sum to 64), raising the shard's
+//     epoch on every change of hands, and marks the shards over the share
+//     Revoke when another relay is short and no free shard is left. A
+//     shard changes hands only when its owner releases it (after settling
+//     its events) or its lease expires: cooperative, like franz-go's
+//     cooperative-sticky balancer. Every time is the database's clock.
+//   - Claims. ClaimOwned locks the caller's shard rows (FOR UPDATE: a
+//     takeover skips them, and two claims of one owner run one after the
+//     other), takes over expired claims touching them, then in one
+//     statement checks each shard is still the caller's under its epoch,
+//     skips the shards a live claim of another owner touches (a claim row
+//     records its shard list), and merges one walk per shard of the shard
+//     index in id order under the batch's LIMIT (a Merge Append: it reads
+//     as far as the batch needs). There is no global lock and no key
+//     exclusion against the owner's own claims: the relay may claim a
+//     key's next events while the earlier ones are in flight and orders
+//     them itself. A claim costs O(batch + the owner's own rows in
+//     flight), whatever the backlog behind it.
+//   - Parking. A keyed row is not claimable while an earlier row of its
+//     key waits for a retry or a delayed AvailableAt, is DEAD (with
+//     HoldDeadKeys), or is parked. The claim that meets such a row sets its
+//     parked column, so it leaves the shard index and no claim reads it
+//     again: a claim behind 100,000 rows of a held key reads about its
+//     batch (storetest's Owned/ClaimReadsBounded counts it with EXPLAIN
+//     ANALYZE). A key's parked rows are unparked, lowest ids first and at
+//     most 1,000 per statement, by the ack of one of its rows (the
+//     blocking row, once due, is claimed and acked like any other), by a
+//     bury or release, by RequeueDead and by the purge of its DEAD rows;
+//     each guarded by one probe of a partial index on parked rows, so a
+//     table with none pays nothing. Parking is a cache, never the truth:
+//     the claim decides holds from the rows as they are, so a row unparked
+//     too early is parked again, and Balance sweeps a bounded number of
+//     keys per call for parked rows with nothing holding them any more (a
+//     requeue or purge that committed while a claim was parking).
+//   - Fencing is unchanged: every state change checks the claim's (owner,
+//     epoch) under its row lock, and a takeover deletes the expired claim
+//     row, which waits for that lock. A stopped relay that wakes finds its
+//     claims taken over (ErrLeaseLost), its ClaimOwned refused with
+//     ErrLeaseLost when it holds none of the shards it names, and its
+//     Balance showing new epochs.
+//   - Upgrades. Claim records its shard list too, and takes the advisory
+//     lock exclusively while ClaimOwned takes it shared, so a relay of the
+//     exclusion engine (an earlier version during a rolling upgrade) never
+//     claims beside an owned claim it cannot see. A claim an earlier
+//     version wrote has no shard list and counts as touching every shard
+//     until it is settled or expires.
+//
+// Dialect difference: SQLite has one writer and runs embedded, so
+// sqlitestore has one shard; MariaDB is to use crc32(event_key) & 63.
 //
 // Claims walk the primary key from its start, so the dead index entries of
 // drained rows slow every claim until VACUUM removes them; a Store vacuums

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -33,7 +34,7 @@ func unmigratedStore(t *testing.T) (*pgxpool.Pool, *Store) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		for _, suffix := range []string{"", "_archive", "_migrations", "_claims"} {
+		for _, suffix := range []string{"", "_archive", "_migrations", "_claims", "_shards", "_relays"} {
 			_, _ = pool.Exec(context.Background(), "DROP TABLE IF EXISTS "+name+suffix)
 		}
 		for _, suffix := range []string{"_status_t", "_topic_t", "_version_t", "_headers_t", "_type_t"} {
@@ -76,8 +77,8 @@ func TestMigrateFromVersion1(t *testing.T) {
 		_ = rows.Scan(&n)
 		indexes = append(indexes, n)
 	}
-	want := []string{name + "_event_id_key", name + "_pkey", name + "_waiting_idx"}
-	if len(indexes) != len(want) || indexes[0] != want[0] || indexes[1] != want[1] || indexes[2] != want[2] {
+	want := []string{name + "_event_id_key", name + "_parked_idx", name + "_pkey", name + "_shard_idx", name + "_waiting_idx"}
+	if !slices.Equal(indexes, want) {
 		t.Errorf("indexes after the upgrade: %v; want %v", indexes, want)
 	}
 	c, err := s.Claim(ctx, store.ClaimRequest{Lease: store.Lease{Owner: "new-relay", Epoch: 1}, Limit: 10, LeaseFor: time.Minute, HoldDeadKeys: true})
@@ -238,6 +239,120 @@ func TestMigrateRefusesPendingEventsWithoutAType(t *testing.T) {
 	c, err := s.Claim(ctx, store.ClaimRequest{Lease: store.Lease{Owner: "relay", Epoch: 1}, Limit: 10, LeaseFor: time.Minute})
 	if err != nil || len(c.Events) != 2 {
 		t.Fatalf("Claim after the upgrade: %d events, %v; want both, delivered, not buried", len(c.Events), err)
+	}
+}
+
+// Migration 8 adds ownership to a table of version 7 in place (no rewrite)
+// while an earlier version's relay has a claim in flight: that claim has
+// no shard list, so ClaimOwned claims nothing beside it until it is
+// settled, and the old relay's ack still works; then the owned claim
+// takes the rest.
+func TestMigrateToOwnership(t *testing.T) {
+	ctx := context.Background()
+	pool, s := unmigratedStore(t)
+	setup := append(s.schemaAt(7),
+		"INSERT INTO "+s.table+" (id, topic, event_key, event_type) SELECT g, 'orders', 'k' || (g % 3), 'T' FROM generate_series(1, 9) g",
+		// ids 1 to 3 in flight under version 7: no shards column yet
+		"INSERT INTO "+s.claimsTable()+" (owner, epoch, lease_until, ids, n, keys) VALUES ('old', 3, now() + interval '1 hour', '{[1,4)}', 3, '{k1,k2,k0}')",
+	)
+	for _, sql := range setup {
+		if _, err := pool.Exec(ctx, sql); err != nil {
+			t.Fatalf("%s: %v", sql, err)
+		}
+	}
+	file := func() (f uint32) {
+		if err := pool.QueryRow(ctx, "SELECT pg_relation_filenode($1::regclass)", s.table).Scan(&f); err != nil {
+			t.Fatal(err)
+		}
+		return f
+	}
+	before := file()
+	if err := s.Migrate(ctx); err != nil {
+		t.Fatalf("Migrate from version 7: %v", err)
+	}
+	if after := file(); after != before {
+		t.Errorf("migration 8 rewrote the table (file node %d, then %d)", before, after)
+	}
+	if err := s.Migrate(ctx); err != nil {
+		t.Fatalf("Migrate again: %v", err)
+	}
+	own, err := s.Balance(ctx, store.BalanceRequest{Owner: "new", LeaseFor: time.Minute})
+	if err != nil || len(own.Held) != numShards {
+		t.Fatalf("Balance after the upgrade: %d shards, %v; want all %d", len(own.Held), err, numShards)
+	}
+	req := store.OwnedClaimRequest{ClaimRequest: store.ClaimRequest{Lease: store.Lease{Owner: "new", Epoch: 1}, Limit: 100, LeaseFor: time.Minute, HoldDeadKeys: true}, Shards: own.Held}
+	c, err := s.ClaimOwned(ctx, req)
+	if err != nil || len(c.Events) != 0 {
+		t.Fatalf("ClaimOwned beside an earlier version's live claim: %d events, %v; want none (it has no shard list, so it touches every shard)", len(c.Events), err)
+	}
+	if err := s.AckClaim(ctx, store.Lease{Owner: "old", Epoch: 3}, 3); err != nil {
+		t.Fatalf("the old relay's ack after the upgrade: %v", err)
+	}
+	req.Lease.Epoch = 2
+	c, err = s.ClaimOwned(ctx, req)
+	if err != nil || len(c.Events) != 6 {
+		t.Fatalf("ClaimOwned after the old claim was acked: %d events, %v; want 6", len(c.Events), err)
+	}
+	var shards string
+	if err := pool.QueryRow(ctx, "SELECT shards::text FROM "+s.claimsTable()+" WHERE owner = 'new'").Scan(&shards); err != nil || shards == "" || shards == "{}" {
+		t.Fatalf("the owned claim's shard list: %q, %v", shards, err)
+	}
+}
+
+// Over a table too big to lock for an index build, migration 8 leaves its
+// indexes to Migrate, which builds them with CREATE INDEX CONCURRENTLY
+// after the migration's transaction; an index an interrupted build left
+// invalid is dropped and built again by the next Migrate.
+func TestMigrateBuildsIndexesConcurrently(t *testing.T) {
+	ctx := context.Background()
+	pool, s := unmigratedStore(t)
+	defer func(v int64) { inTxIndexBytes = v }(inTxIndexBytes)
+	inTxIndexBytes = -1 // every table is "big"
+	setup := append(s.schemaAt(7), "INSERT INTO "+s.table+" (topic, event_key, event_type) SELECT 'orders', 'k' || (g % 7), 'T' FROM generate_series(1, 1000) g")
+	for _, sql := range setup {
+		if _, err := pool.Exec(ctx, sql); err != nil {
+			t.Fatalf("%s: %v", sql, err)
+		}
+	}
+	valid := func() map[string]bool {
+		rows, err := pool.Query(ctx, "SELECT c.relname, i.indisvalid FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid WHERE i.indrelid = $1::regclass", s.table)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer rows.Close()
+		out := map[string]bool{}
+		for rows.Next() {
+			var n string
+			var ok bool
+			_ = rows.Scan(&n, &ok)
+			out[n] = ok
+		}
+		return out
+	}
+	if err := s.Migrate(ctx); err != nil {
+		t.Fatalf("Migrate: %v", err)
+	}
+	name := s.opts.Table
+	if v := valid(); !v[name+"_shard_idx"] || !v[name+"_parked_idx"] {
+		t.Fatalf("indexes after Migrate of a big table: %v; want the shard and parked indexes, valid", v)
+	}
+	// As an interrupted CREATE INDEX CONCURRENTLY leaves it.
+	if _, err := pool.Exec(ctx, "UPDATE pg_index SET indisvalid = false WHERE indexrelid = $1::regclass", s.qualified(name+"_shard_idx")); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Migrate(ctx); err != nil {
+		t.Fatalf("Migrate over an invalid index: %v", err)
+	}
+	if v := valid(); !v[name+"_shard_idx"] {
+		t.Fatalf("the invalid shard index was not rebuilt: %v", v)
+	}
+	own, err := s.Balance(ctx, store.BalanceRequest{Owner: "a", LeaseFor: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := s.ClaimOwned(ctx, store.OwnedClaimRequest{ClaimRequest: store.ClaimRequest{Lease: store.Lease{Owner: "a", Epoch: 1}, Limit: 2000, LeaseFor: time.Minute}, Shards: own.Held})
+	if err != nil || len(c.Events) != 1000 {
+		t.Fatalf("ClaimOwned after the concurrent builds: %d events, %v; want 1000", len(c.Events), err)
 	}
 }
 

@@ -105,6 +105,11 @@ type Store struct {
 	backgroundCtx    context.Context
 	cancelBackground context.CancelFunc
 
+	// sweepAfter is the key after which Balance's next orphan sweep
+	// starts ("" from the first).
+	sweepMu    sync.Mutex
+	sweepAfter string
+
 	mu         sync.Mutex
 	wakeups    store.Wakeups
 	listening  bool
@@ -263,6 +268,9 @@ func (s *Store) Migrate(ctx context.Context) error {
 	}
 	if err := tx.Commit(ctx); err != nil {
 		return fmt.Errorf("pgstore: migrate: %w", err)
+	}
+	if err := s.ensureIndexes(ctx); err != nil {
+		return fmt.Errorf("pgstore: migrate: building the indexes of migration 8 concurrently: %w", err)
 	}
 	return nil
 }
@@ -535,15 +543,19 @@ func (s *Store) ListDead(ctx context.Context, q store.DeadQuery) ([]store.Record
 
 // RequeueDead turns matching DEAD events back into NEW with attempts 0.
 func (s *Store) RequeueDead(ctx context.Context, q store.DeadQuery) (int64, error) {
-	tag, err := s.pool.Exec(ctx, "UPDATE "+s.table+" SET status = 'NEW', attempts = 0, next_attempt_at = now(), lease_owner = '', lease_until = NULL"+deadFilter,
-		q.Topic, q.Key, nonNil(q.IDs))
+	// The requeued keys' parked rows are unparked: the next claim
+	// decides again whether anything still holds them.
+	var n int64
+	err := s.queryRow(ctx, "WITH req AS (UPDATE "+s.table+" SET status = 'NEW', attempts = 0, next_attempt_at = now(), lease_owner = '', lease_until = NULL, parked = false"+deadFilter+
+		" RETURNING id, event_key), "+s.unparkCTE("unparked", "SELECT event_key FROM req", "p.id IN (SELECT id FROM req)")+" SELECT count(*) FROM req",
+		[]any{q.Topic, q.Key, nonNil(q.IDs)}, &n)
 	if err != nil {
 		return 0, wrap("requeue dead", err)
 	}
-	if tag.RowsAffected() > 0 {
+	if n > 0 {
 		s.wake(ctx)
 	}
-	return tag.RowsAffected(), nil
+	return n, nil
 }
 
 // Purge deletes SENT (archived) or DEAD events older than req.OlderThan in
@@ -558,7 +570,9 @@ func (s *Store) Purge(ctx context.Context, req store.PurgeRequest) (int64, error
 	case outbox.StatusSent:
 		sql = "DELETE FROM " + s.archive + " WHERE id IN (SELECT id FROM " + s.archive + " WHERE sent_at < now() - $1 * interval '1 microsecond' LIMIT $2)"
 	case outbox.StatusDead:
-		sql = "DELETE FROM " + s.table + " WHERE id IN (SELECT id FROM " + s.table + " WHERE status = 'DEAD' AND created_at < now() - $1 * interval '1 microsecond' AND ($3 = '' OR topic = $3) AND ($4 = '' OR event_key = $4) AND (cardinality($5::bigint[]) = 0 OR id = ANY($5)) LIMIT $2)"
+		// The purged keys' parked rows are unparked (see RequeueDead).
+		sql = "WITH gone AS (DELETE FROM " + s.table + " WHERE id IN (SELECT id FROM " + s.table + " WHERE status = 'DEAD' AND created_at < now() - $1 * interval '1 microsecond' AND ($3 = '' OR topic = $3) AND ($4 = '' OR event_key = $4) AND (cardinality($5::bigint[]) = 0 OR id = ANY($5)) LIMIT $2) RETURNING event_key), " +
+			s.unparkCTE("unparked", "SELECT event_key FROM gone", "") + " SELECT count(*) FROM gone"
 	default:
 		return 0, fmt.Errorf("pgstore: purge: status must be SENT or DEAD, not %q", req.Status)
 	}
@@ -568,15 +582,24 @@ func (s *Store) Purge(ctx context.Context, req store.PurgeRequest) (int64, error
 	}
 	var total int64
 	for {
-		tag, err := s.pool.Exec(ctx, sql, args...)
-		if err != nil {
-			return total, wrap("purge", err)
-		}
-		total += tag.RowsAffected()
+		var n int64
 		if req.Status == outbox.StatusDead {
-			s.deleted(tag.RowsAffected())
+			if err := s.queryRow(ctx, sql, args, &n); err != nil {
+				return total, wrap("purge", err)
+			}
+			s.deleted(n)
+			if n > 0 {
+				s.wake(ctx)
+			}
+		} else {
+			tag, err := s.pool.Exec(ctx, sql, args...)
+			if err != nil {
+				return total, wrap("purge", err)
+			}
+			n = tag.RowsAffected()
 		}
-		if tag.RowsAffected() < int64(req.BatchSize) {
+		total += n
+		if n < int64(req.BatchSize) {
 			return total, nil
 		}
 	}
@@ -628,4 +651,27 @@ func wrap(op string, err error) error {
 		return fmt.Errorf("pgstore: %s: %w", op, store.ErrNotFound)
 	}
 	return fmt.Errorf("pgstore: %s: %w", op, err)
+}
+
+// noSeqScan is the transaction-local setting of statements that probe the
+// small partial indexes (parked, waiting): with a new table's missing
+// statistics PostgreSQL chose a sequential scan of the whole table for
+// "is any row parked", which finds none only at the end.
+const noSeqScan = "SELECT set_config('enable_seqscan', 'off', true)"
+
+// queryRow runs sql with noSeqScan in one round trip (a batch is one
+// implicit transaction) and scans its one row into dest.
+func (s *Store) queryRow(ctx context.Context, sql string, args []any, dest ...any) error {
+	b := &pgx.Batch{}
+	b.Queue(noSeqScan)
+	b.Queue(sql, args...)
+	br := s.pool.SendBatch(ctx, b)
+	_, err := br.Exec()
+	if err == nil {
+		err = br.QueryRow().Scan(dest...)
+	}
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	return err
 }

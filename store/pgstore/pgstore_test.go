@@ -6,6 +6,7 @@ import (
 	"database/sql"
 	"encoding/hex"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -51,7 +52,7 @@ func uniqueTable(prefix string) string {
 func dropTables(t testing.TB, pool *pgxpool.Pool, opts store.Options) {
 	t.Helper()
 	t.Cleanup(func() {
-		for _, suffix := range []string{"", "_archive", "_migrations", "_claims"} {
+		for _, suffix := range []string{"", "_archive", "_migrations", "_claims", "_shards", "_relays"} {
 			_, _ = pool.Exec(context.Background(), "DROP TABLE IF EXISTS "+pgx.Identifier{opts.Table + suffix}.Sanitize())
 		}
 		for _, suffix := range domainSuffixes {
@@ -83,6 +84,9 @@ func TestConformance(t *testing.T) {
 	storetest.Run(t, storetest.Harness{
 		Name:          "postgres",
 		ClaimedStatus: outbox.StatusNew, // claims live in <table>_claims
+		ClaimReads: func(ctx context.Context, st store.Store, req store.OwnedClaimRequest) (store.Claim, int64, error) {
+			return st.(*pgstore.Store).ClaimOwnedReads(ctx, req)
+		},
 		New: func(opts store.Options) (store.Store, error) {
 			return pgstore.New(pool, pgstore.Config{Options: opts})
 		},
@@ -108,4 +112,94 @@ func itoa(n int) string {
 		return string(rune('0' + n))
 	}
 	return itoa(n/10) + string(rune('0'+n%10))
+}
+
+// A claim that meets only rows of a held key parks them and runs again at
+// once: behind 3,000 rows of a key whose first event is DEAD, one
+// ClaimOwned of 1,000 returns the other keys' events, not an empty claim
+// that a relay would take for "caught up".
+func TestClaimOwnedParksThenClaims(t *testing.T) {
+	pool, _ := openPool(t)
+	ctx := context.Background()
+	st, table := migratedStore(t, pool, "own_", pgstore.Config{})
+	own, err := st.Balance(ctx, store.BalanceRequest{Owner: "a", LeaseFor: time.Minute, HoldDeadKeys: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	claim := func(epoch int64) store.Claim {
+		t.Helper()
+		c, err := st.ClaimOwned(ctx, store.OwnedClaimRequest{ClaimRequest: store.ClaimRequest{Lease: store.Lease{Owner: "a", Epoch: epoch}, Limit: 1000, LeaseFor: time.Minute, HoldDeadKeys: true}, Shards: own.Held})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	if err := st.Enqueue(ctx, outbox.Message{Topic: "orders", Key: "HOT", Type: "Head", Payload: []byte("{}")}); err != nil {
+		t.Fatal(err)
+	}
+	c := claim(1)
+	if err := st.Bury(ctx, c.Lease, []store.Burial{{ID: c.Events[0].ID, Error: "poison"}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, "INSERT INTO "+table+" (topic, event_key, event_type) SELECT 'orders', 'HOT', 'T' FROM generate_series(1, 3000)"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, "INSERT INTO "+table+" (topic, event_key, event_type) SELECT 'orders', 'k' || g, 'Other' FROM generate_series(1, 5) g"); err != nil {
+		t.Fatal(err)
+	}
+	c = claim(2)
+	if len(c.Events) != 5 {
+		t.Fatalf("ClaimOwned behind 3,000 held rows returned %d events; want the 5 of other keys", len(c.Events))
+	}
+	var parked int
+	if err := pool.QueryRow(ctx, "SELECT count(*) FROM "+table+" WHERE parked").Scan(&parked); err != nil || parked != 3000 {
+		t.Fatalf("%d rows parked (%v); want 3000", parked, err)
+	}
+}
+
+// During a rolling upgrade an exclusion-mode relay (Claim) and an owned
+// one (ClaimOwned) share a table: neither claims a key the other holds in
+// flight, and a key's events still come in order.
+func TestClaimBesideClaimOwned(t *testing.T) {
+	pool, _ := openPool(t)
+	ctx := context.Background()
+	st, _ := migratedStore(t, pool, "mix_", pgstore.Config{})
+	msgs := []outbox.Message{}
+	for _, l := range []string{"k1", "k2", "k3"} {
+		msgs = append(msgs, outbox.Message{Topic: "orders", Key: "K", Type: l, Payload: []byte("{}")})
+	}
+	if err := st.Enqueue(ctx, msgs...); err != nil {
+		t.Fatal(err)
+	}
+	old, err := st.Claim(ctx, store.ClaimRequest{Lease: store.Lease{Owner: "old", Epoch: 1}, Limit: 1, LeaseFor: time.Minute})
+	if err != nil || len(old.Events) != 1 || old.Events[0].Type != "k1" {
+		t.Fatalf("Claim: %v %v; want k1", old.Events, err)
+	}
+	own, err := st.Balance(ctx, store.BalanceRequest{Owner: "new", LeaseFor: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := store.OwnedClaimRequest{ClaimRequest: store.ClaimRequest{Lease: store.Lease{Owner: "new", Epoch: 1}, Limit: 10, LeaseFor: time.Minute}, Shards: own.Held}
+	if c, err := st.ClaimOwned(ctx, req); err != nil || len(c.Events) != 0 {
+		t.Fatalf("ClaimOwned while Claim holds k1: %v %v; want nothing of K", c.Events, err)
+	}
+	if err := st.AckClaim(ctx, old.Lease, 1); err != nil {
+		t.Fatal(err)
+	}
+	req.Lease.Epoch = 2
+	req.Limit = 1
+	c, err := st.ClaimOwned(ctx, req)
+	if err != nil || len(c.Events) != 1 || c.Events[0].Type != "k2" {
+		t.Fatalf("ClaimOwned after k1's ack: %v %v; want k2", c.Events, err)
+	}
+	if o, err := st.Claim(ctx, store.ClaimRequest{Lease: store.Lease{Owner: "old", Epoch: 2}, Limit: 10, LeaseFor: time.Minute}); err != nil || len(o.Events) != 0 {
+		t.Fatalf("Claim while ClaimOwned holds k2: %v %v; want nothing of K", o.Events, err)
+	}
+	if err := st.AckClaim(ctx, c.Lease, 1); err != nil {
+		t.Fatal(err)
+	}
+	o, err := st.Claim(ctx, store.ClaimRequest{Lease: store.Lease{Owner: "old", Epoch: 3}, Limit: 10, LeaseFor: time.Minute})
+	if err != nil || len(o.Events) != 1 || o.Events[0].Type != "k3" {
+		t.Fatalf("Claim after k2's ack: %v %v; want k3", o.Events, err)
+	}
 }

@@ -1,6 +1,7 @@
 package pgstore
 
 import (
+	"context"
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
@@ -165,6 +166,46 @@ WHERE status NOT IN ('NEW', 'DEAD');
 	END IF;
 END $$;
 `, t) + domain(t, "event_type", "VARCHAR(255)", q(short+"_type_t"), short+"_type_check", "VALUE <> ''"),
+		// 8: ordering by ownership (owned.go). A row's shard is computed
+		// from the row (shardExpr), so a plain-SQL INSERT names no new
+		// column; the claim walks one expression index per owned shard, in
+		// id order, over the pending rows that are not parked. parked has
+		// a constant default, so adding it rewrites nothing (PostgreSQL 11+
+		// stores the default in the catalog); the small partial index on
+		// parked rows makes "has this key parked rows" one probe. The
+		// shard leases and relay heartbeats are tables of their own, with
+		// the 64 shard rows made here. A claim in flight from an earlier
+		// version gets no shard list (NULL): until it is settled or
+		// expires, ClaimOwned treats it as touching every shard, so an
+		// upgrade during a drain cannot split a key between an old relay
+		// and a new one. The two indexes are built in the migration's
+		// transaction when the table is small (an index build holds a
+		// SHARE lock: inserts wait for it; measured here, 1.5 s for the
+		// shard index over 1,000,000 pending rows); over a bigger table
+		// Migrate builds them afterwards with CREATE INDEX CONCURRENTLY,
+		// which lets producers write all along (ensureIndexes).
+		fmt.Sprintf(`
+ALTER TABLE %[1]s ADD COLUMN IF NOT EXISTS parked BOOLEAN NOT NULL DEFAULT false;
+DO $$ BEGIN
+	IF pg_relation_size('%[1]s') <= %[8]d THEN
+		%[9]s;
+		%[10]s;
+	END IF;
+END $$;
+CREATE TABLE IF NOT EXISTS %[3]s (
+	shard       INTEGER     PRIMARY KEY,
+	owner       VARCHAR(64) NOT NULL DEFAULT '',
+	epoch       BIGINT      NOT NULL DEFAULT 0,
+	lease_until TIMESTAMPTZ NOT NULL DEFAULT '-infinity'
+);
+INSERT INTO %[3]s (shard) SELECT g FROM generate_series(0, %[7]d) g ON CONFLICT (shard) DO NOTHING;
+CREATE TABLE IF NOT EXISTS %[4]s (
+	owner       VARCHAR(64) PRIMARY KEY,
+	lease_until TIMESTAMPTZ NOT NULL
+);
+ALTER TABLE %[5]s ADD COLUMN IF NOT EXISTS shards INTEGER[];
+`, t, short, q(short+"_shards"), q(short+"_relays"), claims, shardExpr(""), numShards-1, inTxIndexBytes,
+			ownedIndexes(t, short)[0].create(false), ownedIndexes(t, short)[1].create(false)),
 	}
 }
 
@@ -192,4 +233,114 @@ func DomainNames(table string) []string {
 		out[i] = table + s
 	}
 	return out
+}
+
+// tableSuffixes name the tables the migrations create, after the outbox
+// table's name ("" is the table itself).
+var tableSuffixes = []string{"", "_archive", "_migrations", "_claims", "_shards", "_relays"}
+
+// TableNames returns the names of the tables the migrations create for an
+// outbox table (in the table's schema): the table, its archive, the
+// migration bookkeeping, the claims, the shard leases and the relay
+// heartbeats. Drop them (and DomainNames) to remove a scratch table for
+// good.
+func TableNames(table string) []string {
+	out := make([]string, len(tableSuffixes))
+	for i, s := range tableSuffixes {
+		out[i] = table + s
+	}
+	return out
+}
+
+// inTxIndexBytes: migration 8 builds its indexes in its transaction when
+// the table is at most this big (about 150,000 small events; a build of
+// well under a second), and Migrate builds them concurrently afterwards
+// over a bigger one.
+var inTxIndexBytes int64 = 32 << 20
+
+// index is one index of the outbox table: its name (in the table's
+// schema) and what follows "ON".
+type index struct{ table, name, def string }
+
+func (x index) create(concurrently bool) string {
+	c := ""
+	if concurrently {
+		c = "CONCURRENTLY "
+	}
+	return "CREATE INDEX " + c + "IF NOT EXISTS " + x.name + " ON " + x.table + " " + x.def
+}
+
+// ownedIndexes are migration 8's indexes of table t (quoted), whose
+// unquoted name is short: the shard index the claim walks and the parked
+// rows' index the hold and unpark probes read.
+func ownedIndexes(t, short string) []index {
+	return []index{
+		{t, short + "_shard_idx", "((" + shardExpr("") + "), id) WHERE status = 'NEW' AND NOT parked"},
+		{t, short + "_parked_idx", "(event_key, id) WHERE parked"},
+	}
+}
+
+// ensureIndexes builds migration 8's indexes with CREATE INDEX
+// CONCURRENTLY when the migration left them out (a big table) or a build
+// was interrupted (an invalid index, dropped first). One process builds at
+// a time; another Migrate meanwhile returns at once. Until they exist the
+// owned claim still works, by a slower plan.
+func (s *Store) ensureIndexes(ctx context.Context) error {
+	want := ownedIndexes(s.table, s.opts.Table)
+	missing := func(q interface {
+		Query(context.Context, string, ...any) (pgx.Rows, error)
+	}) ([]index, error) {
+		rows, err := q.Query(ctx, "SELECT c.relname, i.indisvalid FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid WHERE i.indrelid = $1::regclass", s.table)
+		if err != nil {
+			return nil, err
+		}
+		valid := map[string]bool{}
+		for rows.Next() {
+			var name string
+			var ok bool
+			if err := rows.Scan(&name, &ok); err != nil {
+				rows.Close()
+				return nil, err
+			}
+			valid[name] = ok
+		}
+		if err := rows.Err(); err != nil {
+			return nil, err
+		}
+		var out []index
+		for _, x := range want {
+			if !valid[x.name] {
+				out = append(out, x)
+			}
+		}
+		return out, nil
+	}
+	todo, err := missing(s.pool)
+	if err != nil || len(todo) == 0 {
+		return err
+	}
+	conn, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Release()
+	key := s.opts.LockKey("migrate-index")
+	var got bool
+	if err := conn.QueryRow(ctx, "SELECT pg_try_advisory_lock($1)", key).Scan(&got); err != nil || !got {
+		return err // another process builds them
+	}
+	defer conn.Exec(context.WithoutCancel(ctx), "SELECT pg_advisory_unlock($1)", key) //nolint:errcheck // the session ends the lock anyway
+	if todo, err = missing(conn); err != nil {
+		return err
+	}
+	for _, x := range todo {
+		// An invalid index is what an interrupted concurrent build leaves.
+		if _, err := conn.Exec(ctx, "DROP INDEX CONCURRENTLY IF EXISTS "+s.qualified(x.name)); err != nil {
+			return fmt.Errorf("index %s: %w", x.name, err)
+		}
+		if _, err := conn.Exec(ctx, x.create(true)); err != nil {
+			return fmt.Errorf("index %s: %w", x.name, err)
+		}
+	}
+	return nil
 }

@@ -1,6 +1,7 @@
 package storetest
 
 import (
+	"context"
 	"crypto/rand"
 	"database/sql"
 	"encoding/hex"
@@ -38,7 +39,8 @@ type Harness struct {
 	// Open returns a store for opts (opts.Table is a unique name chosen by
 	// the suite). It must register t.Cleanup to drop the table, its
 	// archive (Table+"_archive"), bookkeeping (Table+"_migrations", and
-	// Table+"_claims" where the store keeps one), and
+	// Table+"_claims", Table+"_shards" and Table+"_relays" where the store
+	// keeps them), and
 	// to close the store. It must NOT migrate. Required.
 	Open func(t *testing.T, opts store.Options) Fixture
 	// New constructs a store over the same database without creating
@@ -58,6 +60,12 @@ type Harness struct {
 	// per batch in a table of its own (PostgreSQL) leaves the row NEW and
 	// reports SENDING through Get and Stats; the suite checks both.
 	ClaimedStatus outbox.Status
+	// ClaimReads, for a store that implements store.Owned, runs one
+	// ClaimOwned on st and reports how many rows of the outbox table it
+	// read (pgstore: EXPLAIN ANALYZE of its claim statement). The Owned
+	// group then checks that a claim reads O(batch) rows behind a held
+	// key with 100,000 rows; nil skips that check.
+	ClaimReads func(ctx context.Context, st store.Store, req store.OwnedClaimRequest) (store.Claim, int64, error)
 }
 
 // Dollar is the PostgreSQL placeholder: $1, $2, …
@@ -126,6 +134,8 @@ func Run(t *testing.T, h Harness) {
 		{"Notifier", s.testNotifier},
 		{"ClaimAcker", s.testClaimAcker},
 	}
+	// The Owned group runs for stores that implement store.Owned.
+	tests = append(tests, s.ownedTests(t)...)
 	// The group makes Run wait for its parallel subtests, so a caller's
 	// deferred db.Close runs after them.
 	t.Run(h.Name, func(t *testing.T) {

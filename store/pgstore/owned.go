@@ -1,0 +1,592 @@
+package pgstore
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	outbox "github.com/outbox-go/outbox"
+	"github.com/outbox-go/outbox/store"
+)
+
+// Ordering by ownership (store.Owned); the why is in doc.go.
+
+// numShards is S, the number of shards of a table: a power of two, so a
+// shard is a bit mask of the row's hash.
+const numShards = 64
+
+// shardExpr is the SQL of a row's shard, over the columns of alias (""
+// for the bare columns, as in the index definition): a keyed row's is the
+// hash of its key, a keyless row's its id. The claim's text must match the
+// index expression exactly for PostgreSQL to use the index.
+func shardExpr(alias string) string {
+	p := ""
+	if alias != "" {
+		p = alias + "."
+	}
+	return fmt.Sprintf("(CASE WHEN %[1]sevent_key = '' THEN %[1]sid ELSE hashtext(%[1]sevent_key) END) & %[2]d", p, numShards-1)
+}
+
+// ShardOf returns the shard of a row with this key and id, as the database
+// computes it (hashtext is PostgreSQL's own hash, so this asks it).
+func (s *Store) ShardOf(ctx context.Context, key string, id int64) (int, error) {
+	var shard int
+	err := s.pool.QueryRow(ctx, "SELECT ((CASE WHEN $1::text = '' THEN $2::bigint ELSE hashtext($1::text) END) & "+strconv.Itoa(numShards-1)+")::int", key, id).Scan(&shard)
+	return shard, wrap("shard", err)
+}
+
+// unparkLimit bounds the rows one statement unparks (per key, and in all).
+const unparkLimit = 1000
+
+// sweepKeys is how many keys with parked rows one Balance looks at.
+const sweepKeys = 100
+
+func (s *Store) shardsTable() string { return s.qualified(s.opts.Table + "_shards") }
+func (s *Store) relaysTable() string { return s.qualified(s.opts.Table + "_relays") }
+
+var _ store.Owned = (*Store)(nil)
+
+// unparkCTE is a CTE named name that unparks, lowest ids first, at most
+// unparkLimit parked rows of the keys keys (an SQL query of one text
+// column) has, except those among the ids not (an SQL condition on p.id,
+// or ""): rows the same statement changes otherwise, which one statement
+// must not modify twice. An uncorrelated EXISTS on the parked index comes
+// first, so when the table has no parked row (the common case) it costs
+// one probe.
+func (s *Store) unparkCTE(name, keys, not string) string {
+	if not != "" {
+		not = " AND NOT (" + not + ")"
+	}
+	lim := strconv.Itoa(unparkLimit)
+	return name + ` AS (UPDATE ` + s.table + ` u SET parked = false FROM (
+	SELECT p.id FROM (SELECT DISTINCT k FROM (` + keys + `) x(k) WHERE k <> '') g
+	CROSS JOIN LATERAL (SELECT p.id FROM ` + s.table + ` p WHERE p.parked AND p.event_key = g.k` + not + ` ORDER BY p.id LIMIT ` + lim + `) p
+	WHERE EXISTS (SELECT 1 FROM ` + s.table + ` e WHERE e.parked)
+	LIMIT ` + lim + `) z
+WHERE u.id = z.id AND u.parked RETURNING 1)`
+}
+
+// holdSQL is the condition that a keyed row c (columns c.id, c.event_key)
+// is held by an earlier row of its key: one waiting for a retry or a
+// delayed AvailableAt, DEAD (when the parameter hold is true), or parked.
+// Each probe of a small partial index is guarded by an uncorrelated EXISTS
+// (computed once per statement), so a table without such rows pays
+// nothing per row.
+func (s *Store) holdSQL(hold string) string {
+	t := s.table
+	return `c.event_key <> '' AND (
+	(EXISTS (SELECT 1 FROM ` + t + ` e WHERE e.parked) AND EXISTS (SELECT 1 FROM ` + t + ` p WHERE p.parked AND p.event_key = c.event_key AND p.id < c.id))
+	OR (EXISTS (SELECT 1 FROM ` + t + ` d WHERE d.status = 'NEW' AND d.next_attempt_at > d.created_at AND d.next_attempt_at > now())
+		AND EXISTS (SELECT 1 FROM ` + t + ` b WHERE b.status = 'NEW' AND b.next_attempt_at > b.created_at AND b.event_key = c.event_key AND b.id < c.id AND b.next_attempt_at > now()))
+	OR (` + hold + ` AND EXISTS (SELECT 1 FROM ` + t + ` d WHERE d.status = 'DEAD' AND d.status <> 'NEW')
+		AND EXISTS (SELECT 1 FROM ` + t + ` b WHERE b.status = 'DEAD' AND b.status <> 'NEW' AND b.event_key = c.event_key AND b.id < c.id)))`
+}
+
+// ownedSQL caches the claim statement per table and set of shards (its
+// text names them: one branch per shard), up to maxOwnedSQL of them.
+var (
+	ownedSQL  sync.Map // key: table + shard list → string
+	ownedSQLs atomic.Int64
+)
+
+const maxOwnedSQL = 4096
+
+// ownedClaimSQL is the claim statement for the shards (sorted, distinct).
+// Parameters: $1 owner, $2 claim epoch, $3 HoldDeadKeys, $4 limit, $5
+// lease in µs, $6 the shards, $7 their epochs.
+//
+// held: the shards the owner still holds under those epochs (locked by
+// the statement before, so no takeover runs in between). ok: those that no
+// live claim of another owner touches (an earlier version's claim has no
+// shard list and touches all). cand: a merge of one walk per shard of the
+// shard index in id order (a Merge Append under the LIMIT: it reads only
+// as far as the batch needs, whatever the backlog), skipping the owner's
+// own claimed ids and rows not due; a branch whose shard is not ok is cut
+// off by a one-time filter. judged: each candidate held or not by an
+// earlier row of its key; held ones are parked, the others claimed.
+func (s *Store) ownedClaimSQL(shards []int) string {
+	var kb strings.Builder
+	kb.WriteString(s.table)
+	for _, sh := range shards {
+		kb.WriteByte(',')
+		kb.WriteString(strconv.Itoa(sh))
+	}
+	if q, ok := ownedSQL.Load(kb.String()); ok {
+		return q.(string)
+	}
+	expr := shardExpr("o")
+	var b strings.Builder
+	b.WriteString(`WITH held AS (
+	SELECT s.shard FROM ` + s.shardsTable() + ` s JOIN unnest($6::int[], $7::bigint[]) AS r(shard, epoch) ON r.shard = s.shard
+	WHERE s.owner = $1 AND s.epoch = r.epoch AND s.lease_until > now()
+), ok AS (
+	SELECT COALESCE(array_agg(h.shard), '{}') AS a FROM held h
+	WHERE NOT EXISTS (SELECT 1 FROM ` + s.claimsTable() + ` c WHERE c.owner <> $1 AND c.lease_until > now() AND (c.shards IS NULL OR h.shard = ANY(c.shards)))
+), mine AS (
+	SELECT COALESCE(range_agg(c.ids), '{}') AS r FROM ` + s.claimsTable() + ` c WHERE c.owner = $1
+), cand AS (
+	SELECT u.id, u.event_key, u.shard FROM (`)
+	for i, sh := range shards {
+		if i > 0 {
+			b.WriteString("\n\tUNION ALL ")
+		}
+		n := strconv.Itoa(sh)
+		b.WriteString(`(SELECT o.id, o.event_key, ` + n + ` AS shard FROM ` + s.table + ` o WHERE ` + expr + ` = ` + n +
+			` AND o.status = 'NEW' AND NOT o.parked AND o.next_attempt_at <= now() AND NOT (o.id <@ (SELECT r FROM mine)) AND (SELECT ` + n + ` = ANY(a) FROM ok) ORDER BY o.id)`)
+	}
+	b.WriteString(`) u ORDER BY u.id LIMIT $4
+), judged AS (
+	SELECT c.id, c.event_key, c.shard, (` + s.holdSQL("$3::bool") + `) AS held FROM cand c
+), parking AS (
+	UPDATE ` + s.table + ` t SET parked = true WHERE t.id = ANY(ARRAY(SELECT id FROM judged WHERE held)) AND NOT t.parked RETURNING 1
+), ins AS (
+	INSERT INTO ` + s.claimsTable() + ` (owner, epoch, lease_until, ids, n, keys, shards)
+	SELECT $1, $2, now() + $5 * interval '1 microsecond', range_agg(int8range(id, id, '[]')), count(*),
+		COALESCE(array_agg(event_key) FILTER (WHERE event_key <> ''), '{}'), array_agg(DISTINCT shard)
+	FROM judged WHERE NOT held HAVING count(*) > 0
+	RETURNING lease_until, n
+)
+SELECT (SELECT lease_until FROM ins), COALESCE((SELECT n FROM ins), 0), (SELECT count(*) FROM held), (SELECT count(*) FROM parking)`)
+	q := b.String()
+	if ownedSQLs.Load() < maxOwnedSQL {
+		if _, loaded := ownedSQL.LoadOrStore(kb.String(), q); !loaded {
+			ownedSQLs.Add(1)
+		}
+	}
+	return q
+}
+
+// ClaimOwned takes up to req.Limit ready events from the shards of
+// req.Shards that req.Lease.Owner still holds under their epochs and that
+// no live claim of another owner touches, in id order. One round trip, two
+// transactions as in Claim: the claim, committed, then the read of its
+// events. ErrLeaseLost when the owner holds none of the shards any more
+// (its view is stale: Balance again).
+//
+// A claim whose candidates were all held parks them and claims nothing;
+// it then runs again at once (up to maxParkingRounds times), so a relay
+// does not take an empty claim behind a held key's backlog for "caught
+// up" while other keys wait.
+func (s *Store) ClaimOwned(ctx context.Context, req store.OwnedClaimRequest) (store.Claim, error) {
+	for round := 1; ; round++ {
+		c, _, parked, err := s.claimOwned(ctx, req, false)
+		if err != nil || len(c.Events) > 0 || parked == 0 || round == maxParkingRounds {
+			return c, err
+		}
+	}
+}
+
+// maxParkingRounds bounds the claims one ClaimOwned runs while each only
+// parks rows (each reads at most about three rows per row of its batch).
+const maxParkingRounds = 8
+
+// ClaimOwnedReads is ClaimOwned run under EXPLAIN ANALYZE: it also returns
+// how many rows of the outbox table the claim statement read (index
+// entries and heap rows its scans returned or filtered out). For tests and
+// diagnosis: a claim should read about as many rows as it claims and
+// parks, whatever the backlog behind it.
+func (s *Store) ClaimOwnedReads(ctx context.Context, req store.OwnedClaimRequest) (store.Claim, int64, error) {
+	c, reads, _, err := s.claimOwned(ctx, req, true)
+	return c, reads, err
+}
+
+// claimOwned runs one claim; it also returns the rows of the table its
+// statement read (with explain) and how many rows it parked (without).
+func (s *Store) claimOwned(ctx context.Context, req store.OwnedClaimRequest, explain bool) (store.Claim, int64, int64, error) {
+	req = req.Normalize()
+	c := store.Claim{Lease: req.Lease}
+	if len(req.Shards) == 0 {
+		return c, 0, 0, nil
+	}
+	leases := slices.Clone(req.Shards)
+	slices.SortFunc(leases, func(a, b store.ShardLease) int { return cmp.Compare(a.Shard, b.Shard) })
+	leases = slices.CompactFunc(leases, func(a, b store.ShardLease) bool { return a.Shard == b.Shard })
+	shards := make([]int, len(leases))
+	epochs := make([]int64, len(leases))
+	for i, l := range leases {
+		if l.Shard < 0 || l.Shard >= numShards {
+			return c, 0, 0, fmt.Errorf("pgstore: claim: shard %d does not exist: a table has shards 0 to %d", l.Shard, numShards-1)
+		}
+		shards[i], epochs[i] = l.Shard, l.Epoch
+	}
+	claims := s.claimsTable()
+	sql := s.ownedClaimSQL(shards)
+	if explain {
+		sql = "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + sql
+	}
+	b := &pgx.Batch{}
+	b.Queue("BEGIN")
+	b.Queue(claimSettings)
+	// Shared with every other ClaimOwned: an exclusion-mode Claim (an
+	// earlier version's relay during an upgrade) takes it exclusively,
+	// so it never runs beside an owned claim it cannot see.
+	b.Queue("SELECT pg_advisory_xact_lock_shared($1)", s.claimLock)
+	// Lock the owner's shard rows, in shard order: a takeover (Balance)
+	// skips them and a renewal waits until this claim commits, and two
+	// claims of one owner over the same shards run one after the other.
+	// The claim statement below then sees the shard rows as locked.
+	b.Queue("SELECT shard FROM "+s.shardsTable()+" WHERE shard = ANY($1::int[]) AND owner = $2 ORDER BY shard FOR UPDATE", shards, req.Lease.Owner)
+	// Take over the expired claims touching these shards (rows locked in
+	// one order, so two claimers cannot deadlock); deleting one waits for
+	// a stale holder's state change in progress, as in Claim.
+	b.Queue("DELETE FROM "+claims+" WHERE (owner, epoch) IN (SELECT owner, epoch FROM "+claims+" WHERE lease_until <= now() AND (shards IS NULL OR shards && $1::int[]) ORDER BY owner, epoch FOR UPDATE)", shards)
+	b.Queue(sql, req.Lease.Owner, req.Lease.Epoch, req.HoldDeadKeys, req.Limit, req.LeaseFor.Microseconds(), shards, epochs)
+	b.Queue("COMMIT")
+	b.Queue(readSettings)
+	b.Queue("SELECT "+prefixed(eventCols, "o.")+" FROM (SELECT unnest(k.ids) AS r FROM "+claims+" k WHERE k.owner = $1 AND k.epoch = $2) c JOIN "+s.table+" o ON o.id >= lower(c.r) AND o.id < upper(c.r)", req.Lease.Owner, req.Lease.Epoch)
+	br := s.pool.SendBatch(ctx, b)
+	defer br.Close()
+	for range 5 {
+		if _, err := br.Exec(); err != nil {
+			return store.Claim{}, 0, 0, wrap("claim", err)
+		}
+	}
+	var n, held, parked int64
+	var reads int64
+	if explain {
+		var plan []byte
+		if err := br.QueryRow().Scan(&plan); err != nil {
+			return store.Claim{}, 0, 0, wrap("claim", err)
+		}
+		var err error
+		if reads, err = planReads(plan, s.opts.Table); err != nil {
+			return store.Claim{}, 0, 0, err
+		}
+		// EXPLAIN returns no result rows: the counts come from the claim row.
+		held = int64(len(shards))
+	} else {
+		var until *time.Time
+		if err := br.QueryRow().Scan(&until, &n, &held, &parked); err != nil {
+			return store.Claim{}, 0, 0, wrap("claim", err)
+		}
+		if until != nil {
+			c.Until = *until
+		}
+	}
+	for range 2 {
+		if _, err := br.Exec(); err != nil {
+			return store.Claim{}, 0, 0, wrap("claim", err)
+		}
+	}
+	rows, err := br.Query()
+	if err != nil {
+		return store.Claim{}, 0, 0, wrap("claim", err)
+	}
+	c.Events = make([]outbox.Event, 0, n)
+	var headers []byte
+	var bad map[int64]error
+	for rows.Next() {
+		c.Events = append(c.Events, outbox.Event{})
+		e := &c.Events[len(c.Events)-1]
+		if err := rows.Scan(&e.ID, &e.EventID, &e.Topic, &e.Key, &e.Type, &e.AggregateType, &e.SchemaVersion, &e.Payload, &e.ContentType, &headers, &e.Attempts, &e.CreatedAt); err != nil {
+			rows.Close()
+			return store.Claim{}, 0, 0, wrap("claim", err)
+		}
+		var err error
+		if e.Headers, err = store.DecodeHeaders(headers); err != nil {
+			if bad == nil {
+				bad = map[int64]error{}
+			}
+			bad[e.ID] = err
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return store.Claim{}, 0, 0, wrap("claim", err)
+	}
+	if err := br.Close(); err != nil {
+		return store.Claim{}, 0, 0, wrap("claim", err)
+	}
+	if explain {
+		n = int64(len(c.Events))
+		if n > 0 {
+			if err := s.pool.QueryRow(ctx, "SELECT lease_until FROM "+claims+" WHERE owner = $1 AND epoch = $2", req.Lease.Owner, req.Lease.Epoch).Scan(&c.Until); err != nil {
+				return store.Claim{}, 0, 0, wrap("claim", err)
+			}
+		}
+	}
+	if held == 0 {
+		return store.Claim{}, reads, parked, fmt.Errorf("pgstore: claim: owner %q holds none of the %d shards asked for (%s) under their epochs any more: %w", req.Lease.Owner, len(shards), fmtShards(leases), store.ErrLeaseLost)
+	}
+	if len(c.Events) != int(n) {
+		return store.Claim{}, reads, parked, fmt.Errorf("pgstore: claim: read %d of the %d events claimed", len(c.Events), n)
+	}
+	if n == 0 {
+		c.Events = nil
+	}
+	byID := func(a, b outbox.Event) int { return cmp.Compare(a.ID, b.ID) }
+	if !slices.IsSortedFunc(c.Events, byID) {
+		slices.SortFunc(c.Events, byID)
+	}
+	if int(n)+int(parked) < req.Limit {
+		s.caughtUp()
+	}
+	if c.Events, err = store.Screen(ctx, c.Lease, c.Events, bad, req.HoldDeadKeys, s.Bury, s.Release); err != nil {
+		return store.Claim{}, reads, parked, fmt.Errorf("pgstore: claim: %w", err)
+	}
+	return c, reads, parked, nil
+}
+
+// fmtShards lists shard leases as shard@epoch, for error messages.
+func fmtShards(ls []store.ShardLease) string {
+	parts := make([]string, 0, min(len(ls), 8))
+	for i, l := range ls {
+		if i == 8 {
+			parts = append(parts, "…")
+			break
+		}
+		parts = append(parts, strconv.Itoa(l.Shard)+"@"+strconv.FormatInt(l.Epoch, 10))
+	}
+	return strings.Join(parts, " ")
+}
+
+// Balance heartbeats req.Owner, gives up req.Release (or everything, with
+// Leave), renews what it holds, takes free or expired shards up to its
+// fair share and marks the shards over it Revoke when another relay is
+// short and no free shard is left for it. One transaction, several
+// statements (it runs every few seconds, not per event); the database
+// clock throughout. It also unparks orphans: parked rows whose key no
+// longer has an earlier row holding it (a requeue or purge that raced a
+// claim), a bounded number of keys per call.
+func (s *Store) Balance(ctx context.Context, req store.BalanceRequest) (store.Ownership, error) {
+	req = req.Normalize()
+	own := store.Ownership{Shards: numShards}
+	if req.Owner == "" {
+		return own, errors.New("pgstore: balance: the owner is empty; give each relay process a unique owner name")
+	}
+	if len(req.Owner) > 64 {
+		return own, fmt.Errorf("pgstore: balance: owner %q is longer than 64 bytes; use a shorter relay name", req.Owner)
+	}
+	for _, sh := range req.Release {
+		if sh < 0 || sh >= numShards {
+			return own, fmt.Errorf("pgstore: balance: shard %d does not exist: a table has shards 0 to %d", sh, numShards-1)
+		}
+	}
+	shards, relays := s.shardsTable(), s.relaysTable()
+	lease := req.LeaseFor.Microseconds()
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		// Sequential scans off: see noSeqScan (the orphan sweep).
+		if _, err := tx.Exec(ctx, "SELECT set_config('statement_timeout', '5000', true), set_config('synchronous_commit', 'off', true), set_config('enable_seqscan', 'off', true)"); err != nil {
+			return err
+		}
+		// The owner's shard rows first, in shard order (as claims lock them).
+		if _, err := tx.Exec(ctx, "SELECT shard FROM "+shards+" WHERE owner = $1 ORDER BY shard FOR UPDATE", req.Owner); err != nil {
+			return err
+		}
+		if req.Leave {
+			if _, err := tx.Exec(ctx, "UPDATE "+shards+" SET owner = '', lease_until = '-infinity' WHERE owner = $1", req.Owner); err != nil {
+				return err
+			}
+			if _, err := tx.Exec(ctx, "DELETE FROM "+relays+" WHERE owner = $1", req.Owner); err != nil {
+				return err
+			}
+			return tx.QueryRow(ctx, "SELECT count(*) FROM "+relays+" WHERE lease_until > now()").Scan(&own.Relays)
+		}
+		if err := tx.QueryRow(ctx, "INSERT INTO "+relays+" (owner, lease_until) VALUES ($1, now() + $2 * interval '1 microsecond') ON CONFLICT (owner) DO UPDATE SET lease_until = EXCLUDED.lease_until RETURNING lease_until", req.Owner, lease).Scan(&own.Until); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, "DELETE FROM "+relays+" WHERE lease_until <= now() - interval '1 minute'"); err != nil {
+			return err
+		}
+		if len(req.Release) > 0 {
+			if _, err := tx.Exec(ctx, "UPDATE "+shards+" SET owner = '', lease_until = '-infinity' WHERE owner = $1 AND shard = ANY($2::int[])", req.Owner, req.Release); err != nil {
+				return err
+			}
+		}
+		// Renew: a shard whose lease ran out but that nobody took is still
+		// this owner's (same epoch: nobody held it in between).
+		if _, err := tx.Exec(ctx, "UPDATE "+shards+" SET lease_until = now() + $2 * interval '1 microsecond' WHERE owner = $1", req.Owner, lease); err != nil {
+			return err
+		}
+		// The live relays in name order: the first S mod n of them get one
+		// shard more, so the shares sum to S.
+		var names []string
+		rows, err := tx.Query(ctx, "SELECT owner FROM "+relays+" WHERE lease_until > now() ORDER BY owner")
+		if err != nil {
+			return err
+		}
+		for rows.Next() {
+			var n string
+			if err := rows.Scan(&n); err != nil {
+				rows.Close()
+				return err
+			}
+			names = append(names, n)
+		}
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		// Byte order, not the database's collation: every relay computes
+		// the same ranks.
+		slices.Sort(names)
+		own.Relays = len(names)
+		share := func(owner string) int {
+			i, _ := slices.BinarySearch(names, owner)
+			n := len(names)
+			if i < numShards%n {
+				return numShards/n + 1
+			}
+			return numShards / n
+		}
+		// Who holds how many live leases now.
+		holding := map[string]int{}
+		var free int
+		rows, err = tx.Query(ctx, "SELECT owner, count(*) FROM "+shards+" WHERE owner <> '' AND lease_until > now() GROUP BY owner")
+		if err != nil {
+			return err
+		}
+		for rows.Next() {
+			var o string
+			var n int
+			if err := rows.Scan(&o, &n); err != nil {
+				rows.Close()
+				return err
+			}
+			holding[o] = n
+		}
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		taken := 0
+		for _, n := range holding {
+			taken += n
+		}
+		free = numShards - taken
+		mine := holding[req.Owner]
+		if want := share(req.Owner); mine < want && free > 0 {
+			// Free shards (released, never held) before expired ones, whose
+			// dead owner's claims may still hold events for a while.
+			tag, err := tx.Exec(ctx, "UPDATE "+shards+" SET owner = $1, epoch = epoch + 1, lease_until = now() + $2 * interval '1 microsecond' WHERE shard IN (SELECT shard FROM "+shards+
+				" WHERE owner = '' OR lease_until <= now() ORDER BY owner <> '', shard LIMIT $3 FOR UPDATE SKIP LOCKED)", req.Owner, lease, want-mine)
+			if err != nil {
+				return err
+			}
+			mine += int(tag.RowsAffected())
+			free -= int(tag.RowsAffected())
+		}
+		if err := s.readHeld(ctx, tx, req.Owner, &own); err != nil {
+			return err
+		}
+		// Revoke the shards over the fair share when other live relays are
+		// short of theirs by more than the free shards can make up.
+		if over := len(own.Held) - share(req.Owner); over > 0 {
+			short := 0
+			for _, n := range names {
+				if n != req.Owner {
+					short += max(0, share(n)-holding[n])
+				}
+			}
+			for i := len(own.Held) - 1; i >= 0 && over > 0 && short > free; i-- {
+				own.Held[i].Revoke = true
+				over--
+				short--
+			}
+		}
+		return s.sweep(ctx, tx, req.HoldDeadKeys)
+	})
+	if err != nil {
+		return store.Ownership{Shards: numShards}, wrap("balance", err)
+	}
+	return own, nil
+}
+
+// readHeld fills own.Held with the shards owner holds, in shard order.
+func (s *Store) readHeld(ctx context.Context, tx pgx.Tx, owner string, own *store.Ownership) error {
+	rows, err := tx.Query(ctx, "SELECT shard, epoch FROM "+s.shardsTable()+" WHERE owner = $1 AND lease_until > now() ORDER BY shard", owner)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	own.Held = own.Held[:0]
+	for rows.Next() {
+		var l store.ShardLease
+		if err := rows.Scan(&l.Shard, &l.Epoch); err != nil {
+			return err
+		}
+		own.Held = append(own.Held, l)
+	}
+	return rows.Err()
+}
+
+// sweep unparks orphans: it visits up to sweepKeys keys with parked rows
+// (a loose index scan of the parked index, from where this Store's last
+// sweep stopped, wrapping around), and unparks the lowest parked rows of
+// each key that no earlier row holds any more (retrying or delayed, or
+// DEAD when hold). Parking is a cache of the claim's hold rule; a requeue
+// or purge that commits while a claim parks a row of its key can leave
+// the row parked behind nothing, and this is what finds it.
+func (s *Store) sweep(ctx context.Context, tx pgx.Tx, hold bool) error {
+	s.sweepMu.Lock()
+	after := s.sweepAfter
+	s.sweepMu.Unlock()
+	t := s.table
+	hc := strings.NewReplacer("c.id", "v.id", "c.event_key", "v.key").Replace(s.holdSQL("$3::bool"))
+	q := `WITH RECURSIVE k(key, id) AS (
+	(SELECT event_key, id FROM ` + t + ` WHERE parked AND event_key > $1 ORDER BY event_key, id LIMIT 1)
+	UNION ALL
+	(SELECT n.event_key, n.id FROM k CROSS JOIN LATERAL (SELECT event_key, id FROM ` + t + ` WHERE parked AND event_key > k.key ORDER BY event_key, id LIMIT 1) n)
+), visited AS (
+	SELECT key, id FROM k LIMIT $2
+), orphans AS (
+	SELECT v.key FROM visited v WHERE NOT (` + hc + `)
+), ` + s.unparkCTE("unparked", "SELECT key FROM orphans", "") + `
+SELECT COALESCE((SELECT max(key) FROM visited), ''), (SELECT count(*) FROM visited), (SELECT count(*) FROM unparked)`
+	var last string
+	var visited, unparked int64
+	if err := tx.QueryRow(ctx, q, after, sweepKeys, hold).Scan(&last, &visited, &unparked); err != nil {
+		return err
+	}
+	if visited < sweepKeys {
+		last = ""
+	}
+	s.sweepMu.Lock()
+	s.sweepAfter = last
+	s.sweepMu.Unlock()
+	if unparked > 0 {
+		s.signal()
+	}
+	return nil
+}
+
+// planReads sums, over an EXPLAIN (ANALYZE, FORMAT JSON) plan, the rows
+// every scan of table returned or filtered out, times its loops.
+func planReads(plan []byte, table string) (int64, error) {
+	var root []struct {
+		Plan planNode `json:"Plan"`
+	}
+	if err := json.Unmarshal(plan, &root); err != nil || len(root) == 0 {
+		return 0, fmt.Errorf("pgstore: claim: reading the EXPLAIN output: %v", err)
+	}
+	var sum func(n *planNode) float64
+	sum = func(n *planNode) float64 {
+		var r float64
+		if n.Relation == table && strings.Contains(n.Type, "Scan") {
+			r = (n.Rows + n.Filtered + n.Rechecked) * n.Loops
+		}
+		for i := range n.Plans {
+			r += sum(&n.Plans[i])
+		}
+		return r
+	}
+	return int64(sum(&root[0].Plan) + 0.5), nil
+}
+
+// planNode is the part of an EXPLAIN JSON node planReads reads.
+type planNode struct {
+	Type      string     `json:"Node Type"`
+	Relation  string     `json:"Relation Name"`
+	Rows      float64    `json:"Actual Rows"`
+	Loops     float64    `json:"Actual Loops"`
+	Filtered  float64    `json:"Rows Removed by Filter"`
+	Rechecked float64    `json:"Rows Removed by Index Recheck"`
+	Plans     []planNode `json:"Plans"`
+}

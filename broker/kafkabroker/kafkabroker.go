@@ -233,6 +233,18 @@ func Dial(rawURL string, cfg Config) (*Broker, error) {
 	return b, nil
 }
 
+// CheckURL reports whether rawURL is a broker URL Dial understands (see
+// Dial), without connecting: for a command line to refuse a mistake before
+// it opens anything else. Its errors never show a password.
+func CheckURL(rawURL string) error {
+	var cfg Config
+	if _, _, err := parseURL(rawURL, &cfg); err != nil {
+		return redact.Error(err, rawURL)
+	}
+	_, err := cfg.withDefaults()
+	return err
+}
+
 // retryBackoff is franz-go's request retry backoff, capped lower (100ms
 // doubling to 1s, with jitter from the client) so a broker restart heals
 // within a publish deadline.

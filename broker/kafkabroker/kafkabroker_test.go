@@ -152,3 +152,64 @@ func TestConformanceKfake(t *testing.T) {
 		},
 	})
 }
+
+// restartable is a kfake cluster that keeps its data in a directory and
+// can be stopped and started again on the same ports.
+type restartable struct {
+	mu    sync.Mutex
+	c     *kfake.Cluster
+	dir   string
+	ports []int
+}
+
+func startRestartable(t *testing.T) (*restartable, string) {
+	t.Helper()
+	r := &restartable{dir: t.TempDir()}
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.DataDir(r.dir), kfake.SyncWrites())
+	if err != nil {
+		t.Fatalf("kfake: %v", err)
+	}
+	r.c = c
+	for _, a := range c.ListenAddrs() {
+		var port int
+		if _, err := fmt.Sscanf(a[strings.LastIndexByte(a, ':')+1:], "%d", &port); err != nil {
+			t.Fatal(err)
+		}
+		r.ports = append(r.ports, port)
+	}
+	t.Cleanup(func() {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		r.c.Close()
+	})
+	return r, strings.Join(c.ListenAddrs(), ",")
+}
+
+func (r *restartable) restart(t *testing.T) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.c.Close()
+	time.Sleep(300 * time.Millisecond)
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.Ports(r.ports...), kfake.DataDir(r.dir), kfake.SyncWrites())
+	if err != nil {
+		t.Fatalf("kfake restart: %v", err)
+	}
+	r.c = c
+}
+
+// The suite again on a one-broker kfake that keeps its log on disk, so
+// that the Restart check can stop and start it on the same port.
+func TestConformanceKfakeRestart(t *testing.T) {
+	r, seeds := startRestartable(t)
+	admin := client(t, seeds)
+	brokertest.Run(t, brokertest.Harness{
+		Name: "kafkabroker (kfake, restartable)",
+		New: func(t *testing.T, topic string) (broker.Broker, brokertest.Receiver) {
+			createTopic(t, admin, topic, 1)
+			return dial(t, seeds, kafkabroker.Config{}), newReceiver(t, seeds, topic)
+		},
+		MaxPayload: kafkabroker.DefaultMaxMessage,
+		Transport:  broker.Kafka,
+		Restart:    r.restart,
+	})
+}

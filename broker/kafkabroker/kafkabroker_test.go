@@ -5,6 +5,8 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"io"
+	"log/slog"
 	"strings"
 	"sync"
 	"testing"
@@ -213,3 +215,5 @@ func TestConformanceKfakeRestart(t *testing.T) {
 		Restart:    r.restart,
 	})
 }
+
+var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))

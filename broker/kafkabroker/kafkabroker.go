@@ -42,7 +42,7 @@ const (
 var (
 	// ErrTopicNotFound is wrapped (as a permanent error) when Kafka
 	// confirms that an event's topic does not exist.
-	ErrTopicNotFound = errors.New("Kafka topic does not exist")
+	ErrTopicNotFound = errors.New("kafka topic does not exist")
 	// ErrInvalidTopic is wrapped when an event's topic is not a legal
 	// Kafka topic name: at enqueue by Check, at publish as permanent.
 	ErrInvalidTopic = errors.New("topic is not a legal Kafka topic name")

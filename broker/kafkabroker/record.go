@@ -22,9 +22,6 @@ func (b *Broker) record(e *outbox.Event, attrs *[]broker.Attribute) (*kgo.Record
 	if why := topicProblem(e.Topic); why != "" {
 		return nil, fmt.Errorf("kafkabroker: event %s: topic %q: %w: %s", e.EventID, e.Topic, ErrInvalidTopic, why)
 	}
-	if size := recordSize(e, b.cfg.Source); size > b.cfg.MaxMessage {
-		return nil, tooLarge(e, size, b.cfg.MaxMessage)
-	}
 	*attrs = broker.AppendCloudEventAttributes((*attrs)[:0], e, b.cfg.Source)
 	hs := make([]kgo.RecordHeader, 0, len(*attrs)+len(e.Headers))
 	for _, a := range *attrs {
@@ -47,7 +44,25 @@ func (b *Broker) record(e *outbox.Event, attrs *[]broker.Attribute) (*kgo.Record
 	if e.Key != "" {
 		r.Key = []byte(e.Key)
 	}
+	if size := batchSize(r); size > b.cfg.MaxMessage {
+		return nil, tooLarge(e, size, b.cfg.MaxMessage)
+	}
 	return r, nil
+}
+
+// batchSize is recordSize for a record already built.
+func batchSize(r *kgo.Record) int {
+	n := 3
+	if r.Key == nil {
+		n += varintLen(-1)
+	} else {
+		n += varintLen(len(r.Key)) + len(r.Key)
+	}
+	n += varintLen(len(r.Value)) + len(r.Value) + varintLen(len(r.Headers))
+	for _, h := range r.Headers {
+		n += varintLen(len(h.Key)) + len(h.Key) + varintLen(len(h.Value)) + len(h.Value)
+	}
+	return batchOverhead + varintLen(n) + n
 }
 
 // attrHeader returns the header name of a CloudEvents attribute, without

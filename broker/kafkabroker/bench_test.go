@@ -14,7 +14,9 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	outbox "github.com/outbox-go/outbox"
+	"github.com/outbox-go/outbox/broker"
 	"github.com/outbox-go/outbox/broker/kafkabroker"
+	"github.com/outbox-go/outbox/broker/membroker"
 	"github.com/outbox-go/outbox/internal/teststores"
 	"github.com/outbox-go/outbox/relay"
 	"github.com/outbox-go/outbox/store"
@@ -148,7 +150,9 @@ func publish(b *testing.B, br *kafkabroker.Broker, events []outbox.Event) {
 // 100,000 records produced raw with franz-go in batches of 1,000, each
 // batch awaited, as the relay does. The relay's figure also pays for
 // PostgreSQL (claim and delete), so the ratio bounds the adapter's share
-// from below.
+// from below; to tell the two apart, the same backlog is also drained
+// into membroker (no broker at all): the rate of PostgreSQL and the relay
+// alone, reported as mem-relay-msgs/s.
 //
 //	go test -run XXX -bench RelayDrain -benchtime 1x ./broker/kafkabroker/
 func BenchmarkRelayDrain(b *testing.B) {
@@ -157,28 +161,57 @@ func BenchmarkRelayDrain(b *testing.B) {
 	admin := client(b, seeds)
 	payload := []byte(`{"order_id":42,"customer":"c-7","status":"PAID","pad":"` + strings.Repeat("x", 140) + `"}`)
 	raw := client(b, seeds, kgo.RequiredAcks(kgo.AllISRAcks()), kgo.ProducerBatchMaxBytes(kafkabroker.DefaultMaxMessage))
-	var rawT, drainT time.Duration
-	for i := 0; i < b.N; i++ {
-		b.StopTimer()
-		topic := uniqueName("drain")
-		createTopic(b, admin, topic, 6)
-		createTopic(b, admin, topic+"_raw", 6)
+	var rawT, drainT, memT time.Duration
+	fill := func(topic string) teststores.Opened {
 		o := teststores.Open(b, "postgres", store.Options{})
-		ctx := context.Background()
 		msgs := make([]outbox.Message, batch)
 		for j := 0; j < events; j += batch {
 			for k := range msgs {
 				msgs[k] = outbox.Message{Topic: topic, Key: fmt.Sprintf("order-%d", (j+k)%keys), Type: "OrderPaid", Payload: payload}
 			}
-			if err := o.Store.Enqueue(ctx, msgs...); err != nil {
+			if err := o.Store.Enqueue(context.Background(), msgs...); err != nil {
 				b.Fatal(err)
 			}
 		}
-		br := dial(b, seeds, kafkabroker.Config{})
-		r, err := relay.New(o.Store, br, relay.Config{BatchSize: batch, Workers: 3, PollInterval: 20 * time.Millisecond, Logger: quiet})
+		return o
+	}
+	drain := func(st store.Store, br broker.Broker) time.Duration {
+		r, err := relay.New(st, br, relay.Config{BatchSize: batch, Workers: 3, PollInterval: 20 * time.Millisecond, Logger: quiet})
 		if err != nil {
 			b.Fatal(err)
 		}
+		ctx := context.Background()
+		start := time.Now()
+		runCtx, stop := context.WithCancel(ctx)
+		done := make(chan error, 1)
+		go func() { done <- r.Run(runCtx) }()
+		for {
+			s, err := st.Stats(ctx)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if s.Pending() == 0 {
+				break
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+		took := time.Since(start)
+		stop()
+		if err := <-done; err != nil {
+			b.Fatal(err)
+		}
+		if s, _ := st.Stats(ctx); s.Dead > 0 {
+			b.Fatalf("%d events went DEAD", s.Dead)
+		}
+		return took
+	}
+	for i := 0; i < b.N; i++ {
+		b.StopTimer()
+		topic := uniqueName("drain")
+		createTopic(b, admin, topic, 6)
+		createTopic(b, admin, topic+"_raw", 6)
+		o := fill(topic)
+		ctx := context.Background()
 		b.StartTimer()
 
 		// raw franz-go, batches of 1,000 awaited one after another
@@ -200,35 +233,21 @@ func BenchmarkRelayDrain(b *testing.B) {
 			wg.Wait()
 		}
 		rawT += time.Since(start)
+		drainT += drain(o.Store, dial(b, seeds, kafkabroker.Config{}))
 
-		// the relay
-		start = time.Now()
-		runCtx, stop := context.WithCancel(ctx)
-		done := make(chan error, 1)
-		go func() { done <- r.Run(runCtx) }()
-		for {
-			s, err := o.Store.Stats(ctx)
-			if err != nil {
-				b.Fatal(err)
-			}
-			if s.Pending() == 0 {
-				break
-			}
-			time.Sleep(5 * time.Millisecond)
-		}
-		drainT += time.Since(start)
-		stop()
-		if err := <-done; err != nil {
+		b.StopTimer()
+		mem, err := membroker.New(membroker.Config{})
+		if err != nil {
 			b.Fatal(err)
 		}
-		b.StopTimer()
-		if s, _ := o.Store.Stats(ctx); s.Dead > 0 {
-			b.Fatalf("%d events went DEAD", s.Dead)
-		}
+		om := fill(topic)
+		b.StartTimer()
+		memT += drain(om.Store, mem)
 	}
 	n := float64(b.N * events)
 	b.ReportMetric(n/rawT.Seconds(), "raw-msgs/s")
 	b.ReportMetric(n/drainT.Seconds(), "relay-msgs/s")
 	b.ReportMetric(rawT.Seconds()/drainT.Seconds(), "relay/raw")
+	b.ReportMetric(n/memT.Seconds(), "mem-relay-msgs/s")
 	b.ReportMetric(0, "ns/op")
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	outbox "github.com/outbox-go/outbox"
@@ -329,4 +330,29 @@ func randomBytes(n int) []byte {
 	b := make([]byte, n)
 	_, _ = rand.Read(b)
 	return b
+}
+
+// While no broker of the cluster answers, events come back as
+// broker.ErrUnavailable, so the relay counts no attempt for an outage.
+func TestClusterGoneIsUnavailable(t *testing.T) {
+	t.Parallel()
+	c, seeds := startKafka(t, kfake.NumBrokers(1))
+	admin := client(t, seeds)
+	topic := uniqueName("gone")
+	createTopic(t, admin, topic, 1)
+	b := dial(t, seeds, kafkabroker.Config{})
+	if res := b.Publish(ctxFor(t, 10*time.Second), []outbox.Event{event(topic, 0)}); res[0] != nil {
+		t.Fatal(res[0])
+	}
+	c.Close()
+	start := time.Now()
+	res := b.Publish(ctxFor(t, 1500*time.Millisecond), []outbox.Event{event(topic, 1), event(topic, 2)})
+	if d := time.Since(start); d > 3*time.Second {
+		t.Errorf("Publish took %v with a 1.5s deadline", d)
+	}
+	for i, err := range res {
+		if !errors.Is(err, broker.ErrUnavailable) || broker.IsPermanent(err) {
+			t.Errorf("result %d with the cluster gone: %v; want broker.ErrUnavailable", i, err)
+		}
+	}
 }

@@ -89,7 +89,9 @@
 // store.Options.Check.
 //
 // Everything else is transient and retried by the relay: no
-// acknowledgement before the deadline (Config.Timeout), a batch Kafka
+// acknowledgement before the deadline (Config.Timeout; it wraps
+// broker.ErrUnavailable when no broker of the cluster answers a ping
+// either, so that an outage of any length costs no attempts), a batch Kafka
 // refused as too large although each record fits (the error says to lower
 // max_message to the topic's max.message.bytes), not being allowed to
 // write the topic, a closed client (broker.ErrUnavailable). franz-go

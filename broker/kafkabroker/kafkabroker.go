@@ -109,6 +109,10 @@ type Broker struct {
 	cfg   Config
 	owned bool // Dial built cl, so Close closes it
 
+	pingMu sync.Mutex // reachable's cache
+	pingAt time.Time
+	pingOK bool
+
 	limitsMu sync.Mutex
 	limits   map[string]topicLimit // topics' max.message.bytes, learned on MESSAGE_TOO_LARGE
 

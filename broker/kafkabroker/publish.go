@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -183,7 +184,7 @@ func (b *Broker) classify(ctx context.Context, events []outbox.Event, c *call) {
 		}
 		err := c.raw[i]
 		if err == nil { // no acknowledgement before ctx ended
-			out[i].Err = fmt.Errorf("kafkabroker: event %s on %q not acknowledged in time: %w", e.EventID, e.Topic, ctx.Err())
+			out[i].Err = b.notInTime(e, ctx.Err())
 			continue
 		}
 		if v, ok := b.topicLevel(ctx, e, err, topicErr); ok {
@@ -270,7 +271,7 @@ func (b *Broker) recordError(ctx context.Context, e *outbox.Event, err error) er
 			// this record: nothing to do with this event
 			return notAttempted(e, fmt.Sprintf("it shared a batch with another publish that was cut short (%v)", err))
 		}
-		return fmt.Errorf("kafkabroker: event %s on %q not acknowledged in time: %w", e.EventID, e.Topic, err)
+		return b.notInTime(e, err)
 	}
 	return fmt.Errorf("kafkabroker: event %s on %q not acknowledged: %w", e.EventID, e.Topic, err)
 }
@@ -296,4 +297,30 @@ func limitText(n int) string {
 		return "unknown"
 	}
 	return fmt.Sprint(n)
+}
+
+// notInTime is the error of an event with no answer before the deadline:
+// broker.ErrUnavailable when no broker of the cluster answers at all (an
+// outage costs the event no attempt), else a plain timeout.
+func (b *Broker) notInTime(e *outbox.Event, err error) error {
+	if !b.reachable() {
+		return fmt.Errorf("kafkabroker: event %s on %q not acknowledged in time: no Kafka broker answers (%w; %w)", e.EventID, e.Topic, err, broker.ErrUnavailable)
+	}
+	return fmt.Errorf("kafkabroker: event %s on %q not acknowledged in time: %w", e.EventID, e.Topic, err)
+}
+
+// reachable reports whether any broker of the cluster answers a ping
+// within 500ms; the answer is kept for a second, so a batch that timed out
+// pings once.
+func (b *Broker) reachable() bool {
+	b.pingMu.Lock()
+	defer b.pingMu.Unlock()
+	if time.Since(b.pingAt) < time.Second {
+		return b.pingOK
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+	defer cancel()
+	b.pingOK = b.cl.Ping(ctx) == nil
+	b.pingAt = time.Now()
+	return b.pingOK
 }

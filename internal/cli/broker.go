@@ -206,3 +206,17 @@ func checkBrokerURL(raw string, required bool) error {
 	}
 	return nil
 }
+
+// natsOnly refuses, for a command that runs on NATS only, a --broker of
+// another adapter.
+func natsOnly(command, raw string) error {
+	if raw == "" {
+		return nil
+	}
+	scheme, _, _ := strings.Cut(raw, ":")
+	switch strings.ToLower(scheme) {
+	case "nats", "tls":
+		return nil
+	}
+	return fmt.Errorf("%w: %s runs on NATS JetStream only: --broker nats://host:4222 (or none for an embedded server), not %s", wire.ErrUsage, command, wire.Mask(raw))
+}

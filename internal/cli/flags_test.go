@@ -99,6 +99,8 @@ func TestBadFlagsExitTwoNamingTheFlag(t *testing.T) {
 		{[]string{"torture", "--db", db, "--duration", "1s"}, "--duration"},
 		{[]string{"torture", "--db", db, "--broker", "nats://"}, "names no host"},
 		{[]string{"demo", "--orders", "10"}, "--orders"},
+		{[]string{"demo", "--broker", "kafka://u:s3cret@127.0.0.1:9092"}, "NATS JetStream only"},
+		{[]string{"torture", "--db", db, "--broker", "kafka://u:s3cret@127.0.0.1:9092"}, "NATS JetStream only"},
 		{[]string{"demo", "--broker", "nats://u:s3cret@"}, "names no host"},
 	}
 	for _, c := range cases {

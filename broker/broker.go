@@ -27,6 +27,15 @@ type Broker interface {
 // outage of any length never makes events DEAD. Adapters wrap it with %w.
 var ErrUnavailable = errors.New("broker unavailable")
 
+// ErrNotAttempted marks a result for an event the adapter held back, or
+// that failed only because an earlier event of the same call failed ahead
+// of it in an ordered unit (a Kafka partition whose idempotent producer
+// fails every record buffered behind a refused one). Nothing is wrong with
+// the event itself: the relay gives it back without counting an attempt,
+// so it cannot go DEAD untried behind a poison neighbour. It is never
+// Permanent. Adapters wrap it with %w.
+var ErrNotAttempted = errors.New("not attempted: an earlier event of the same ordered unit failed")
+
 // ErrPermanent marks an error that retrying will not fix. Test with
 // IsPermanent.
 var ErrPermanent = errors.New("permanent")

@@ -179,6 +179,17 @@ func (b *batch) deliver(ctx context.Context) (BatchReport, error) {
 				ok++
 				continue
 			}
+			if errors.Is(err, broker.ErrNotAttempted) {
+				// The adapter says it failed only behind an earlier
+				// failure of its ordered unit (a Kafka partition):
+				// give it back without counting an attempt, and hold
+				// its key's later events like any failure does.
+				b.released = append(b.released, e.ID)
+				if e.Key != "" {
+					failedKeys[e.Key] = true
+				}
+				continue
+			}
 			if e.Key != "" {
 				if failedKeys[e.Key] {
 					// An earlier event of its key failed in this same

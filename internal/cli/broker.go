@@ -8,15 +8,21 @@ import (
 	"strings"
 	"time"
 
+	"github.com/outbox-go/outbox/broker/kafkabroker"
 	"github.com/outbox-go/outbox/broker/natsbroker"
 	"github.com/outbox-go/outbox/internal/wire"
 )
 
 const brokerUsage = `broker setup --broker nats://host:4222 --stream NAME --subjects 'orders,orders.>'
+       outbox broker setup --broker kafka://host:9092 --topics 'orders,payments' [--partitions N] [--replication N]
 
-Creates the JetStream stream NAME capturing the subjects (comma-separated,
-wildcards allowed), or adds the subjects it lacks to an existing stream
-NAME. Idempotent. An event whose topic no stream captures goes DEAD.`
+NATS: creates the JetStream stream NAME capturing the subjects
+(comma-separated, wildcards allowed), or adds the subjects it lacks to an
+existing stream NAME. Kafka: creates the topics that do not exist, with N
+partitions and replication factor N (-1, the default: the cluster's
+num.partitions and default.replication.factor); existing topics are left
+as they are. Idempotent. An event whose topic no stream captures, or whose
+Kafka topic does not exist, goes DEAD.`
 
 // runBroker is `outbox broker setup`: what the relay's broker needs before
 // the first event, so that a newcomer's first events are stored, not DEAD.
@@ -35,6 +41,9 @@ func runBroker(ctx context.Context, e env, args []string) error {
 	brokerURL := f.String("broker", os.Getenv("OUTBOX_BROKER"), "broker URL (or OUTBOX_BROKER): "+wire.BrokerSchemes)
 	stream := f.String("stream", "", "JetStream stream name, e.g. ORDERS")
 	subjects := f.String("subjects", "", "comma-separated subjects the stream captures, e.g. 'orders,orders.>'")
+	topics := f.String("topics", "", "Kafka: comma-separated topics to create, e.g. 'orders,payments'")
+	partitions := f.Int("partitions", -1, "Kafka: partitions of each new topic (-1: the cluster's default)")
+	replication := f.Int("replication", -1, "Kafka: replication factor of each new topic (-1: the cluster's default)")
 	if err := f.parse(e, args[1:]); err != nil {
 		return err
 	}
@@ -43,6 +52,9 @@ func runBroker(ctx context.Context, e env, args []string) error {
 	}
 	if err := checkBrokerURL(*brokerURL, true); err != nil {
 		return err
+	}
+	if scheme, _, _ := strings.Cut(*brokerURL, ":"); strings.EqualFold(scheme, "kafka") {
+		return setupKafka(ctx, e, *brokerURL, *topics, *partitions, *replication)
 	}
 	if *stream == "" {
 		return fmt.Errorf("%w: --stream is required: the JetStream stream's name, e.g. --stream ORDERS", wire.ErrUsage)
@@ -91,6 +103,48 @@ func runBroker(ctx context.Context, e env, args []string) error {
 	return nil
 }
 
+// setupKafka is `outbox broker setup` for a kafka:// broker: the topics.
+func setupKafka(ctx context.Context, e env, brokerURL, topics string, partitions, replication int) error {
+	var names []string
+	for _, t := range strings.Split(topics, ",") {
+		if t = strings.TrimSpace(t); t != "" {
+			names = append(names, t)
+		}
+	}
+	if len(names) == 0 {
+		return fmt.Errorf("%w: --topics is required for Kafka: the topics the relay publishes to, e.g. --topics 'orders,payments'", wire.ErrUsage)
+	}
+	if partitions == 0 || partitions < -1 || partitions > 1<<20 {
+		return fmt.Errorf("%w: --partitions %d: use -1 for the cluster's default or a positive number", wire.ErrUsage, partitions)
+	}
+	if replication == 0 || replication < -1 || replication > 1<<14 {
+		return fmt.Errorf("%w: --replication %d: use -1 for the cluster's default or a positive number", wire.ErrUsage, replication)
+	}
+	bctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	defer cancel()
+	br, err := wire.OpenBroker(bctx, brokerURL)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = br.Close(context.Background()) }()
+	kb, ok := br.(*kafkabroker.Broker)
+	if !ok {
+		return fmt.Errorf("%w: --topics applies to a kafka:// broker", wire.ErrUsage)
+	}
+	res, err := kafkabroker.EnsureTopics(bctx, kb.Client(), int32(partitions), int16(replication), names...)
+	if err != nil {
+		return wire.ScrubError(err, brokerURL)
+	}
+	where := wire.Mask(brokerURL)
+	if len(res.Created) > 0 {
+		fmt.Fprintf(e.stdout, "outbox broker: created topics %s on %s\n", strings.Join(res.Created, ", "), where)
+	}
+	if len(res.Existing) > 0 {
+		fmt.Fprintf(e.stdout, "outbox broker: topics %s on %s exist already (left as they are)\n", strings.Join(res.Existing, ", "), where)
+	}
+	return nil
+}
+
 // validSubject reports whether s is a NATS subject a stream may capture:
 // non-empty tokens separated by dots, no white space, '*' only as a whole
 // token and '>' only as the whole last token.
@@ -124,6 +178,12 @@ func checkBrokerURL(raw string, required bool) error {
 	scheme, _, _ := strings.Cut(raw, ":")
 	switch strings.ToLower(scheme) {
 	case "nats", "tls":
+	case "kafka":
+		// checked without connecting; Dial reads the same URL
+		if err := kafkabroker.CheckURL(raw); err != nil {
+			return fmt.Errorf("%w: --broker: %w", wire.ErrUsage, err)
+		}
+		return nil
 	default:
 		// NATS is the only adapter built in: for any other scheme
 		// OpenBroker answers at once with the usage error naming the
@@ -145,4 +205,18 @@ func checkBrokerURL(raw string, required bool) error {
 		}
 	}
 	return nil
+}
+
+// natsOnly refuses, for a command that runs on NATS only, a --broker of
+// another adapter.
+func natsOnly(command, raw string) error {
+	if raw == "" {
+		return nil
+	}
+	scheme, _, _ := strings.Cut(raw, ":")
+	switch strings.ToLower(scheme) {
+	case "nats", "tls":
+		return nil
+	}
+	return fmt.Errorf("%w: %s runs on NATS JetStream only: --broker nats://host:4222 (or none for an embedded server), not %s", wire.ErrUsage, command, wire.Mask(raw))
 }

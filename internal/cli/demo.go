@@ -54,6 +54,9 @@ func runDemo(ctx context.Context, e env, args []string) error {
 	if err := checkBrokerURL(*brokerURL, false); err != nil {
 		return err
 	}
+	if err := natsOnly("demo", *brokerURL); err != nil {
+		return err
+	}
 	serveAddr, err := loopbackAddr("serve", *serve)
 	if err != nil {
 		return err

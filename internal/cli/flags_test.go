@@ -63,7 +63,7 @@ func TestBadFlagsExitTwoNamingTheFlag(t *testing.T) {
 		{[]string{"relay", "--db", db, "--broker", "nats://127.0.0.1:4222,nats://"}, "names no host"},
 		{[]string{"relay", "--db", db}, "no broker given"},
 		{[]string{"relay", "--broker", nat, "--db", ""}, "no database given"},
-		{[]string{"relay", "--db", db, "--broker", "kafka://u:s3cret@127.0.0.1:9092"}, "kafka"},
+		{[]string{"relay", "--db", db, "--broker", "kafka://u:s3cret@127.0.0.1:9092?bogus=1"}, "kafka"},
 		{[]string{"migrate", "--db", sqlite, "--table", ""}, "--table"},
 		{[]string{"migrate", "--db", db, "--table", "1x"}, "--table"},
 		{[]string{"migrate", "--db", db, "--nope"}, "--nope"},
@@ -94,11 +94,13 @@ func TestBadFlagsExitTwoNamingTheFlag(t *testing.T) {
 		{[]string{"version", "--verbose"}, "--verbose"},
 		{[]string{"bench", "--db", db, "--broker", nat, "--events", "0"}, "--events"},
 		{[]string{"bench", "--db", db, "--broker", nat, "--duration", "0"}, "--duration"},
-		{[]string{"bench", "--db", db, "--broker", "kafka://u:s3cret@127.0.0.1:9092"}, "kafka"},
+		{[]string{"bench", "--db", db, "--broker", "kafka://u:s3cret@127.0.0.1:9092?bogus=1"}, "kafka"},
 		{[]string{"torture", "--db", db, "--relays", "0"}, "--relays"},
 		{[]string{"torture", "--db", db, "--duration", "1s"}, "--duration"},
 		{[]string{"torture", "--db", db, "--broker", "nats://"}, "names no host"},
 		{[]string{"demo", "--orders", "10"}, "--orders"},
+		{[]string{"demo", "--broker", "kafka://u:s3cret@127.0.0.1:9092"}, "NATS JetStream only"},
+		{[]string{"torture", "--db", db, "--broker", "kafka://u:s3cret@127.0.0.1:9092"}, "NATS JetStream only"},
 		{[]string{"demo", "--broker", "nats://u:s3cret@"}, "names no host"},
 	}
 	for _, c := range cases {

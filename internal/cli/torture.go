@@ -45,6 +45,9 @@ func runTorture(ctx context.Context, e env, args []string) error {
 	if err := checkBrokerURL(*brokerURL, false); err != nil {
 		return err
 	}
+	if err := natsOnly("torture", *brokerURL); err != nil {
+		return err
+	}
 	if f.db == "" {
 		return fmt.Errorf("%w: torture needs --db (it creates and drops its own tables there)", wire.ErrUsage)
 	}

@@ -2,10 +2,12 @@ package wire
 
 import (
 	"context"
+	"fmt"
 	"net/url"
 	"strings"
 
 	"github.com/outbox-go/outbox/broker"
+	"github.com/outbox-go/outbox/broker/kafkabroker"
 	"github.com/outbox-go/outbox/broker/natsbroker"
 )
 
@@ -20,16 +22,17 @@ type brokerAdapter struct {
 
 // brokerForms is what BrokerSchemes says: one example URL per adapter,
 // kept in the order of brokerAdapters. Add an adapter to both.
-const brokerForms = "nats://host:4222"
+const brokerForms = "nats://host:4222, kafka://host:9092[,host2:9092]"
 
 // brokerAdapters are the built-in broker adapters, tried in order.
 var brokerAdapters = []brokerAdapter{
 	{schemes: []string{"nats", "tls"}, open: openNATS},
+	{schemes: []string{"kafka"}, open: openKafka},
 }
 
 // plannedSchemes are schemes of adapters not built in yet: they get "not
 // built into this version" rather than "unknown scheme".
-var plannedSchemes = []string{"kafka", "amqp", "amqps", "redis", "rediss", "mqtt", "mqtts", "http", "https", "rocketmq"}
+var plannedSchemes = []string{"amqp", "amqps", "redis", "rediss", "mqtt", "mqtts", "http", "https", "rocketmq"}
 
 func openNATS(_ context.Context, raw string, _ *url.URL) (broker.Broker, error) {
 	// nats.go splits the list at commas and reads each URL with net/url.
@@ -39,4 +42,16 @@ func openNATS(_ context.Context, raw string, _ *url.URL) (broker.Broker, error) 
 		}
 	}
 	return natsbroker.Dial(raw, natsbroker.Config{})
+}
+
+func openKafka(_ context.Context, raw string, _ *url.URL) (broker.Broker, error) {
+	for _, one := range strings.Split(raw, ",") {
+		if err := checkUserinfo("broker", strings.TrimSpace(one), goUserinfo); err != nil {
+			return nil, err
+		}
+	}
+	if err := kafkabroker.CheckURL(raw); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrUsage, err)
+	}
+	return kafkabroker.Dial(raw, kafkabroker.Config{})
 }

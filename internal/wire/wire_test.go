@@ -142,7 +142,10 @@ func TestOpenBrokerErrorsHideSecrets(t *testing.T) {
 		{"nats list", "nats://alice:S3CRET@" + closed + ",nats://S3CRETTOKEN@" + closed, false, []string{"S3CRET"}, []string{"alice", closed}},
 		{"nats unencoded #", "nats://alice:S3#CRET@" + closed, true, []string{":S3", "CRET"}, []string{"alice:xxxxx@" + closed, "percent-encode", "%23"}},
 		{"nats unencoded /", "nats://alice:S3/CRET@" + closed, true, []string{":S3", "CRET"}, []string{"alice:xxxxx@" + closed, "percent-encode", "%2F"}},
-		{"kafka list", "kafka://alice:S3CRET@h1:9092,h2:9092", true, []string{"S3CRET"}, []string{"kafka", "not built"}},
+		{"kafka list", "kafka://alice:S3CRET@" + closed + "," + closed, false, []string{"S3CRET"}, []string{"kafka", closed}},
+		{"kafka unencoded /", "kafka://alice:S3/CRET@" + closed, true, []string{":S3", "CRET"}, []string{"alice:xxxxx@" + closed, "percent-encode"}},
+		{"kafka bad option", "kafka://alice:S3CRET@" + closed + "?max_message=lots", true, []string{"S3CRET"}, []string{"max_message"}},
+		{"rocketmq", "rocketmq://alice:S3CRET@h:9876", true, []string{"S3CRET"}, []string{"rocketmq", "not built"}},
 		{"unknown scheme", "foo://alice:S3CRET@h", true, []string{"S3CRET"}, []string{"foo"}},
 	} {
 		t.Run(c.name, func(t *testing.T) {

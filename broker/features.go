@@ -86,6 +86,10 @@ type Result struct {
 	// Partition and Offset: Kafka's; Offset is -1 when not known.
 	Partition int32
 	Offset    int64
+	// ID is the broker's own id of the stored message where the numbers
+	// above cannot hold it: a Redis stream entry id ("1718000000000-0");
+	// "" when not known.
+	ID string
 	// Duplicate: the broker recognised the event id and did not store it
 	// again (JetStream's duplicate window); it was confirmed.
 	Duplicate bool

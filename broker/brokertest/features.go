@@ -166,10 +166,10 @@ func (s suite) resultMetadata(t *testing.T) {
 		if r.Err != nil {
 			t.Fatalf("%s: result %d: %v", s.h.Name, i, r.Err)
 		}
-		if r.Sequence == 0 && r.Offset < 0 {
-			t.Errorf("%s: result %d carries neither a sequence nor an offset: %+v", s.h.Name, i, r)
+		if r.Sequence == 0 && r.Offset < 0 && r.ID == "" {
+			t.Errorf("%s: result %d carries neither a sequence, an offset nor an id: %+v", s.h.Name, i, r)
 		}
-		w := fmt.Sprintf("%s/%d/%d/%d", r.Stream, r.Sequence, r.Partition, r.Offset)
+		w := fmt.Sprintf("%s/%d/%d/%d/%s", r.Stream, r.Sequence, r.Partition, r.Offset, r.ID)
 		if where[w] {
 			t.Errorf("%s: two events were reported stored at %s", s.h.Name, w)
 		}

@@ -12,8 +12,9 @@ const (
 	Kafka
 	AMQP
 	HTTP
+	Redis
 
-	All = NATS | Kafka | AMQP | HTTP
+	All = NATS | Kafka | AMQP | HTTP | Redis
 )
 
 // Names returns the transports in t, for messages: "NATS", "NATS and HTTP",
@@ -26,7 +27,7 @@ func (t Transport) Names() string {
 	for _, x := range []struct {
 		bit  Transport
 		name string
-	}{{NATS, "NATS"}, {Kafka, "Kafka"}, {AMQP, "AMQP"}, {HTTP, "HTTP"}} {
+	}{{NATS, "NATS"}, {Kafka, "Kafka"}, {AMQP, "AMQP"}, {HTTP, "HTTP"}, {Redis, "Redis"}} {
 		if t&x.bit != 0 {
 			names = append(names, x.name)
 		}

@@ -247,7 +247,9 @@ func (b *batch) fail(e outbox.Event, err error) {
 	case attempt >= cfg.MaxAttempts:
 		b.burials = append(b.burials, store.Burial{ID: e.ID, Error: fmt.Sprintf("gave up after %d attempts: %v", attempt, err)})
 	default:
-		b.retries = append(b.retries, store.Retry{ID: e.ID, Delay: b.r.RetryDelay(attempt), Error: err.Error()})
+		// never sooner than the broker asked (an HTTP Retry-After)
+		delay := max(b.r.RetryDelay(attempt), broker.RetryAfterOf(err))
+		b.retries = append(b.retries, store.Retry{ID: e.ID, Delay: delay, Error: err.Error()})
 	}
 }
 

@@ -37,6 +37,9 @@ var (
 	// ErrInvalidTopic is wrapped when an event's topic cannot name a
 	// stream (it is empty).
 	ErrInvalidTopic = errors.New("topic cannot name a Redis stream")
+	// ErrInvalidURL is wrapped by Dial's errors about the URL itself (as
+	// opposed to the server it names).
+	ErrInvalidURL = errors.New("invalid Redis URL")
 )
 
 // Config configures a Broker. The zero value is ready to use.
@@ -157,11 +160,11 @@ func Dial(rawURL string, cfg Config) (*Broker, error) {
 	}
 	opt, err := parseURL(rawURL, &cfg)
 	if err != nil {
-		return nil, redact.Error(fmt.Errorf("redisbroker: URL %s: %w", redact.URL(rawURL), err), rawURL)
+		return nil, redact.Error(fmt.Errorf("redisbroker: URL %s: %w (%w)", redact.URL(rawURL), err, ErrInvalidURL), rawURL)
 	}
 	cfg, err = cfg.withDefaults()
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("%w (%w)", err, ErrInvalidURL)
 	}
 	rdb := redis.NewClient(opt)
 	ctx, cancel := context.WithTimeout(context.Background(), cfg.Timeout)

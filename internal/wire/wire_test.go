@@ -146,6 +146,14 @@ func TestOpenBrokerErrorsHideSecrets(t *testing.T) {
 		{"kafka unencoded /", "kafka://alice:S3/CRET@" + closed, true, []string{":S3", "CRET"}, []string{"alice:xxxxx@" + closed, "percent-encode"}},
 		{"kafka bad option", "kafka://alice:S3CRET@" + closed + "?max_message=lots", true, []string{"S3CRET"}, []string{"max_message"}},
 		{"rocketmq", "rocketmq://alice:S3CRET@h:9876", true, []string{"S3CRET"}, []string{"rocketmq", "not built"}},
+		{"redis unreachable", "redis://:S3CRET@" + closed + "/0", false, []string{"S3CRET"}, []string{closed, "refused"}},
+		{"redis user and password", "rediss://alice:S3CRET@" + closed + "/0", false, []string{"S3CRET"}, []string{"alice", closed}},
+		{"redis bad option", "redis://:S3CRET@" + closed + "/0?maxlen=many", true, []string{"S3CRET"}, []string{"maxlen", "xxxxx@" + closed}},
+		{"redis unknown option", "redis://:S3CRET@" + closed + "/0?colour=red", true, []string{"S3CRET"}, []string{"colour"}},
+		{"redis unencoded /", "redis://:S3/CRET@" + closed + "/0", true, []string{":S3", "CRET"}, []string{"percent-encode", "%2F"}},
+		{"webhook bad secret", "https://hooks.example/{topic}?token=S3CRET&webhook_secret=whsec_S3CRET!", true, []string{"S3CRET"}, []string{"base64", "webhook"}},
+		{"webhook secret without prefix", "https://hooks.example/{topic}?webhook_secret=S3CRET", true, []string{"S3CRET"}, []string{"whsec_"}},
+		{"webhook password in URL", "https://alice:S3CRET@hooks.example/{topic}", true, []string{"S3CRET"}, []string{"user info", "alice"}},
 		{"unknown scheme", "foo://alice:S3CRET@h", true, []string{"S3CRET"}, []string{"foo"}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
@@ -159,6 +167,20 @@ func TestOpenBrokerErrorsHideSecrets(t *testing.T) {
 			checkOpenErr(t, c, err)
 		})
 	}
+}
+
+// An http(s) broker opens without contacting the endpoint; the secret can
+// also come from OUTBOX_WEBHOOK_SECRET.
+func TestOpenBrokerWebhook(t *testing.T) {
+	t.Setenv(wire.WebhookSecretEnv, "whsec_S3CRET")
+	_, err := wire.OpenBroker(context.Background(), "https://hooks.example/{topic}")
+	checkOpenErr(t, openCase{"env secret", "https://hooks.example/{topic}", true, []string{"S3CRET"}, []string{"base64"}}, err)
+	t.Setenv(wire.WebhookSecretEnv, "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw2KcLzFWcSGQ=")
+	b, err := wire.OpenBroker(context.Background(), "https://hooks.example/{topic}")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = b.Close(context.Background())
 }
 
 func TestMask(t *testing.T) {

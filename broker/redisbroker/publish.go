@@ -45,24 +45,50 @@ var fieldOf = map[string]string{
 // XADD through Lua's unpack, whose stack holds about 8,000 values.
 const maxFields = 3000
 
-// addScript adds one entry unless its event id was added within the dedup
-// window, atomically: Redis runs a script without interleaving other
-// commands, so no second relay can add the same event between the GET and
-// the XADD. KEYS[1] is the stream, KEYS[2] the dedup key (in the stream's
-// hash slot); ARGV[1] the window in seconds, ARGV[2] MAXLEN (0 = no
-// trimming), the rest the entry's fields and values. It returns
-// {0, entry id} when it added the entry, {1, first entry id} when the
-// event was there already.
-const addScript = `local prev = redis.call('GET', KEYS[2])
-if prev then return {1, prev} end
-local id
-if ARGV[2] ~= '0' then
-  id = redis.call('XADD', KEYS[1], 'MAXLEN', '~', ARGV[2], '*', unpack(ARGV, 3))
-else
-  id = redis.call('XADD', KEYS[1], '*', unpack(ARGV, 3))
+// maxGroup bounds the events one run of the dedup script adds: Redis runs
+// a script without interleaving other clients' commands, so a run must
+// stay short (about a millisecond per few hundred entries).
+const maxGroup = 256
+
+// addScript adds a group of entries to one stream, skipping each event
+// whose id was added within the dedup window, atomically: Redis runs a
+// script without interleaving other commands, so no second relay can add
+// the same event between the lookup and the XADD. KEYS[1] is the stream,
+// KEYS[1+i] event i's dedup key (in the stream's hash slot). ARGV[1] is
+// the window in seconds, ARGV[2] MAXLEN ('0' = no trimming), then per
+// event the number of field arguments, the event key, and the fields and
+// values. It returns per event {0, entry id} (added), {1, first entry id}
+// (a duplicate), {2, error} (XADD refused it) or {3, ”} (not tried: an
+// earlier event of its key in the group was refused).
+const addScript = `local ttl, maxlen = ARGV[1], ARGV[2]
+local prev = redis.call('MGET', unpack(KEYS, 2))
+local out, failed, seen, pos = {}, {}, {}, 3
+for i = 1, #KEYS - 1 do
+  local c, key = tonumber(ARGV[pos]), ARGV[pos + 1]
+  local first, last = pos + 2, pos + 1 + c
+  pos = last + 1
+  if key ~= '' and failed[key] then
+    out[i] = {3, ''}
+  elseif prev[i] or seen[KEYS[i + 1]] then
+    out[i] = {1, prev[i] or seen[KEYS[i + 1]]}
+  else
+    local r
+    if maxlen ~= '0' then
+      r = redis.pcall('XADD', KEYS[1], 'MAXLEN', '~', maxlen, '*', unpack(ARGV, first, last))
+    else
+      r = redis.pcall('XADD', KEYS[1], '*', unpack(ARGV, first, last))
+    end
+    if type(r) == 'table' and r.err then
+      out[i] = {2, r.err}
+      if key ~= '' then failed[key] = true end
+    else
+      redis.pcall('SET', KEYS[i + 1], r, 'EX', ttl)
+      seen[KEYS[i + 1]] = r
+      out[i] = {0, r}
+    end
+  end
 end
-redis.call('SET', KEYS[2], id, 'EX', ARGV[1])
-return {0, id}`
+return out`
 
 var addScriptSHA = func() string {
 	h := sha1.Sum([]byte(addScript))
@@ -126,44 +152,78 @@ func (b *Broker) PublishResults(ctx context.Context, events []outbox.Event) []br
 	return res
 }
 
-// send runs one pipeline for the events whose msgs entry is set. When the
-// server has lost the dedup script (a restart, SCRIPT FLUSH), those events
-// did not run: it loads the script and sends them again, once.
-func (b *Broker) send(ctx context.Context, events []outbox.Event, msgs [][]any, res []broker.Result, again bool) {
+// send runs one pipeline for the events whose fields are set: a plain
+// XADD per event with NoDedup, else one run of the dedup script per group
+// of up to maxGroup consecutive events of one stream. When the server has
+// lost the script (a restart, SCRIPT FLUSH), those groups did not run: it
+// loads the script and sends them again, once.
+func (b *Broker) send(ctx context.Context, events []outbox.Event, fields [][]any, res []broker.Result, again bool) {
 	pipe := b.rdb.Pipeline()
-	cmds := make([]redis.Cmder, len(events))
-	for i, args := range msgs {
-		if args == nil {
-			continue
+	if b.cfg.NoDedup {
+		cmds := make([]*redis.StringCmd, len(events))
+		for i, f := range fields {
+			if f != nil {
+				cmds[i] = pipe.XAdd(ctx, &redis.XAddArgs{Stream: events[i].Topic, MaxLen: b.cfg.MaxLen, Approx: b.cfg.MaxLen > 0, Values: f})
+			}
 		}
-		stream := events[i].Topic
-		if b.cfg.NoDedup {
-			cmds[i] = pipe.XAdd(ctx, &redis.XAddArgs{Stream: stream, MaxLen: b.cfg.MaxLen, Approx: b.cfg.MaxLen > 0, Values: args[2:]})
-		} else {
-			cmds[i] = pipe.EvalSha(ctx, addScriptSHA, []string{stream, b.dedupKey(stream, events[i].EventID)}, args...)
+		if pipe.Len() == 0 {
+			return
 		}
-	}
-	if pipe.Len() == 0 {
+		_, _ = pipe.Exec(ctx) // each command carries its own reply or error
+		for i, c := range cmds {
+			if c == nil {
+				continue
+			}
+			if err := c.Err(); err != nil {
+				res[i].Err = b.classify(ctx, &events[i], err)
+				continue
+			}
+			res[i] = result(&events[i], c.Val(), false)
+		}
 		return
 	}
-	_, _ = pipe.Exec(ctx) // each command carries its own reply or error
-	var lost [][]any
-	for i, c := range cmds {
-		if c == nil {
-			continue
+	groups := b.groups(events, fields)
+	if len(groups) == 0 {
+		return
+	}
+	cmds := make([]*redis.Cmd, len(groups))
+	for g, idx := range groups {
+		stream := events[idx[0]].Topic
+		keys := make([]string, 1, 1+len(idx))
+		keys[0] = stream
+		n := 2
+		for _, i := range idx {
+			keys = append(keys, b.dedupKey(stream, events[i].EventID))
+			n += 2 + len(fields[i])
 		}
+		args := make([]any, 0, n)
+		args = append(args, b.ttl, b.maxLen)
+		for _, i := range idx {
+			args = append(args, len(fields[i]), events[i].Key)
+			args = append(args, fields[i]...)
+		}
+		cmds[g] = pipe.EvalSha(ctx, addScriptSHA, keys, args...)
+	}
+	_, _ = pipe.Exec(ctx)
+	var lost [][]any
+	for g, c := range cmds {
+		idx := groups[g]
 		if err := c.Err(); err != nil {
 			if !again && redis.HasErrorPrefix(err, "NOSCRIPT") {
 				if lost == nil {
 					lost = make([][]any, len(events))
 				}
-				lost[i] = msgs[i]
+				for _, i := range idx {
+					lost[i] = fields[i]
+				}
 				continue
 			}
-			res[i].Err = b.classify(ctx, &events[i], err)
+			for _, i := range idx {
+				res[i].Err = b.classify(ctx, &events[i], err)
+			}
 			continue
 		}
-		res[i] = b.reply(&events[i], c)
+		b.groupReply(events, idx, c.Val(), res)
 	}
 	if lost != nil {
 		if err := b.rdb.ScriptLoad(ctx, addScript).Err(); err != nil {
@@ -178,26 +238,68 @@ func (b *Broker) send(ctx context.Context, events []outbox.Event, msgs [][]any, 
 	}
 }
 
-// reply reads a command's successful reply.
-func (b *Broker) reply(e *outbox.Event, c redis.Cmder) broker.Result {
-	r := broker.Result{Stream: e.Topic, Offset: -1}
-	switch c := c.(type) {
-	case *redis.StringCmd: // XADD
-		r.ID = c.Val()
-	case *redis.Cmd: // the dedup script
-		v, ok := c.Val().([]any)
-		if len(v) == 2 {
-			dup, ok1 := v[0].(int64)
-			id, ok2 := v[1].(string)
-			ok = ok1 && ok2
-			r.Duplicate, r.ID = dup == 1, id
+// groups splits the sendable events into runs of the script: consecutive
+// events of one stream, at most maxGroup each. Events of one stream keep
+// their order across its groups, which run in pipeline order.
+func (b *Broker) groups(events []outbox.Event, fields [][]any) [][]int {
+	var out [][]int
+	open := map[string]int{} // stream → index in out of its group being filled
+	for i, f := range fields {
+		if f == nil {
+			continue
 		}
-		if !ok {
-			r.Err = fmt.Errorf("redisbroker: event %s on %q: unexpected reply %v from the dedup script; was it stored? retry later", e.EventID, e.Topic, c.Val())
-			return r
+		g, ok := open[events[i].Topic]
+		if !ok || len(out[g]) == maxGroup {
+			g = len(out)
+			out = append(out, make([]int, 0, min(maxGroup, len(events)-i)))
+			open[events[i].Topic] = g
+		}
+		out[g] = append(out[g], i)
+	}
+	return out
+}
+
+// groupReply reads one run of the script's per-event answers.
+func (b *Broker) groupReply(events []outbox.Event, idx []int, val any, res []broker.Result) {
+	arr, _ := val.([]any)
+	for j, i := range idx {
+		e := &events[i]
+		var pair []any
+		if j < len(arr) {
+			pair, _ = arr[j].([]any)
+		}
+		var code int64
+		var text string
+		ok := len(pair) == 2
+		if ok {
+			code, ok = pair[0].(int64)
+			text, _ = pair[1].(string)
+		}
+		switch {
+		case !ok:
+			res[i].Err = fmt.Errorf("redisbroker: event %s on %q: unexpected reply %v from the dedup script; was it stored? retry later", e.EventID, e.Topic, val)
+		case code == 0 || code == 1:
+			res[i] = result(e, text, code == 1)
+		case code == 2:
+			res[i].Err = b.classify(context.Background(), e, redisError(text))
+		default:
+			res[i].Err = fmt.Errorf("redisbroker: event %s on %q not added: an earlier event of its key in the batch was refused, and a key's events go in order; retry later", e.EventID, e.Topic)
 		}
 	}
-	if _, seq, ok := strings.Cut(r.ID, "-"); ok {
+}
+
+// redisError is an error reply the script passed on as text.
+type redisError string
+
+func (e redisError) Error() string { return string(e) }
+
+// RedisError marks it as a reply of the server (redis.Error).
+func (redisError) RedisError() {}
+
+// result is the confirmed result of e stored under entry id.
+func result(e *outbox.Event, id string, dup bool) broker.Result {
+	r := broker.Result{Stream: e.Topic, Offset: -1, ID: id, Duplicate: dup}
+	if _, seq, ok := strings.Cut(id, "-"); ok {
 		r.Sequence, _ = strconv.ParseUint(seq, 10, 64)
 	}
 	return r
@@ -231,8 +333,7 @@ func (b *Broker) classify(ctx context.Context, e *outbox.Event, err error) error
 	return fmt.Errorf("redisbroker: event %s on %q not confirmed: %w (%w); it reconnects by itself, retry later", e.EventID, e.Topic, err, broker.ErrUnavailable)
 }
 
-// message returns the script's arguments for e: the window, MAXLEN, then
-// the entry's fields and values (args[2:], XADD's own when NoDedup).
+// message returns e's fields and values, in order.
 func (b *Broker) message(e *outbox.Event) ([]any, error) {
 	if err := broker.CheckEvent(broker.Redis, e); err != nil {
 		return nil, broker.Permanent(fmt.Errorf("redisbroker: event %s: %w", e.EventID, err))
@@ -244,8 +345,8 @@ func (b *Broker) message(e *outbox.Event) ([]any, error) {
 		return nil, broker.Permanentf("redisbroker: event %s has %d headers; a stream entry from the relay holds at most %d: %w", e.EventID, len(e.Headers), maxFields-10, outbox.ErrInvalidMessage)
 	}
 	var attrs [9]broker.Attribute
-	args := make([]any, 0, 4+2*(len(attrs)+len(e.Headers)))
-	args = append(args, b.ttl, strconv.FormatInt(b.cfg.MaxLen, 10), FieldData, e.Payload)
+	args := make([]any, 0, 2+2*(len(attrs)+len(e.Headers)))
+	args = append(args, FieldData, e.Payload)
 	size := len(FieldData) + len(e.Payload)
 	for _, a := range broker.AppendCloudEventAttributes(attrs[:0], e, b.cfg.Source) {
 		f := fieldOf[a.Name]

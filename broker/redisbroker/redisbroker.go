@@ -113,8 +113,10 @@ func (c Config) withDefaults() (Config, error) {
 type Broker struct {
 	rdb   redis.UniversalClient
 	cfg   Config
-	owned bool // Dial made rdb, so Close closes it
-	ttl   string
+	owned bool   // Dial made rdb, so Close closes it
+	ttl   string // DedupWindow in seconds, for the script
+	// maxLen is MaxLen for the script ("0": no trimming)
+	maxLen string
 
 	mu       sync.Mutex
 	closed   bool
@@ -140,8 +142,9 @@ func New(rdb redis.UniversalClient, cfg Config) (*Broker, error) {
 func newBroker(rdb redis.UniversalClient, cfg Config, owned bool) *Broker {
 	return &Broker{
 		rdb: rdb, cfg: cfg, owned: owned,
-		ttl:  strconv.FormatInt(int64((cfg.DedupWindow+time.Second-1)/time.Second), 10),
-		done: make(chan struct{}),
+		ttl:    strconv.FormatInt(int64((cfg.DedupWindow+time.Second-1)/time.Second), 10),
+		maxLen: strconv.FormatInt(cfg.MaxLen, 10),
+		done:   make(chan struct{}),
 	}
 }
 

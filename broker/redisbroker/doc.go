@@ -3,7 +3,8 @@
 //
 // Each Publish call sends the whole batch as one pipeline on one
 // connection (a round trip for the batch) and reads every reply; an event's
-// result is nil only once Redis answered its XADD with the entry id.
+// result is nil only once Redis answered with the entry id it was added
+// under (or, for a duplicate, first added under).
 //
 // # Entry mapping
 //
@@ -34,39 +35,51 @@
 // # Recognising a re-published event
 //
 // A relay that crashes after XADD and before its acknowledgement reached
-// the database publishes the event again. With dedup on (the default),
-// each event is added by a small Lua script that, atomically, looks up a
-// key remembering the event id, <DedupPrefix>{<stream's hash tag>}:<event
-// id>; when it is there, the event is not added again and the result is
-// confirmed with Duplicate set and the entry id of the first copy; when it
-// is not, the script adds the entry and sets the key, with the entry id as
-// value and Config.DedupWindow (24h) as TTL. Redis runs a script without
-// interleaving other commands, so two relays racing with the same event
-// add it once. The key sits in the stream's Redis Cluster hash slot (the
-// script touches both). The cost is a key of about 100 bytes per event for
-// the window (some 100 MB per million events a day) and the script's run
-// time: BENCHMARKS.md has the rate against plain XADD. Consumers still
-// deduplicate what falls outside the window with package inbox (ce_id).
+// the database publishes the event again. With dedup on (the default), a
+// batch's events of one stream are added by one run of a small Lua script
+// per group of up to 256: it looks the group's event ids up, then XADDs
+// each one not found and records it, event id → entry id. A found id is
+// not added again: its result is confirmed with Duplicate set and the
+// entry id of the first copy. Redis runs a script without interleaving
+// other commands, so two relays racing with the same event add it once.
+//
+// The ids are kept in hashes, one per quarter of Config.DedupWindow
+// (default 24h), named <DedupPrefix>{<stream's hash tag>}:<quarter in
+// seconds>:<quarter number>, each expiring one window after its quarter
+// ends; a lookup reads the current and the four earlier ones. An id is so
+// remembered for at least the window and at most a quarter more. The keys
+// sit in the stream's Redis Cluster hash slot. The cost: about 80 bytes of
+// memory per event in the window (some 80 MB per million events), the
+// expiry of a whole quarter's hash at once (set lazyfree-lazy-expire yes
+// for large ones, or a shorter window), and the script's time on the
+// server: BENCHMARKS.md has the rate against plain XADD (in short, Lua
+// costs about half the server's throughput). Consumers still deduplicate
+// what falls outside the window with package inbox (ce_id).
 // Config.NoDedup (dedup=off in the URL) sends plain XADDs instead.
 //
 // Explicit entry ids derived from the event were the alternative, and are
 // not used: a stream only takes ids above its last one, so an old event
-// re-published after newer ones would be refused, not recognised. Redis
-// 8.6's XADD IDMP does in the server what the script does; this package
-// does not need it.
+// re-published after newer ones would be refused, not recognised. A key
+// with a TTL per event (SET NX) was the first version: a key per event
+// costs about twice the memory and a command more per event. Redis 8.6's
+// XADD IDMP does in the server what the script does; this package does
+// not need it.
 //
 // # Ordering
 //
 // Features declares OrderNone. The commands of one pipeline run in order
-// on one connection, so a batch's entries are added in slice order; but a
-// command that fails (OOM at maxmemory with noeviction, WRONGTYPE on one
-// topic while the key's next event goes to another) does not stop the
-// commands after it, so a key's later event can be stored although its
-// earlier one was not. The relay therefore never puts two events of a key
-// in one Publish call. When the connection breaks mid-pipeline the
-// commands after the break did not run, and which ones before it did is
-// unknown: every unanswered event fails (transient), and dedup makes the
-// retry of those that were added a duplicate.
+// on one connection, so a batch's entries are added in slice order; within
+// one run of the dedup script, an event refused by XADD holds the later
+// events of its key in that run (not tried; transient). But nothing holds
+// a key across runs, streams or plain XADDs: a command that fails (OOM at
+// maxmemory with noeviction, WRONGTYPE on one topic while the key's next
+// event goes to another) does not stop the commands after it, so a key's
+// later event can be stored although its earlier one was not. The relay
+// therefore never puts two events of a key in one Publish call. When the
+// connection breaks mid-pipeline the commands after the break did not
+// run, and which before it did is unknown: every unanswered event fails
+// (transient), and dedup makes the retry of those that were added a
+// duplicate.
 //
 // # Errors
 //

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -53,24 +54,36 @@ const maxGroup = 256
 // addScript adds a group of entries to one stream, skipping each event
 // whose id was added within the dedup window, atomically: Redis runs a
 // script without interleaving other commands, so no second relay can add
-// the same event between the lookup and the XADD. KEYS[1] is the stream,
-// KEYS[1+i] event i's dedup key (in the stream's hash slot). ARGV[1] is
-// the window in seconds, ARGV[2] MAXLEN ('0' = no trimming), then per
-// event the number of field arguments, the event key, and the fields and
-// values. It returns per event {0, entry id} (added), {1, first entry id}
-// (a duplicate), {2, error} (XADD refused it) or {3, ”} (not tried: an
-// earlier event of its key in the group was refused).
-const addScript = `local ttl, maxlen = ARGV[1], ARGV[2]
-local prev = redis.call('MGET', unpack(KEYS, 2))
-local out, failed, seen, pos = {}, {}, {}, 3
-for i = 1, #KEYS - 1 do
+// the same event between the lookup and the XADD. The ids remembered are
+// fields of hashes, one per slice of the window (dedupBuckets), each
+// mapping an event id to its entry id. KEYS[1] is the stream, KEYS[2] the
+// current slice's hash, KEYS[3…] the earlier slices' (all in the stream's
+// hash slot). ARGV[1] is when the current slice's hash expires (Unix
+// seconds), ARGV[2] MAXLEN ('0' = no trimming), ARGV[3] the number of
+// events n, then the n event ids, then per event the number of field
+// arguments, the event key, and the fields and values. It returns per
+// event {0, entry id} (added), {1, first entry id} (a duplicate),
+// {2, error} (XADD refused it) or {3, ”} (not tried: an earlier event of
+// its key in the group was refused).
+const addScript = `local expireat, maxlen, n = ARGV[1], ARGV[2], tonumber(ARGV[3])
+local ids = {unpack(ARGV, 4, 3 + n)}
+local prev = {}
+for k = 2, #KEYS do
+  local vals = redis.call('HMGET', KEYS[k], unpack(ids))
+  for i = 1, n do
+    if not prev[i] and vals[i] then prev[i] = vals[i] end
+  end
+end
+local out, failed, seen, added, pos = {}, {}, {}, {}, 4 + n
+for i = 1, n do
   local c, key = tonumber(ARGV[pos]), ARGV[pos + 1]
   local first, last = pos + 2, pos + 1 + c
   pos = last + 1
+  local p = prev[i] or seen[ids[i]]
   if key ~= '' and failed[key] then
     out[i] = {3, ''}
-  elseif prev[i] or seen[KEYS[i + 1]] then
-    out[i] = {1, prev[i] or seen[KEYS[i + 1]]}
+  elseif p then
+    out[i] = {1, p}
   else
     local r
     if maxlen ~= '0' then
@@ -82,13 +95,24 @@ for i = 1, #KEYS - 1 do
       out[i] = {2, r.err}
       if key ~= '' then failed[key] = true end
     else
-      redis.pcall('SET', KEYS[i + 1], r, 'EX', ttl)
-      seen[KEYS[i + 1]] = r
+      seen[ids[i]] = r
+      added[#added + 1] = ids[i]
+      added[#added + 1] = r
       out[i] = {0, r}
     end
   end
 end
+if #added > 0 then
+  redis.pcall('HSET', KEYS[2], unpack(added))
+  redis.pcall('EXPIREAT', KEYS[2], expireat)
+end
 return out`
+
+// dedupBuckets is how many slices the dedup window is cut into. An event
+// id is remembered for at least DedupWindow and at most 1+1/dedupBuckets
+// of it; a lookup reads dedupBuckets+1 hashes per group, not a key per
+// event.
+const dedupBuckets = 4
 
 var addScriptSHA = func() string {
 	h := sha1.Sum([]byte(addScript))
@@ -187,17 +211,19 @@ func (b *Broker) send(ctx context.Context, events []outbox.Event, fields [][]any
 		return
 	}
 	cmds := make([]*redis.Cmd, len(groups))
+	now := time.Now().Unix()
 	for g, idx := range groups {
 		stream := events[idx[0]].Topic
-		keys := make([]string, 1, 1+len(idx))
-		keys[0] = stream
-		n := 2
+		keys, expireAt := b.dedupKeys(stream, now)
+		n := 3 + len(idx)
 		for _, i := range idx {
-			keys = append(keys, b.dedupKey(stream, events[i].EventID))
 			n += 2 + len(fields[i])
 		}
 		args := make([]any, 0, n)
-		args = append(args, b.ttl, b.maxLen)
+		args = append(args, expireAt, b.maxLen, len(idx))
+		for _, i := range idx {
+			args = append(args, events[i].EventID)
+		}
 		for _, i := range idx {
 			args = append(args, len(fields[i]), events[i].Key)
 			args = append(args, fields[i]...)
@@ -368,11 +394,21 @@ func tooLarge(id string, payload, fields, limit int) error {
 		id, payload, fields, payload+fields, limit, outbox.ErrPayloadTooLarge)
 }
 
-// dedupKey names the key that remembers id for stream, in the stream's
-// hash slot: Redis Cluster hashes only a key's hash tag (the text between
-// its first '{' and the next '}') when it has one, the whole key otherwise.
-func (b *Broker) dedupKey(stream, id string) string {
-	return b.cfg.DedupPrefix + "{" + hashTag(stream) + "}:" + id
+// dedupKeys returns the script's keys for stream at Unix time now: the
+// stream, then the hashes of the current and the dedupBuckets earlier
+// slices of the window, named <prefix>{<stream's hash tag>}:<slice
+// length>:<slice number> so they share the stream's Redis Cluster hash
+// slot; and when the current one expires: a window after its slice ends.
+func (b *Broker) dedupKeys(stream string, now int64) ([]string, int64) {
+	slice := b.slice
+	cur := now / slice
+	prefix := b.cfg.DedupPrefix + "{" + hashTag(stream) + "}:" + strconv.FormatInt(slice, 10) + ":"
+	keys := make([]string, 0, 2+dedupBuckets)
+	keys = append(keys, stream)
+	for k := int64(0); k <= dedupBuckets; k++ {
+		keys = append(keys, prefix+strconv.FormatInt(cur-k, 10))
+	}
+	return keys, (cur+1)*slice + slice*dedupBuckets
 }
 
 func hashTag(key string) string {

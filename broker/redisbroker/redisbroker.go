@@ -55,18 +55,20 @@ type Config struct {
 	// macro nodes, so a stream may hold somewhat more. 0 (the default)
 	// never trims. The URL's maxlen= sets it.
 	MaxLen int64
-	// DedupWindow is how long the Broker remembers an event id it added,
-	// so that the same event published again (after a relay crash, or a
-	// reply lost with its connection) is recognised, not added twice: it
-	// is then confirmed with Result.Duplicate set and the entry id it was
-	// first stored under. Default 24h. The URL's dedup= sets it.
+	// DedupWindow is how long the Broker remembers at least an event id
+	// it added (at most a quarter longer), so that the same event
+	// published again (after a relay crash, or a reply lost with its
+	// connection) is recognised, not added twice: it is then confirmed
+	// with Result.Duplicate set and the entry id it was first stored
+	// under. Default 24h. The URL's dedup= sets it.
 	DedupWindow time.Duration
 	// NoDedup turns the id check off: each publish is a plain XADD, and an
 	// event re-published after a crash is added again (consumers drop it
 	// with package inbox). The URL's dedup=off sets it.
 	NoDedup bool
-	// DedupPrefix starts the names of the keys that remember event ids:
-	// <prefix>{<stream's hash tag>}:<event id>. Default "outbox:dedup:".
+	// DedupPrefix starts the names of the hashes that remember event ids:
+	// <prefix>{<stream's hash tag>}:<slice seconds>:<slice number>.
+	// Default "outbox:dedup:".
 	DedupPrefix string
 	// MaxMessage is the largest entry the Broker adds, in bytes: the
 	// payload plus every field name and value. Larger events are refused
@@ -113,8 +115,8 @@ func (c Config) withDefaults() (Config, error) {
 type Broker struct {
 	rdb   redis.UniversalClient
 	cfg   Config
-	owned bool   // Dial made rdb, so Close closes it
-	ttl   string // DedupWindow in seconds, for the script
+	owned bool  // Dial made rdb, so Close closes it
+	slice int64 // seconds of one slice of the dedup window
 	// maxLen is MaxLen for the script ("0": no trimming)
 	maxLen string
 
@@ -142,7 +144,7 @@ func New(rdb redis.UniversalClient, cfg Config) (*Broker, error) {
 func newBroker(rdb redis.UniversalClient, cfg Config, owned bool) *Broker {
 	return &Broker{
 		rdb: rdb, cfg: cfg, owned: owned,
-		ttl:    strconv.FormatInt(int64((cfg.DedupWindow+time.Second-1)/time.Second), 10),
+		slice:  max(int64((cfg.DedupWindow+time.Second-1)/time.Second)/dedupBuckets, 1),
 		maxLen: strconv.FormatInt(cfg.MaxLen, 10),
 		done:   make(chan struct{}),
 	}

@@ -388,9 +388,16 @@ func TestRepublishedEventIsDuplicate(t *testing.T) {
 	if n, _ := c.XLen(ctxFor(t, 5*time.Second), stream).Result(); n != 2 {
 		t.Errorf("the stream holds %d entries, want 2", n)
 	}
-	ttl, err := c.TTL(ctxFor(t, 5*time.Second), redisbroker.DefaultDedupPrefix+"{"+stream+"}:"+e.EventID).Result()
-	if err != nil || ttl <= 23*time.Hour || ttl > 24*time.Hour {
-		t.Errorf("dedup key TTL %v (%v); want about the 24h default window", ttl, err)
+	// The ids are remembered in one hash per quarter of the window (6h of
+	// the 24h default), which expires a window after its quarter ends.
+	slice := int64(6 * 3600)
+	bucket := fmt.Sprintf("%s{%s}:%d:%d", redisbroker.DefaultDedupPrefix, stream, slice, time.Now().Unix()/slice)
+	if id, err := c.HGet(ctxFor(t, 5*time.Second), bucket, e.EventID).Result(); err != nil || id != first.ID {
+		t.Errorf("dedup hash %s holds %q for the event (%v); want %s", bucket, id, err, first.ID)
+	}
+	ttl, err := c.TTL(ctxFor(t, 5*time.Second), bucket).Result()
+	if err != nil || ttl <= 24*time.Hour || ttl > 30*time.Hour {
+		t.Errorf("dedup hash TTL %v (%v); want between the 24h window and 30h", ttl, err)
 	}
 
 	// Without dedup the same event is simply added again (at least once).
@@ -629,5 +636,28 @@ func TestCheck(t *testing.T) {
 	e.Payload = make([]byte, lo+60) // over the limit even with a short ce_time
 	if res := b.Publish(ctxFor(t, 5*time.Second), []outbox.Event{e}); !broker.IsPermanent(res[0]) || !errors.Is(res[0], outbox.ErrPayloadTooLarge) {
 		t.Errorf("publish of a too-large event = %v", res[0])
+	}
+}
+
+// An id is remembered across the slices of the window, for at least the
+// window and not much longer: with a 4s window (1s slices) a republish
+// after 2.5s is a duplicate, one after 6.5s adds the event again.
+func TestDedupWindowSlices(t *testing.T) {
+	t.Parallel()
+	url := testenv.Require(t, testenv.Redis)
+	c := admin(t, url)
+	stream := uniqueName("rb_window")
+	cleanup(t, c, stream)
+	b := dial(t, url, redisbroker.Config{DedupWindow: 4 * time.Second})
+	e := event(stream, 0)
+	first := b.PublishResults(ctxFor(t, 5*time.Second), []outbox.Event{e})[0]
+	start := time.Now()
+	time.Sleep(2500 * time.Millisecond)
+	if r := b.PublishResults(ctxFor(t, 5*time.Second), []outbox.Event{e})[0]; r.Err != nil || !r.Duplicate || r.ID != first.ID {
+		t.Errorf("republish within the window: %+v", r)
+	}
+	time.Sleep(6500*time.Millisecond - time.Since(start))
+	if r := b.PublishResults(ctxFor(t, 5*time.Second), []outbox.Event{e})[0]; r.Err != nil || r.Duplicate {
+		t.Errorf("republish after 1.25 windows and a slice: %+v; want it added again", r)
 	}
 }

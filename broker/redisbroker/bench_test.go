@@ -163,6 +163,7 @@ func BenchmarkPublish(b *testing.B) {
 	b.ReportMetric(rate(wall[1])/rate(wall[0]), "plain/raw")
 	b.ReportMetric(rate(wall[2])/rate(wall[0]), "dedup/raw")
 	b.ReportMetric(float64(cpus[0].Nanoseconds())/n, "raw-cpu-ns/msg")
+	b.ReportMetric(float64(cpus[3].Nanoseconds())/n, "rawfull-cpu-ns/msg")
 	b.ReportMetric(float64(cpus[1].Nanoseconds())/n, "plain-cpu-ns/msg")
 	b.ReportMetric(float64(cpus[2].Nanoseconds())/n, "dedup-cpu-ns/msg")
 	b.ReportMetric(0, "ns/op")

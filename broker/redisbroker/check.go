@@ -32,7 +32,7 @@ func (b *Broker) Check(m outbox.Message) error {
 	}
 	size := len(FieldData) + len(m.Payload)
 	for _, a := range broker.CloudEventAttributes(e, b.cfg.Source) {
-		size += len(fieldOf[a.Name]) + len(a.Value)
+		size += len(fieldOf[a.Name].(string)) + len(a.Value)
 	}
 	for k, v := range m.Headers {
 		size += len(HeaderPrefix) + len(k) + len(v)

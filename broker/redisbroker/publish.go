@@ -34,8 +34,9 @@ const (
 	HeaderPrefix = "h:"
 )
 
-// fieldOf maps a CloudEvents attribute to its field.
-var fieldOf = map[string]string{
+// fieldOf maps a CloudEvents attribute to its field, boxed once so that
+// building an entry does not allocate for the names.
+var fieldOf = map[string]any{
 	broker.AttrID: FieldID, broker.AttrSource: FieldSource, broker.AttrSpecVersion: FieldSpecVersion,
 	broker.AttrType: FieldType, broker.AttrTime: FieldTime, broker.AttrDataContentType: FieldContentType,
 	broker.AttrPartitionKey: FieldKey, broker.AttrSchemaVersion: FieldSchemaVersion,
@@ -184,10 +185,10 @@ func (b *Broker) PublishResults(ctx context.Context, events []outbox.Event) []br
 func (b *Broker) send(ctx context.Context, events []outbox.Event, fields [][]any, res []broker.Result, again bool) {
 	pipe := b.rdb.Pipeline()
 	if b.cfg.NoDedup {
-		cmds := make([]*redis.StringCmd, len(events))
+		cmds := make([]*redis.Cmd, len(events))
 		for i, f := range fields {
 			if f != nil {
-				cmds[i] = pipe.XAdd(ctx, &redis.XAddArgs{Stream: events[i].Topic, MaxLen: b.cfg.MaxLen, Approx: b.cfg.MaxLen > 0, Values: f})
+				cmds[i] = pipe.Do(ctx, f...) // the whole XADD, built by message
 			}
 		}
 		if pipe.Len() == 0 {
@@ -202,7 +203,8 @@ func (b *Broker) send(ctx context.Context, events []outbox.Event, fields [][]any
 				res[i].Err = b.classify(ctx, &events[i], err)
 				continue
 			}
-			res[i] = result(&events[i], c.Val(), false)
+			id, _ := c.Text()
+			res[i] = result(&events[i], id, false)
 		}
 		return
 	}
@@ -359,7 +361,8 @@ func (b *Broker) classify(ctx context.Context, e *outbox.Event, err error) error
 	return fmt.Errorf("redisbroker: event %s on %q not confirmed: %w (%w); it reconnects by itself, retry later", e.EventID, e.Topic, err, broker.ErrUnavailable)
 }
 
-// message returns e's fields and values, in order.
+// message returns e's fields and values, in order; with NoDedup, the whole
+// XADD command that adds them.
 func (b *Broker) message(e *outbox.Event) ([]any, error) {
 	if err := broker.CheckEvent(broker.Redis, e); err != nil {
 		return nil, broker.Permanent(fmt.Errorf("redisbroker: event %s: %w", e.EventID, err))
@@ -371,13 +374,27 @@ func (b *Broker) message(e *outbox.Event) ([]any, error) {
 		return nil, broker.Permanentf("redisbroker: event %s has %d headers; a stream entry from the relay holds at most %d: %w", e.EventID, len(e.Headers), maxFields-10, outbox.ErrInvalidMessage)
 	}
 	var attrs [9]broker.Attribute
-	args := make([]any, 0, 2+2*(len(attrs)+len(e.Headers)))
+	args := make([]any, 0, 6+2+2*(len(attrs)+len(e.Headers)))
+	if b.cfg.NoDedup {
+		args = append(args, "xadd", e.Topic)
+		if b.cfg.MaxLen > 0 {
+			args = append(args, "maxlen", "~", b.maxLenArg)
+		}
+		args = append(args, "*")
+	}
 	args = append(args, FieldData, e.Payload)
 	size := len(FieldData) + len(e.Payload)
 	for _, a := range broker.AppendCloudEventAttributes(attrs[:0], e, b.cfg.Source) {
 		f := fieldOf[a.Name]
-		args = append(args, f, a.Value)
-		size += len(f) + len(a.Value)
+		switch a.Name {
+		case broker.AttrSource:
+			args = append(args, f, b.sourceArg)
+		case broker.AttrSpecVersion:
+			args = append(args, f, broker.SpecVersion)
+		default:
+			args = append(args, f, a.Value)
+		}
+		size += len(f.(string)) + len(a.Value)
 	}
 	for k, v := range e.Headers {
 		args = append(args, HeaderPrefix+k, v)

@@ -119,6 +119,8 @@ type Broker struct {
 	slice int64 // seconds of one slice of the dedup window
 	// maxLen is MaxLen for the script ("0": no trimming)
 	maxLen string
+	// maxLenArg and sourceArg are MaxLen and Source boxed once, for XADD
+	maxLenArg, sourceArg any
 
 	mu       sync.Mutex
 	closed   bool
@@ -144,9 +146,10 @@ func New(rdb redis.UniversalClient, cfg Config) (*Broker, error) {
 func newBroker(rdb redis.UniversalClient, cfg Config, owned bool) *Broker {
 	return &Broker{
 		rdb: rdb, cfg: cfg, owned: owned,
-		slice:  max(int64((cfg.DedupWindow+time.Second-1)/time.Second)/dedupBuckets, 1),
-		maxLen: strconv.FormatInt(cfg.MaxLen, 10),
-		done:   make(chan struct{}),
+		slice:     max(int64((cfg.DedupWindow+time.Second-1)/time.Second)/dedupBuckets, 1),
+		maxLen:    strconv.FormatInt(cfg.MaxLen, 10),
+		maxLenArg: cfg.MaxLen, sourceArg: cfg.Source,
+		done: make(chan struct{}),
 	}
 }
 

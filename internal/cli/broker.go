@@ -56,6 +56,10 @@ func runBroker(ctx context.Context, e env, args []string) error {
 	if scheme, _, _ := strings.Cut(*brokerURL, ":"); strings.EqualFold(scheme, "kafka") {
 		return setupKafka(ctx, e, *brokerURL, *topics, *partitions, *replication)
 	}
+	if why := nothingToSetUp(*brokerURL); why != "" {
+		fmt.Fprintln(e.stdout, "outbox broker setup: nothing to set up:", why)
+		return nil
+	}
 	if *stream == "" {
 		return fmt.Errorf("%w: --stream is required: the JetStream stream's name, e.g. --stream ORDERS", wire.ErrUsage)
 	}
@@ -219,4 +223,17 @@ func natsOnly(command, raw string) error {
 		return nil
 	}
 	return fmt.Errorf("%w: %s runs on NATS JetStream only: --broker nats://host:4222 (or none for an embedded server), not %s", wire.ErrUsage, command, wire.Mask(raw))
+}
+
+// nothingToSetUp says why a broker needs nothing created before the first
+// event, or "" when it does (NATS: a stream).
+func nothingToSetUp(raw string) string {
+	scheme, _, _ := strings.Cut(raw, ":")
+	switch strings.ToLower(scheme) {
+	case "redis", "rediss":
+		return "Redis creates each stream at its first XADD"
+	case "http", "https":
+		return "a webhook endpoint is the receiver's to run"
+	}
+	return ""
 }

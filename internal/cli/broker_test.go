@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/outbox-go/outbox/internal/testenv"
 	"github.com/outbox-go/outbox/internal/testnats"
 	"github.com/outbox-go/outbox/internal/teststores"
 	"github.com/outbox-go/outbox/store"
@@ -150,5 +151,15 @@ func TestRelayServesMetricsAndHealth(t *testing.T) {
 	if code := <-done; code != exitOK {
 		mu.Lock()
 		t.Errorf("relay exit %d: %s", code, stderr.String())
+	}
+}
+
+func TestBrokerSetupNothingForRedisAndWebhooks(t *testing.T) {
+	url := testenv.Require(t, testenv.Redis)
+	for _, b := range []string{url, "https://hooks.example/{topic}"} {
+		var out, errb bytes.Buffer
+		if code := Main(context.Background(), []string{"broker", "setup", "--broker", b}, &out, &errb); code != 0 || !strings.Contains(out.String(), "nothing to set up") {
+			t.Errorf("broker setup --broker %s: exit %d, %q %q", b, code, out.String(), errb.String())
+		}
 	}
 }

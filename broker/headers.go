@@ -17,6 +17,7 @@ const (
 	Kafka Transport = "kafka" // Kafka: ce_ headers, Spring's kafka_* and __TypeId__
 	AMQP  Transport = "amqp"  // AMQP and RabbitMQ: cloudEvents: properties, x-death, CC, …
 	HTTP  Transport = "http"  // HTTP webhooks: ce- headers, webhook-*, framing headers
+	MQTT  Transport = "mqtt"  // MQTT 5: the CloudEvents attribute names themselves (id, type, source, …)
 )
 
 func (t Transport) bits() eventrule.Transport {
@@ -29,6 +30,8 @@ func (t Transport) bits() eventrule.Transport {
 		return eventrule.AMQP
 	case HTTP:
 		return eventrule.HTTP
+	case MQTT:
+		return eventrule.MQTT
 	case "":
 		return eventrule.All
 	}

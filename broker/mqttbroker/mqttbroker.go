@@ -23,7 +23,7 @@ import (
 
 // Defaults for Config fields left at zero.
 const (
-	DefaultTimeout     = 10 * time.Second
+	DefaultTimeout   = 10 * time.Second
 	DefaultKeepAlive = 30 * time.Second
 	// MaxPacket is the largest packet MQTT can frame (a 4-byte variable
 	// byte integer): the default MaxMessage when the server names none.

@@ -222,8 +222,11 @@ func (b *Broker) connect() (*link, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), b.cfg.Timeout)
 	defer cancel()
 	d := net.Dialer{Timeout: b.cfg.Timeout}
-	var conn net.Conn
-	var err error
+	tcp, err := d.DialContext(ctx, "tcp", b.addr)
+	if err != nil {
+		return nil, err
+	}
+	conn := tcp
 	if b.tls {
 		tc := b.cfg.TLS.Clone()
 		if tc == nil {
@@ -232,13 +235,14 @@ func (b *Broker) connect() (*link, error) {
 		if tc.ServerName == "" {
 			tc.ServerName, _, _ = net.SplitHostPort(b.addr)
 		}
-		conn, err = (&tls.Dialer{NetDialer: &d, Config: tc}).DialContext(ctx, "tcp", b.addr)
-	} else {
-		conn, err = d.DialContext(ctx, "tcp", b.addr)
+		tlsConn := tls.Client(tcp, tc)
+		if err := tlsConn.HandshakeContext(ctx); err != nil {
+			_ = tcp.Close()
+			return nil, err
+		}
+		conn = tlsConn
 	}
-	if err != nil {
-		return nil, err
-	}
+	conn = newQuickAckConn(conn, tcp)
 	lost := &lostReason{}
 	sess := newAckSession()
 	c := paho.NewClient(paho.ClientConfig{

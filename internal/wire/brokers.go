@@ -22,18 +22,19 @@ type brokerAdapter struct {
 
 // brokerForms is what BrokerSchemes says: one example URL per adapter,
 // kept in the order of brokerAdapters. Add an adapter to both.
-const brokerForms = "nats://host:4222, kafka://host:9092[,host2:9092], amqp://user:pass@host:5672/vhost[?exchange=name]"
+const brokerForms = "nats://host:4222, kafka://host:9092[,host2:9092], amqp://user:pass@host:5672/vhost[?exchange=name], mqtt://[user:pass@]host:1883"
 
 // brokerAdapters are the built-in broker adapters, tried in order.
 var brokerAdapters = []brokerAdapter{
 	{schemes: []string{"nats", "tls"}, open: openNATS},
 	{schemes: []string{"kafka"}, open: openKafka},
 	{schemes: []string{"amqp", "amqps"}, open: openAMQP}, // brokers_amqp.go
+	{schemes: []string{"mqtt", "mqtts"}, open: openMQTT}, // brokers_mqtt.go
 }
 
 // plannedSchemes are schemes of adapters not built in yet: they get "not
 // built into this version" rather than "unknown scheme".
-var plannedSchemes = []string{"redis", "rediss", "mqtt", "mqtts", "http", "https", "rocketmq"}
+var plannedSchemes = []string{"redis", "rediss", "http", "https", "rocketmq"}
 
 func openNATS(_ context.Context, raw string, _ *url.URL) (broker.Broker, error) {
 	// nats.go splits the list at commas and reads each URL with net/url.

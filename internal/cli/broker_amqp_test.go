@@ -113,7 +113,10 @@ func TestRelayDeliversToRabbitMQAndMQTT(t *testing.T) {
 			t.Fatal(err)
 		}
 		c := paho.NewClient(paho.ClientConfig{ClientID: topic, Conn: conn, OnPublishReceived: []func(paho.PublishReceived) (bool, error){
-			func(pr paho.PublishReceived) (bool, error) { got <- pr.Packet.Properties.User.Get("id"); return true, nil }}})
+			func(pr paho.PublishReceived) (bool, error) {
+				got <- pr.Packet.Properties.User.Get("id")
+				return true, nil
+			}}})
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		if _, err := c.Connect(ctx, &paho.Connect{ClientID: topic, KeepAlive: 30, CleanStart: true}); err != nil {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"net"
 	"net/url"
 	"strings"
 	"sync"
@@ -74,7 +75,8 @@ type Config struct {
 	ConnectionName string
 	// AMQP is passed to amqp.DialConfig by Dial (TLS, heartbeat, SASL,
 	// more client properties); Dial sets connection_name in its Properties
-	// unless it holds one. New ignores it.
+	// unless it holds one, dials with Timeout unless AMQP.Dial is set, and
+	// bounds every socket write by Timeout. New ignores it.
 	AMQP amqp.Config
 }
 
@@ -161,6 +163,17 @@ func Dial(rawURL string, cfg Config) (*Broker, error) {
 		props["connection_name"] = cfg.ConnectionName
 	}
 	acfg.Properties = props
+	dial := acfg.Dial
+	if dial == nil {
+		dial = amqp.DefaultDial(cfg.Timeout)
+	}
+	acfg.Dial = func(network, addr string) (net.Conn, error) {
+		c, err := dial(network, addr)
+		if err != nil {
+			return nil, err
+		}
+		return &writeDeadlineConn{Conn: c, d: cfg.Timeout}, nil
+	}
 	b := &Broker{cfg: cfg, url: rawURL, acfg: acfg, closing: make(chan struct{})}
 	s, err := b.open()
 	if err != nil {
@@ -172,6 +185,23 @@ func Dial(rawURL string, cfg Config) (*Broker, error) {
 	}
 	b.start(s)
 	return b, nil
+}
+
+// writeDeadlineConn bounds every write to the socket by d: amqp091-go
+// writes a publish straight to the socket, with no deadline, so a server
+// that stopped reading (a blocked connection, a network that drops
+// everything) would hold the Publish call, and the relay's claim, past any
+// context deadline. A write that cannot finish in d fails, amqp091-go
+// closes the connection, the events awaiting confirms fail as unavailable
+// and the Broker reconnects.
+type writeDeadlineConn struct {
+	net.Conn
+	d time.Duration
+}
+
+func (c *writeDeadlineConn) Write(p []byte) (int, error) {
+	_ = c.Conn.SetWriteDeadline(time.Now().Add(c.d))
+	return c.Conn.Write(p)
 }
 
 // exchangeFromURL reads the exchange query parameter.

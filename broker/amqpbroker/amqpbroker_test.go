@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	neturl "net/url"
 	"os/exec"
 	"strings"
 	"sync"
@@ -21,6 +22,7 @@ import (
 	"github.com/outbox-go/outbox/broker/brokertest"
 	"github.com/outbox-go/outbox/inbox/amqpmsg"
 	"github.com/outbox-go/outbox/internal/testenv"
+	"github.com/outbox-go/outbox/internal/torture"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -583,5 +585,74 @@ func TestEnsureQueue(t *testing.T) {
 	}
 	if err := amqpbroker.EnsureQueue(ctxFor(t, 10*time.Second), conn, "", "orders", []string{"invoices"}); err == nil || !strings.Contains(err.Error(), "default exchange") {
 		t.Fatalf("default exchange with another topic: %v", err)
+	}
+}
+
+// TestBlackholeKeepsTheDeadline: a network that stops carrying bytes (a
+// proxy that holds them) neither confirms anything nor holds a Publish
+// past its deadline, even when the batch is too large for the socket
+// buffers (amqp091-go's writes have no deadline of their own); once the
+// network is back the same Broker publishes again.
+func TestBlackholeKeepsTheDeadline(t *testing.T) {
+	t.Parallel()
+	url, conn := admin(t)
+	u, err := neturl.Parse(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy, err := torture.NewProxy(u.Host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(proxy.Close)
+	q := uniqueName("blackhole")
+	r := declareQueue(t, conn, "", q, q)
+	u.Host = proxy.Addr()
+	b := dial(t, u.String(), amqpbroker.Config{Timeout: 2 * time.Second})
+	if res := b.Publish(ctxFor(t, 10*time.Second), []outbox.Event{event(q, 0)}); res[0] != nil {
+		t.Fatal(res[0])
+	}
+
+	proxy.Pause()
+	big := make([]outbox.Event, 24)
+	for i := range big {
+		big[i] = event(q, i+1)
+		big[i].Key = fmt.Sprint("k", i)
+		big[i].Payload = make([]byte, 1<<20)
+	}
+	start := time.Now()
+	res := b.Publish(ctxFor(t, 60*time.Second), big)
+	if d := time.Since(start); d > 8*time.Second {
+		t.Errorf("Publish into a blackhole took %v with a 2s Timeout", d)
+	}
+	for i, err := range res {
+		if err == nil || broker.IsPermanent(err) {
+			t.Fatalf("event %d into a blackhole: %v; want a transient error", i, err)
+		}
+	}
+	t.Logf("into the blackhole: %v", res[0])
+	proxy.Resume()
+
+	deadline := time.Now().Add(20 * time.Second)
+	e := event(q, 99)
+	for {
+		res := b.Publish(ctxFor(t, 5*time.Second), []outbox.Event{e})
+		if res[0] == nil {
+			break
+		}
+		if broker.IsPermanent(res[0]) || time.Now().After(deadline) {
+			t.Fatalf("after the network came back: %v", res[0])
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	ctx := ctxFor(t, 30*time.Second)
+	for {
+		m, err := r.Next(ctx)
+		if err != nil {
+			t.Fatalf("the event sent after the blackhole did not arrive: %v", err)
+		}
+		if m.EventID == e.EventID {
+			break
+		}
 	}
 }

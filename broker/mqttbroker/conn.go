@@ -4,9 +4,15 @@ import (
 	"bufio"
 	"net"
 	"syscall"
+	"time"
 )
 
-// quickAckConn is the connection paho reads from: buffered, because paho
+// quickAckConn is the connection paho reads from and writes to. Writes get
+// a deadline of Config.Timeout each: paho writes a PUBLISH straight to the
+// socket, with no deadline, so a server or network that stopped taking
+// bytes would hold Publish, and the relay's claim, past any context
+// deadline; a write that cannot finish fails and ends the connection
+// instead (see Write). Reads are buffered, because paho
 // reads a packet's fixed header a byte at a time (a system call each), and
 // acknowledging at once what it read (TCP_QUICKACK on Linux).
 //
@@ -19,20 +25,36 @@ import (
 // operator can also set set_tcp_nodelay true.
 type quickAckConn struct {
 	net.Conn
-	r *bufio.Reader
+	r            *bufio.Reader
+	writeTimeout time.Duration
 }
 
 // newQuickAckConn wraps c, whose TCP connection is tcp (the same for plain
 // TCP; the one under TLS otherwise).
-func newQuickAckConn(c net.Conn, tcp net.Conn) net.Conn {
+func newQuickAckConn(c net.Conn, tcp net.Conn, writeTimeout time.Duration) net.Conn {
 	var rc syscall.RawConn
 	if sc, ok := tcp.(syscall.Conn); ok {
 		rc, _ = sc.SyscallConn()
 	}
-	return &quickAckConn{Conn: c, r: bufio.NewReaderSize(&ackingReader{c: c, rc: rc}, 16<<10)}
+	return &quickAckConn{Conn: c, r: bufio.NewReaderSize(&ackingReader{c: c, rc: rc}, 16<<10), writeTimeout: writeTimeout}
 }
 
 func (q *quickAckConn) Read(p []byte) (int, error) { return q.r.Read(p) }
+
+// Write writes p by the deadline. A failed write closes the connection:
+// part of a packet may have gone out, and whatever came next would be read
+// by the server as the rest of it (paho itself keeps the connection after a
+// failed PUBLISH write). paho's reader then fails, the client shuts down,
+// the events awaiting PUBACKs fail as unavailable, and the Broker
+// reconnects.
+func (q *quickAckConn) Write(p []byte) (int, error) {
+	_ = q.Conn.SetWriteDeadline(time.Now().Add(q.writeTimeout))
+	n, err := q.Conn.Write(p)
+	if err != nil {
+		_ = q.Conn.Close()
+	}
+	return n, err
+}
 
 // ackingReader reads from c and then asks the kernel to acknowledge what
 // arrived now rather than later.

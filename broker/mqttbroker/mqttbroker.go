@@ -242,7 +242,7 @@ func (b *Broker) connect() (*link, error) {
 		}
 		conn = tlsConn
 	}
-	conn = newQuickAckConn(conn, tcp)
+	conn = newQuickAckConn(conn, tcp, b.cfg.Timeout)
 	lost := &lostReason{}
 	sess := newAckSession()
 	c := paho.NewClient(paho.ClientConfig{

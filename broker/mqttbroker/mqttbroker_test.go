@@ -265,7 +265,8 @@ func TestBadTopicsArePermanent(t *testing.T) {
 // confirmed unless a subscriber got it; the unconfirmed ones fail as
 // ErrUnavailable (not counted, not permanent) at once rather than at the
 // deadline; the Broker reconnects by itself and keeps publishing; a
-// blackholed connection makes Publish keep its deadline.
+// blackholed connection makes Publish keep its deadline, even with more to
+// write than the socket buffers hold, and publishing recovers after it.
 func TestConnectionLostMidStream(t *testing.T) {
 	t.Parallel()
 	_, addr := server(t)
@@ -366,13 +367,35 @@ func TestConnectionLostMidStream(t *testing.T) {
 	}
 
 	// A blackhole: no PUBACK comes, nothing says the connection is gone.
+	// More than the socket buffers hold, so that paho's writes block.
 	proxy.Pause()
+	big := make([]outbox.Event, 24)
+	for i := range big {
+		big[i] = event(topic, i+1)
+		big[i].Payload = make([]byte, 1<<20)
+	}
 	start := time.Now()
-	res := b.Publish(ctxFor(t, 30*time.Second), []outbox.Event{event(topic, 1)})
-	if d := time.Since(start); res[0] == nil || broker.IsPermanent(res[0]) || d > 8*time.Second {
-		t.Errorf("blackholed Publish: %v after %v; want a transient error by the 5s deadline (or sooner, when keep-alive gives up)", res[0], d)
+	res := b.Publish(ctxFor(t, 60*time.Second), big)
+	if d := time.Since(start); d > 10*time.Second {
+		t.Errorf("blackholed Publish took %v; want its 5s deadline (or sooner, when keep-alive gives up)", d)
+	}
+	for i, err := range res {
+		if err == nil || broker.IsPermanent(err) {
+			t.Fatalf("blackholed event %d: %v; want a transient error", i, err)
+		}
 	}
 	proxy.Resume()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		res := b.Publish(ctxFor(t, 5*time.Second), []outbox.Event{event(topic, 99)})
+		if res[0] == nil {
+			break
+		}
+		if broker.IsPermanent(res[0]) || time.Now().After(deadline) {
+			t.Fatalf("after the network came back: %v", res[0])
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 }
 
 // TestNewWithBorrowedClient publishes through the caller's paho client and
@@ -461,5 +484,52 @@ func TestDialErrors(t *testing.T) {
 				t.Errorf("the error does not say %q: %v", c.says, err)
 			}
 		})
+	}
+}
+
+// TestBlackholedWritesKeepTheDeadline: with a keep-alive far longer than
+// the deadline, a batch larger than the socket buffers into a network that
+// carries nothing still returns by the deadline (paho's writes have none
+// of their own), and the Broker reconnects once the network is back.
+func TestBlackholedWritesKeepTheDeadline(t *testing.T) {
+	t.Parallel()
+	_, addr := server(t)
+	proxy, err := torture.NewProxy(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(proxy.Close)
+	topic := uniqueName("outbox/blackhole")
+	b := dial(t, "mqtt://"+proxy.Addr(), mqttbroker.Config{Timeout: 2 * time.Second, KeepAlive: time.Minute})
+	if res := b.Publish(ctxFor(t, 10*time.Second), []outbox.Event{event(topic, 0)}); res[0] != nil {
+		t.Fatal(res[0])
+	}
+	proxy.Pause()
+	big := make([]outbox.Event, 24)
+	for i := range big {
+		big[i] = event(topic, i+1)
+		big[i].Payload = make([]byte, 1<<20)
+	}
+	start := time.Now()
+	res := b.Publish(ctxFor(t, 60*time.Second), big)
+	if d := time.Since(start); d > 8*time.Second {
+		t.Errorf("blackholed Publish took %v with a 2s Timeout", d)
+	}
+	for i, err := range res {
+		if err == nil || broker.IsPermanent(err) {
+			t.Fatalf("blackholed event %d: %v; want a transient error", i, err)
+		}
+	}
+	proxy.Resume()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		res := b.Publish(ctxFor(t, 5*time.Second), []outbox.Event{event(topic, 99)})
+		if res[0] == nil {
+			break
+		}
+		if broker.IsPermanent(res[0]) || time.Now().After(deadline) {
+			t.Fatalf("after the network came back: %v", res[0])
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 }

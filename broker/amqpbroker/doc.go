@@ -69,6 +69,13 @@
 // channel of its own on a connection the caller owns, reopening the channel
 // when it is lost, but never redialling.
 //
+// Dial bounds every write to the socket by Config.Timeout: amqp091-go
+// writes a publish straight to the socket with no deadline, so a server
+// that stopped reading (a network that drops everything) would otherwise
+// hold Publish, and the relay's claim, until the heartbeat gave up; a write
+// that cannot finish closes the connection instead, which the Broker
+// re-establishes.
+//
 // A returned message is tied to its confirm by its message-id (a
 // basic.return carries no delivery tag), so a channel never has two
 // publishes of one event id unconfirmed at once: the second gets a

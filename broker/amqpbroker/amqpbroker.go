@@ -23,6 +23,7 @@ const (
 	DefaultTimeout        = 10 * time.Second
 	DefaultMaxMessage     = 16 << 20 // RabbitMQ 4's default max_message_size; 3.x allows 128 MiB
 	DefaultConnectionName = "outbox relay"
+	DefaultMaxPending     = 1000
 )
 
 // AttrPrefix is the prefix of the CloudEvents attribute headers
@@ -69,6 +70,13 @@ type Config struct {
 	// closes the channel on a larger message, failing everything in
 	// flight on it). Default 16 MiB.
 	MaxMessage int
+	// MaxPending caps the publishes awaiting a confirm on the channel,
+	// across concurrent Publish calls (the relay runs several); a larger
+	// batch waits for confirms to free room. It bounds the memory held
+	// for confirms, and RabbitMQ confirmed more slowly with thousands of
+	// messages unconfirmed on one channel (BENCHMARKS.md, "RabbitMQ
+	// adapter"). Default 1000.
+	MaxPending int
 	// ConnectionName is the connection_name client property Dial sets,
 	// which the management UI and `rabbitmqctl list_connections name
 	// client_properties` show. Default "outbox relay".
@@ -86,6 +94,8 @@ func (c Config) withDefaults() (Config, error) {
 		return c, fmt.Errorf("amqpbroker: Config.Timeout is %v; use 0 for the default (%v) or a positive duration", c.Timeout, DefaultTimeout)
 	case c.MaxMessage < 0:
 		return c, fmt.Errorf("amqpbroker: Config.MaxMessage is %d; use 0 for the default (%d) or a positive size in bytes", c.MaxMessage, DefaultMaxMessage)
+	case c.MaxPending < 0:
+		return c, fmt.Errorf("amqpbroker: Config.MaxPending is %d; use 0 for the default (%d) or a positive number", c.MaxPending, DefaultMaxPending)
 	case len(c.Exchange) > 255:
 		return c, fmt.Errorf("amqpbroker: Config.Exchange is %d bytes long; AMQP names are at most 255 bytes", len(c.Exchange))
 	}
@@ -97,6 +107,9 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.ConnectionName == "" {
 		c.ConnectionName = DefaultConnectionName
+	}
+	if c.MaxPending == 0 {
+		c.MaxPending = DefaultMaxPending
 	}
 	if c.Source == "" {
 		c.Source = broker.SourceDefault

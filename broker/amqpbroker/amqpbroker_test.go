@@ -656,3 +656,48 @@ func TestBlackholeKeepsTheDeadline(t *testing.T) {
 		}
 	}
 }
+
+// TestMaxPendingSmallerThanTheBatches: concurrent batches larger than the
+// window all go through, in order, each event confirmed once.
+func TestMaxPendingSmallerThanTheBatches(t *testing.T) {
+	t.Parallel()
+	url, conn := admin(t)
+	q := uniqueName("window")
+	r := declareQueue(t, conn, "", q, q)
+	b := dial(t, url, amqpbroker.Config{MaxPending: 7})
+	var wg sync.WaitGroup
+	sent := make([][]outbox.Event, 3)
+	for g := range sent {
+		for i := range 100 {
+			e := event(q, g*1000+i)
+			e.Key = fmt.Sprint("g", g)
+			sent[g] = append(sent[g], e)
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i, err := range b.Publish(ctxFor(t, 30*time.Second), sent[g]) {
+				if err != nil {
+					t.Errorf("goroutine %d, event %d: %v", g, i, err)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	next := map[string]int{}
+	for range 300 {
+		m, err := r.Next(ctxFor(t, 10*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var g int
+		fmt.Sscanf(m.Key, "g%d", &g)
+		if want := sent[g][next[m.Key]]; m.EventID != want.EventID {
+			t.Fatalf("key %s: got %s, want %s", m.Key, m.EventID, want.EventID)
+		}
+		next[m.Key]++
+	}
+	if _, err := amqpbroker.Dial(url, amqpbroker.Config{MaxPending: -1}); err == nil {
+		t.Error("MaxPending -1 accepted")
+	}
+}

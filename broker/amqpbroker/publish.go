@@ -83,15 +83,26 @@ func (s *session) send(ctx context.Context, b *Broker, c *call, ok []bool) {
 			c.results[i] = fmt.Errorf("amqpbroker: event %s not sent: RabbitMQ blocks publishers (%s: memory or disk alarm) (%w)", e.EventID, why, broker.ErrUnavailable)
 			continue
 		}
+		select {
+		case s.window <- struct{}{}:
+		case <-ctx.Done():
+			c.results[i] = fmt.Errorf("amqpbroker: event %s not sent: waiting for room among the MaxPending publishes awaiting a confirm: %w", e.EventID, ctx.Err())
+			continue
+		case <-s.done:
+			c.results[i] = fmt.Errorf("amqpbroker: event %s not sent: %w", e.EventID, s.endErr())
+			continue
+		}
 		tag := s.nextTag
 		s.mu.Lock()
 		if s.err != nil {
 			s.mu.Unlock()
+			<-s.window
 			c.results[i] = fmt.Errorf("amqpbroker: event %s not sent: %w", e.EventID, s.err)
 			continue
 		}
 		if _, dup := s.inflight[e.EventID]; dup {
 			s.mu.Unlock()
+			<-s.window
 			c.results[i] = fmt.Errorf("amqpbroker: event %s not sent: an earlier publish of the same event id still awaits RabbitMQ's confirm on this channel; retried later", e.EventID)
 			continue
 		}
@@ -108,6 +119,7 @@ func (s *session) send(ctx context.Context, b *Broker, c *call, ok []bool) {
 			if _, still := s.pending[tag]; still {
 				delete(s.pending, tag)
 				delete(s.inflight, e.EventID)
+				<-s.window
 				c.settleLocked(i, fmt.Errorf("amqpbroker: event %s not sent: %v (%w)", e.EventID, err, broker.ErrUnavailable))
 			}
 			s.mu.Unlock()

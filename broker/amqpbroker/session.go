@@ -34,6 +34,10 @@ type session struct {
 
 	pubMu   sync.Mutex // serializes publishes, so delivery tags are predictable
 	nextTag uint64     // guarded by pubMu
+	// window holds a token per publish awaiting its confirm
+	// (Config.MaxPending): send takes one before each publish, the
+	// dispatcher gives it back with the confirm.
+	window chan struct{}
 
 	mu       sync.Mutex
 	pending  map[uint64]pendingPub // delivery tag → what awaits its confirm
@@ -86,6 +90,7 @@ func (b *Broker) open() (*session, error) {
 		returned: map[string]amqp.Return{},
 		done:     make(chan struct{}),
 		nextTag:  1,
+		window:   make(chan struct{}, b.cfg.MaxPending),
 	}
 	if b.conn == nil {
 		conn, err := amqp.DialConfig(b.url, b.acfg)
@@ -195,6 +200,7 @@ func (s *session) confirm(c amqp.Confirmation) {
 	}
 	delete(s.pending, c.DeliveryTag)
 	delete(s.inflight, p.id)
+	<-s.window
 	r, returned := s.returned[p.id]
 	delete(s.returned, p.id)
 	if p.c.abandoned { // the caller gave up on it; its events are not ours to read
@@ -273,4 +279,11 @@ func (c *call) settleLocked(i int, err error) {
 	if c.left == 0 {
 		close(c.done)
 	}
+}
+
+// endErr is why the session ended (nil while it lives).
+func (s *session) endErr() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.err
 }

@@ -48,12 +48,19 @@ func drain(b *testing.B, br broker.Broker, msgs []outbox.Message) float64 {
 	b.Helper()
 	st := teststores.Open(b, "postgres", store.Options{}).Store
 	ctx := context.Background()
+	var err error
 	for i := 0; i < len(msgs); i += 1000 {
-		if err := st.Enqueue(ctx, msgs[i:min(i+1000, len(msgs))]...); err != nil {
+		if err = st.Enqueue(ctx, msgs[i:min(i+1000, len(msgs))]...); err != nil {
 			b.Fatal(err)
 		}
 	}
-	r, err := relay.New(st, br, relay.Config{PollInterval: 20 * time.Millisecond, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	cfg := relay.Config{PollInterval: 20 * time.Millisecond, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	if v := os.Getenv("OUTBOX_BENCH_WORKERS"); v != "" { // to see whether the relay's pipeline or the machine is the limit
+		if cfg.Workers, err = strconv.Atoi(v); err != nil {
+			b.Fatalf("OUTBOX_BENCH_WORKERS=%q: %v", v, err)
+		}
+	}
+	r, err := relay.New(st, br, cfg)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -41,9 +41,13 @@
 // and nats.go's Status and Description (a message with them is taken for a
 // control message and stalls the consumer); for Kafka, Spring's kafka_* and
 // __TypeId__ family; for AMQP, RabbitMQ's x-death, x-delay, CC, BCC and the
-// like, and JMS*; for HTTP, webhook-* and the framing headers; for Redis
-// nothing more (user headers travel as fields h:<name>, apart from the
-// adapter's). Ordinary
+// like, and JMS*; for HTTP, webhook-* and the framing headers; for MQTT,
+// whose binding carries the attributes as user properties without a
+// prefix, the attribute names themselves (id, source, specversion, type,
+// time, subject, dataschema, datacontenttype and the outbox's
+// partitionkey, schemaversion and aggregatetype); for Redis nothing more
+// (user headers travel as fields h:<name>, apart from the adapter's).
+// Ordinary
 // application headers, X-Request-Id and other x- names included, pass.
 // outbox.Validate refuses the names of every transport, since the store
 // does not know which broker the relay will use; an adapter refuses only

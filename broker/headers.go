@@ -18,6 +18,7 @@ const (
 	AMQP  Transport = "amqp"  // AMQP and RabbitMQ: cloudEvents: properties, x-death, CC, …
 	HTTP  Transport = "http"  // HTTP webhooks: ce- headers, webhook-*, framing headers
 	Redis Transport = "redis" // Redis Streams: user headers are fields h:<name>, so only Content-Type
+	MQTT  Transport = "mqtt"  // MQTT 5: the CloudEvents attribute names themselves (id, type, source, …)
 )
 
 func (t Transport) bits() eventrule.Transport {
@@ -32,6 +33,8 @@ func (t Transport) bits() eventrule.Transport {
 		return eventrule.HTTP
 	case Redis:
 		return eventrule.Redis
+	case MQTT:
+		return eventrule.MQTT
 	case "":
 		return eventrule.All
 	}

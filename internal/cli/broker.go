@@ -15,6 +15,7 @@ import (
 
 const brokerUsage = `broker setup --broker nats://host:4222 --stream NAME --subjects 'orders,orders.>'
        outbox broker setup --broker kafka://host:9092 --topics 'orders,payments' [--partitions N] [--replication N]
+       outbox broker setup --broker amqp://user:pass@host:5672/vhost[?exchange=name] --queue NAME [--topics 'orders,invoices']
 
 NATS: creates the JetStream stream NAME capturing the subjects
 (comma-separated, wildcards allowed), or adds the subjects it lacks to an
@@ -22,7 +23,14 @@ existing stream NAME. Kafka: creates the topics that do not exist, with N
 partitions and replication factor N (-1, the default: the cluster's
 num.partitions and default.replication.factor); existing topics are left
 as they are. Idempotent. An event whose topic no stream captures, or whose
-Kafka topic does not exist, goes DEAD.`
+Kafka topic does not exist, goes DEAD.
+
+AMQP: declares the durable queue NAME and binds it to the URL's exchange
+for each topic (routing key; RabbitMQ wildcards on topic exchanges). On the
+default exchange (no exchange= in the URL) a queue receives the topic
+equal to its name, so --topics may be left out. An event no queue receives
+is returned by RabbitMQ, retried, and goes DEAD after the relay's max
+attempts. Idempotent.`
 
 // runBroker is `outbox broker setup`: what the relay's broker needs before
 // the first event, so that a newcomer's first events are stored, not DEAD.
@@ -41,9 +49,10 @@ func runBroker(ctx context.Context, e env, args []string) error {
 	brokerURL := f.String("broker", os.Getenv("OUTBOX_BROKER"), "broker URL (or OUTBOX_BROKER): "+wire.BrokerSchemes)
 	stream := f.String("stream", "", "JetStream stream name, e.g. ORDERS")
 	subjects := f.String("subjects", "", "comma-separated subjects the stream captures, e.g. 'orders,orders.>'")
-	topics := f.String("topics", "", "Kafka: comma-separated topics to create, e.g. 'orders,payments'")
+	topics := f.String("topics", "", "Kafka: comma-separated topics to create, e.g. 'orders,payments'; AMQP: topics (routing keys) to bind the queue to on the URL's exchange")
 	partitions := f.Int("partitions", -1, "Kafka: partitions of each new topic (-1: the cluster's default)")
 	replication := f.Int("replication", -1, "Kafka: replication factor of each new topic (-1: the cluster's default)")
+	queue := f.String("queue", "", "AMQP: the queue to declare, e.g. orders")
 	if err := f.parse(e, args[1:]); err != nil {
 		return err
 	}
@@ -55,6 +64,9 @@ func runBroker(ctx context.Context, e env, args []string) error {
 	}
 	if scheme, _, _ := strings.Cut(*brokerURL, ":"); strings.EqualFold(scheme, "kafka") {
 		return setupKafka(ctx, e, *brokerURL, *topics, *partitions, *replication)
+	}
+	if isAMQP(*brokerURL) {
+		return setupAMQP(ctx, e, *brokerURL, *queue, *topics, *stream != "" || *subjects != "") // broker_amqp.go
 	}
 	if why := nothingToSetUp(*brokerURL); why != "" {
 		fmt.Fprintln(e.stdout, "outbox broker setup: nothing to set up:", why)
@@ -181,7 +193,8 @@ func checkBrokerURL(raw string, required bool) error {
 	}
 	scheme, _, _ := strings.Cut(raw, ":")
 	switch strings.ToLower(scheme) {
-	case "nats", "tls":
+	case "nats", "tls", "amqp", "amqps", "mqtt", "mqtts":
+		// checked below; the adapter refuses its own bad options when opened
 	case "kafka":
 		// checked without connecting; Dial reads the same URL
 		if err := kafkabroker.CheckURL(raw); err != nil {
@@ -189,9 +202,9 @@ func checkBrokerURL(raw string, required bool) error {
 		}
 		return nil
 	default:
-		// NATS is the only adapter built in: for any other scheme
-		// OpenBroker answers at once with the usage error naming the
-		// schemes it knows, so it is refused before the database is opened.
+		// A scheme not listed above: OpenBroker tries it now, so that a
+		// planned or unknown scheme is refused (a usage error naming the
+		// schemes built in) before the database is opened.
 		br, err := wire.OpenBroker(context.Background(), raw)
 		if err == nil {
 			_ = br.Close(context.Background())
@@ -205,7 +218,7 @@ func checkBrokerURL(raw string, required bool) error {
 			return fmt.Errorf("%w: --broker is not a URL (%d characters given); use %s", wire.ErrUsage, len(raw), wire.BrokerSchemes)
 		}
 		if u.Hostname() == "" {
-			return fmt.Errorf("%w: --broker %s names no host; say which server, e.g. nats://127.0.0.1:4222", wire.ErrUsage, wire.Mask(part))
+			return fmt.Errorf("%w: --broker %s names no host; say which server, e.g. %s://127.0.0.1:%s", wire.ErrUsage, wire.Mask(part), u.Scheme, defaultPort(u.Scheme))
 		}
 	}
 	return nil

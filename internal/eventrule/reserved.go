@@ -13,8 +13,9 @@ const (
 	AMQP
 	HTTP
 	Redis
+	MQTT
 
-	All = NATS | Kafka | AMQP | HTTP | Redis
+	All = NATS | Kafka | AMQP | HTTP | Redis | MQTT
 )
 
 // Names returns the transports in t, for messages: "NATS", "NATS and HTTP",
@@ -27,7 +28,7 @@ func (t Transport) Names() string {
 	for _, x := range []struct {
 		bit  Transport
 		name string
-	}{{NATS, "NATS"}, {Kafka, "Kafka"}, {AMQP, "AMQP"}, {HTTP, "HTTP"}, {Redis, "Redis"}} {
+	}{{NATS, "NATS"}, {Kafka, "Kafka"}, {AMQP, "AMQP"}, {HTTP, "HTTP"}, {Redis, "Redis"}, {MQTT, "MQTT"}} {
 		if t&x.bit != 0 {
 			names = append(names, x.name)
 		}
@@ -58,6 +59,9 @@ func (r *Rule) Matches(name string) bool {
 	return len(name) == len(r.Name) && strings.EqualFold(name, r.Name)
 }
 
+// mqttAttr is why MQTT reserves the CloudEvents attribute names.
+const mqttAttr = "the CloudEvents MQTT binding carries the event's attributes as MQTT 5 user properties named exactly like them (id, source, type, time, …), which the relay sets from the event; a user property of the same name would be read as the attribute"
+
 const (
 	fixRename   = "choose another name"
 	fixAttr     = "set the Message field it stands for (Type, Key, ContentType, …), or choose another name"
@@ -78,6 +82,20 @@ var Rules = []Rule{
 		Why: "the CloudEvents AMQP binding carries the event's attributes in cloudEvents: properties, which the relay sets from the event", Fix: fixAttr},
 	{Name: "cloudevents_", Prefix: true, Owners: AMQP,
 		Why: "the CloudEvents AMQP binding's JMS spelling (cloudEvents_id, …) carries the event's attributes", Fix: fixAttr},
+
+	// The CloudEvents MQTT binding names its user properties exactly like
+	// the attributes, with no prefix: every attribute name is taken.
+	{Name: "id", Owners: MQTT, Why: mqttAttr, Fix: fixAttr},
+	{Name: "source", Owners: MQTT, Why: mqttAttr, Fix: fixAttr},
+	{Name: "specversion", Owners: MQTT, Why: mqttAttr, Fix: fixAttr},
+	{Name: "type", Owners: MQTT, Why: mqttAttr, Fix: fixAttr},
+	{Name: "time", Owners: MQTT, Why: mqttAttr, Fix: fixAttr},
+	{Name: "subject", Owners: MQTT, Why: mqttAttr, Fix: fixAttr},
+	{Name: "dataschema", Owners: MQTT, Why: mqttAttr, Fix: fixAttr},
+	{Name: "datacontenttype", Owners: MQTT, Why: mqttAttr, Fix: fixAttr},
+	{Name: "partitionkey", Owners: MQTT, Why: mqttAttr, Fix: fixAttr},
+	{Name: "schemaversion", Owners: MQTT, Why: mqttAttr, Fix: fixAttr},
+	{Name: "aggregatetype", Owners: MQTT, Why: mqttAttr, Fix: fixAttr},
 
 	{Name: "nats-", Prefix: true, Owners: NATS,
 		Why: "JetStream acts on Nats-* headers (Nats-Msg-Id deduplication, Nats-Expected-*, Nats-Rollup, Nats-TTL, …)", Fix: fixRename},

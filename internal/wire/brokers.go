@@ -27,6 +27,7 @@ type brokerAdapter struct {
 // brokerForms is what BrokerSchemes says: one example URL per adapter,
 // kept in the order of brokerAdapters. Add an adapter to both.
 const brokerForms = "nats://host:4222, kafka://host:9092[,host2:9092], " +
+	"amqp://user:pass@host:5672/vhost[?exchange=name], mqtt://[user:pass@]host:1883, " +
 	"redis://[:pass@]host:6379/0[?maxlen=N&dedup=24h|off] (rediss:// for TLS), " +
 	"https://host/path/{topic} (secret: OUTBOX_WEBHOOK_SECRET or ?webhook_secret=whsec_…)"
 
@@ -36,11 +37,13 @@ var brokerAdapters = []brokerAdapter{
 	{schemes: []string{"kafka"}, open: openKafka},
 	{schemes: []string{"redis", "rediss"}, open: openRedis},
 	{schemes: []string{"http", "https"}, open: openHTTP},
+	{schemes: []string{"amqp", "amqps"}, open: openAMQP}, // brokers_amqp.go
+	{schemes: []string{"mqtt", "mqtts"}, open: openMQTT}, // brokers_mqtt.go
 }
 
 // plannedSchemes are schemes of adapters not built in yet: they get "not
 // built into this version" rather than "unknown scheme".
-var plannedSchemes = []string{"amqp", "amqps", "mqtt", "mqtts", "rocketmq"}
+var plannedSchemes = []string{"rocketmq"}
 
 func openNATS(_ context.Context, raw string, _ *url.URL) (broker.Broker, error) {
 	// nats.go splits the list at commas and reads each URL with net/url.

@@ -1,0 +1,57 @@
+package wire
+
+import (
+	"context"
+	"fmt"
+	"net/url"
+	"strconv"
+	"strings"
+
+	"github.com/outbox-go/outbox/broker"
+	"github.com/outbox-go/outbox/broker/amqpbroker"
+)
+
+// amqpParams are the query parameters an amqp:// --broker URL may carry:
+// the adapter's own, then amqp091-go's (which it reads from the URL).
+var amqpParams = []string{"exchange", "max_message", "source",
+	"heartbeat", "connection_timeout", "channel_max", "auth_mechanism", "certfile", "keyfile", "cacertfile", "server_name_indication"}
+
+// openAMQP opens amqp://user:pass@host:5672/vhost[?exchange=name].
+func openAMQP(_ context.Context, raw string, u *url.URL) (broker.Broker, error) {
+	if err := checkUserinfo("broker", raw, goUserinfo); err != nil {
+		return nil, err
+	}
+	if u.Hostname() == "" {
+		return nil, fmt.Errorf("%w: --broker %s names no host; say which server, e.g. amqp://guest:guest@127.0.0.1:5672/", ErrUsage, Mask(raw))
+	}
+	q, err := url.ParseQuery(u.RawQuery)
+	if err != nil {
+		return nil, fmt.Errorf("%w: the query of --broker %s is malformed: %v", ErrUsage, Mask(raw), err)
+	}
+	for name, vals := range q {
+		if !contains(amqpParams, name) {
+			return nil, fmt.Errorf("%w: --broker %s: unknown parameter %q; the amqp URL takes %s", ErrUsage, Mask(raw), name, strings.Join(amqpParams, ", "))
+		}
+		if len(vals) > 1 {
+			return nil, fmt.Errorf("%w: --broker %s: parameter %q given %d times; give it once", ErrUsage, Mask(raw), name, len(vals))
+		}
+	}
+	cfg := amqpbroker.Config{Exchange: q.Get("exchange"), Source: q.Get("source")}
+	if v := q.Get("max_message"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n <= 0 {
+			return nil, fmt.Errorf("%w: --broker %s: max_message=%q is not a positive number of bytes", ErrUsage, Mask(raw), v)
+		}
+		cfg.MaxMessage = n
+	}
+	return amqpbroker.Dial(raw, cfg)
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}

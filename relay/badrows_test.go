@@ -105,7 +105,14 @@ func TestBadRowsAmidGoodOnes(t *testing.T) {
 					if len(dead) != 1 || dead[0].Key != b.Key() || !strings.Contains(dead[0].LastError, b.Reason) {
 						t.Fatalf("ListDead: %v; want the bad row alone, with a reason saying %q", dead, b.Reason)
 					}
-					stats := pending(t, st)
+					// The claim that buried the row gives its key's later
+					// event back just after (Screen: bury, then release):
+					// wait for that before reading the counts.
+					var stats store.Stats
+					waitFor(t, "the held later event given back", 10*time.Second, func() bool {
+						stats = pending(t, st)
+						return stats.Sending == 0
+					})
 					if stats.Dead != 1 || stats.BlockedKeys != 1 {
 						t.Errorf("Stats: %+v; want Dead 1, BlockedKeys 1", stats)
 					}

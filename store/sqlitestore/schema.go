@@ -78,5 +78,29 @@ func migrations(t, archive, short string) [][]string {
 )`, archive),
 			fmt.Sprintf(`CREATE INDEX IF NOT EXISTS "%[2]s_archive_sent_idx" ON %[1]s (sent_at)`, archive, short),
 		},
+		// 2: ordering by ownership (store.Owned). SQLite has one shard
+		// (see owned.go): the shard table holds one row, and a relay
+		// takes it over when its holder's lease ran out or it left.
+		// parked has a constant default, so adding it rewrites nothing.
+		{
+			fmt.Sprintf(`ALTER TABLE %[1]s ADD COLUMN parked INTEGER NOT NULL DEFAULT 0`, t),
+			// The ownership claim walks this index in id order: rows
+			// that are NEW and not parked, so it never reads past a
+			// parked row again.
+			fmt.Sprintf(`CREATE INDEX IF NOT EXISTS "%[2]s_ready_idx" ON %[1]s (id) WHERE status = 'NEW' AND parked = 0`, t, short),
+			// A key's parked rows, for unparking them lowest first.
+			fmt.Sprintf(`CREATE INDEX IF NOT EXISTS "%[2]s_parked_idx" ON %[1]s (event_key, id) WHERE parked = 1`, t, short),
+			fmt.Sprintf(`CREATE TABLE IF NOT EXISTS "%[1]s_shards" (
+	shard       INTEGER PRIMARY KEY,
+	owner       TEXT    NOT NULL DEFAULT '',
+	epoch       INTEGER NOT NULL DEFAULT 0,
+	lease_until INTEGER NOT NULL DEFAULT 0
+)`, short),
+			fmt.Sprintf(`INSERT OR IGNORE INTO "%[1]s_shards" (shard) VALUES (0)`, short),
+			fmt.Sprintf(`CREATE TABLE IF NOT EXISTS "%[1]s_relays" (
+	owner       TEXT    PRIMARY KEY,
+	lease_until INTEGER NOT NULL
+)`, short),
+		},
 	}
 }

@@ -481,7 +481,7 @@ func (s *Store) buildCandidatesSQL() string {
 // checked and no longer delaying when a later event of its key was, and
 // that later event went out first (caught by the relay's outage test).
 func (s *Store) buildClaimSQL() string {
-	return `UPDATE ` + s.table + ` SET status = 'SENDING', lease_owner = ?1, lease_epoch = ?2, lease_until = ?6 + ?5
+	return `UPDATE ` + s.table + ` SET status = 'SENDING', lease_owner = ?1, lease_epoch = ?2, lease_until = ?6 + ?5, parked = 0
 WHERE id IN (SELECT o.id FROM ` + s.table + ` AS o WHERE o.id IN (SELECT value FROM json_each(?4)) AND ` + s.claimable("?3", "?6") + `)
 RETURNING ` + eventCols + `, lease_until`
 }
@@ -685,11 +685,10 @@ func (s *Store) Ack(ctx context.Context, lease store.Lease, ids []int64) error {
 		return nil
 	}
 	where := " WHERE " + inIDs + leaseCheck
-	del := "DELETE FROM " + s.table + where
+	del := "DELETE FROM " + s.table + where + " RETURNING event_key"
 	args := []any{idsJSON(ids), lease.Owner, lease.Epoch}
 	if !s.opts.KeepSent {
-		res, err := s.exec(ctx, del, args...)
-		return s.leased("ack", res, err, len(ids))
+		return s.deleteAcked(ctx, del, len(ids), args)
 	}
 	return s.ackToArchive(ctx, "INSERT INTO "+s.archive+" ("+archiveCols+", status, sent_at) SELECT "+archiveCols+", 'SENT', "+nowUS+" FROM "+s.table+where, del, len(ids), args)
 }
@@ -699,13 +698,41 @@ func (s *Store) Ack(ctx context.Context, lease store.Lease, ids []int64) error {
 // id list is sent. ErrLeaseLost when fewer than n are still held.
 func (s *Store) AckClaim(ctx context.Context, lease store.Lease, n int) error {
 	where := " INDEXED BY " + quote(s.opts.Table+"_sending_idx") + " WHERE status = 'SENDING' AND lease_owner = ?1 AND lease_epoch = ?2"
-	del := "DELETE FROM " + s.table + where
+	del := "DELETE FROM " + s.table + where + " RETURNING event_key"
 	args := []any{lease.Owner, lease.Epoch}
 	if !s.opts.KeepSent {
-		res, err := s.exec(ctx, del, args...)
-		return s.leased("ack", res, err, n)
+		return s.deleteAcked(ctx, del, n, args)
 	}
 	return s.ackToArchive(ctx, "INSERT INTO "+s.archive+" ("+archiveCols+", status, sent_at) SELECT "+archiveCols+", 'SENT', "+nowUS+" FROM "+s.table+where, del, n, args)
+}
+
+// deleteAcked runs an ack's DELETE … RETURNING event_key and unparks the
+// next rows of the keys it acked (in the same write, under the gate).
+func (s *Store) deleteAcked(ctx context.Context, del string, want int, args []any) error {
+	var k keyed
+	err := s.query(ctx, del, k.scan, args...)
+	if err != nil {
+		return wrap("ack", err)
+	}
+	s.unparkKeys(ctx, k.keys)
+	if k.n < want {
+		return fmt.Errorf("sqlitestore: ack: %d of %d events: %w", want-k.n, want, store.ErrLeaseLost)
+	}
+	return nil
+}
+
+// unparkKeys unparks the lowest parked rows of keys under the write gate.
+// A failure is not reported: parking is a cache, and Balance's sweep
+// unparks what is left behind.
+func (s *Store) unparkKeys(ctx context.Context, keys []string) {
+	if len(keys) == 0 {
+		return
+	}
+	if err := s.gate.lock(ctx); err != nil {
+		return
+	}
+	defer s.gate.unlock()
+	_ = s.unpark(ctx, s.db, keys)
 }
 
 // quote double-quotes a name; names are validated: [a-z_][a-z0-9_]*.
@@ -735,10 +762,27 @@ func (s *Store) ackToArchive(ctx context.Context, copySQL, del string, want int,
 	if _, err := tx.StmtContext(ctx, ins).ExecContext(ctx, args...); err != nil {
 		return wrap("ack", err)
 	}
-	res, err := tx.StmtContext(ctx, rm).ExecContext(ctx, args...)
-	lost := s.leased("ack", res, err, want)
-	if lost != nil && !errors.Is(lost, store.ErrLeaseLost) {
-		return lost
+	var k keyed
+	rows, err := tx.StmtContext(ctx, rm).QueryContext(ctx, args...)
+	if err != nil {
+		return wrap("ack", err)
+	}
+	for rows.Next() {
+		if err := k.scan(rows); err != nil {
+			rows.Close()
+			return wrap("ack", err)
+		}
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return wrap("ack", err)
+	}
+	var lost error
+	if k.n < want {
+		lost = fmt.Errorf("sqlitestore: ack: %d of %d events: %w", want-k.n, want, store.ErrLeaseLost)
+	}
+	if err := s.unpark(ctx, tx, k.keys); err != nil {
+		return wrap("ack", err)
 	}
 	if err := tx.Commit(); err != nil {
 		return wrap("ack", err)
@@ -779,11 +823,21 @@ func (s *Store) Bury(ctx context.Context, lease store.Lease, burials []store.Bur
 	if err != nil {
 		return fmt.Errorf("sqlitestore: bury: %w", err)
 	}
+	// A buried row no longer holds its key when the relay moves on past
+	// dead keys: its key's parked rows are unparked, and the next claim
+	// parks them again if the relay holds dead keys.
 	query := "UPDATE " + s.table + " SET status = 'DEAD', attempts = attempts + 1, last_error = u.err, lease_owner = '', lease_until = NULL " +
 		"FROM (SELECT json_extract(value, '$[0]') AS id, json_extract(value, '$[1]') AS err FROM json_each(?1)) AS u " +
-		"WHERE " + s.table + ".id = u.id" + liveLease
-	res, err := s.exec(ctx, query, string(js), lease.Owner, lease.Epoch)
-	return s.leased("bury", res, err, len(burials))
+		"WHERE " + s.table + ".id = u.id" + liveLease + " RETURNING event_key"
+	var k keyed
+	if err := s.query(ctx, query, k.scan, string(js), lease.Owner, lease.Epoch); err != nil {
+		return wrap("bury", err)
+	}
+	s.unparkKeys(ctx, k.keys)
+	if k.n < len(burials) {
+		return fmt.Errorf("sqlitestore: bury: %d of %d events: %w", len(burials)-k.n, len(burials), store.ErrLeaseLost)
+	}
+	return nil
 }
 
 // Release gives events back untouched. The lease must still be live.
@@ -791,7 +845,7 @@ func (s *Store) Release(ctx context.Context, lease store.Lease, ids []int64) err
 	if len(ids) == 0 {
 		return nil
 	}
-	query := "UPDATE " + s.table + " SET status = 'NEW', lease_owner = '', lease_until = NULL WHERE " + inIDs + liveLease
+	query := "UPDATE " + s.table + " SET status = 'NEW', lease_owner = '', lease_until = NULL, parked = 0 WHERE " + inIDs + liveLease
 	res, err := s.exec(ctx, query, idsJSON(ids), lease.Owner, lease.Epoch)
 	return s.leased("release", res, err, len(ids))
 }
@@ -859,15 +913,14 @@ func (s *Store) ListDead(ctx context.Context, q store.DeadQuery) ([]store.Record
 
 // RequeueDead turns matching DEAD events back into NEW with attempts 0.
 func (s *Store) RequeueDead(ctx context.Context, q store.DeadQuery) (int64, error) {
-	res, err := s.exec(ctx, "UPDATE "+s.table+" SET status = 'NEW', attempts = 0, next_attempt_at = "+nowUS+", lease_owner = '', lease_until = NULL"+deadFilter,
-		q.Topic, q.Key, idsJSON(q.IDs))
+	var k keyed
+	err := s.query(ctx, "UPDATE "+s.table+" SET status = 'NEW', attempts = 0, next_attempt_at = "+nowUS+", lease_owner = '', lease_until = NULL, parked = 0"+deadFilter+" RETURNING event_key",
+		k.scan, q.Topic, q.Key, idsJSON(q.IDs))
 	if err != nil {
 		return 0, wrap("requeue dead", err)
 	}
-	n, err := res.RowsAffected()
-	if err != nil {
-		return 0, wrap("requeue dead", err)
-	}
+	s.unparkKeys(ctx, k.keys)
+	n := int64(k.n)
 	if n > 0 {
 		s.signal()
 	}
@@ -897,14 +950,25 @@ func (s *Store) Purge(ctx context.Context, req store.PurgeRequest) (int64, error
 	}
 	var total int64
 	for {
-		res, err := s.exec(ctx, query, args...)
-		if err != nil {
-			return total, wrap("purge", err)
+		var k keyed
+		if req.Status == outbox.StatusDead {
+			// the keys a purge frees get their parked rows back
+			if err := s.query(ctx, query+" RETURNING event_key", k.scan, args...); err != nil {
+				return total, wrap("purge", err)
+			}
+			s.unparkKeys(ctx, k.keys)
+		} else {
+			res, err := s.exec(ctx, query, args...)
+			if err != nil {
+				return total, wrap("purge", err)
+			}
+			m, err := res.RowsAffected()
+			if err != nil {
+				return total, wrap("purge", err)
+			}
+			k.n = int(m)
 		}
-		n, err := res.RowsAffected()
-		if err != nil {
-			return total, wrap("purge", err)
-		}
+		n := int64(k.n)
 		total += n
 		if n < int64(req.BatchSize) {
 			return total, nil

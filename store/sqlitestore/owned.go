@@ -1,0 +1,391 @@
+package sqlitestore
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+
+	outbox "github.com/outbox-go/outbox"
+	"github.com/outbox-go/outbox/store"
+)
+
+// Ordering by ownership (store.Owned) on SQLite.
+//
+// SQLite has one writer per file and runs inside the application, so it
+// has one shard, where PostgreSQL and MariaDB have 64: Balance gives it to
+// one relay at a time, and the other relays of the same file wait and take
+// it over when the holder's lease runs out or it leaves. Spreading keys
+// over shards would buy nothing here: every claim, ack and retry takes the
+// same write lock. This is the dialect difference; the rules are the same.
+//
+// A claim runs in one write transaction: it checks that the owner still
+// holds the shard under the epoch it names and that no live claim of
+// another owner is left in the table (the previous holder's, before its
+// lease ran out), then walks the NEW, not parked rows in id order through
+// a partial index. A keyed row behind an earlier row of its key that waits
+// for a retry or a delayed AvailableAt, is DEAD (HoldDeadKeys) or parked
+// is parked there (at most parkBound per claim); a row behind an earlier
+// row of its key that is still leased elsewhere (an expired claim not
+// taken over yet) is read past; the rest is claimed, also when the owner's
+// own earlier events of the key are still in flight: the relay orders them.
+// Everything happens under the write lock, so nothing can change between
+// the checks and the update.
+
+// shardCount is SQLite's number of shards.
+const shardCount = 1
+
+// parkBound is the most rows one claim parks; unparkBound the most rows one
+// statement unparks.
+const (
+	parkBound   = 1000
+	unparkBound = 1000
+)
+
+var _ store.Owned = (*Store)(nil)
+
+func (s *Store) shardsTable() string { return quote(s.opts.Table + "_shards") }
+func (s *Store) relaysTable() string { return quote(s.opts.Table + "_relays") }
+
+// Balance heartbeats req.Owner, renews its shard, gives it up when asked
+// (Release or Leave), and takes it when it is free or its lease ran out.
+// With one shard the fair share of every relay is at most one, so a held
+// shard is never marked Revoke: it changes hands when its holder leaves or
+// stalls. Balance also unparks rows whose key holds nothing any more, so a
+// parked row can never be forgotten.
+func (s *Store) Balance(ctx context.Context, req store.BalanceRequest) (store.Ownership, error) {
+	req = req.Normalize()
+	if req.Owner == "" || len(req.Owner) > 64 {
+		return store.Ownership{}, fmt.Errorf("sqlitestore: balance: owner %q must be 1 to 64 characters", req.Owner)
+	}
+	own := store.Ownership{Shards: shardCount}
+	lease := req.LeaseFor.Microseconds()
+	err := s.immediate(ctx, "balance", func(c *sql.Conn) error {
+		var now int64
+		if err := c.QueryRowContext(ctx, "SELECT "+nowUS).Scan(&now); err != nil {
+			return err
+		}
+		if req.Leave {
+			if _, err := c.ExecContext(ctx, "DELETE FROM "+s.relaysTable()+" WHERE owner = ?", req.Owner); err != nil {
+				return err
+			}
+			if _, err := c.ExecContext(ctx, "UPDATE "+s.shardsTable()+" SET owner = '', lease_until = 0 WHERE owner = ?", req.Owner); err != nil {
+				return err
+			}
+		} else {
+			if _, err := c.ExecContext(ctx, "INSERT INTO "+s.relaysTable()+" (owner, lease_until) VALUES (?1, ?2) ON CONFLICT (owner) DO UPDATE SET lease_until = excluded.lease_until", req.Owner, now+lease); err != nil {
+				return err
+			}
+			if len(req.Release) > 0 {
+				if _, err := c.ExecContext(ctx, "UPDATE "+s.shardsTable()+" SET owner = '', lease_until = 0 WHERE owner = ?1 AND shard IN (SELECT value FROM json_each(?2))", req.Owner, intsJSON(req.Release)); err != nil {
+					return err
+				}
+			}
+			// Renew what is still ours, then take what is free or
+			// expired up to the fair share.
+			if _, err := c.ExecContext(ctx, "UPDATE "+s.shardsTable()+" SET lease_until = ?2 WHERE owner = ?1", req.Owner, now+lease); err != nil {
+				return err
+			}
+		}
+		if _, err := c.ExecContext(ctx, "DELETE FROM "+s.relaysTable()+" WHERE lease_until <= ?", now); err != nil {
+			return err
+		}
+		if err := c.QueryRowContext(ctx, "SELECT count(*) FROM "+s.relaysTable()).Scan(&own.Relays); err != nil {
+			return err
+		}
+		if !req.Leave {
+			share := (shardCount + max(own.Relays, 1) - 1) / max(own.Relays, 1)
+			var mine int
+			if err := c.QueryRowContext(ctx, "SELECT count(*) FROM "+s.shardsTable()+" WHERE owner = ?", req.Owner).Scan(&mine); err != nil {
+				return err
+			}
+			if mine < share {
+				if _, err := c.ExecContext(ctx, "UPDATE "+s.shardsTable()+" SET owner = ?1, epoch = epoch + 1, lease_until = ?2 WHERE shard IN (SELECT shard FROM "+s.shardsTable()+" WHERE owner = '' OR lease_until <= ?3 ORDER BY shard LIMIT ?4)",
+					req.Owner, now+lease, now, share-mine); err != nil {
+					return err
+				}
+			}
+			rows, err := c.QueryContext(ctx, "SELECT shard, epoch FROM "+s.shardsTable()+" WHERE owner = ? ORDER BY shard", req.Owner)
+			if err != nil {
+				return err
+			}
+			for rows.Next() {
+				var l store.ShardLease
+				if err := rows.Scan(&l.Shard, &l.Epoch); err != nil {
+					rows.Close()
+					return err
+				}
+				own.Held = append(own.Held, l)
+			}
+			rows.Close()
+			if err := rows.Err(); err != nil {
+				return err
+			}
+			own.Until = micros(now + lease)
+		}
+		_, err := c.ExecContext(ctx, s.sweepSQL(), unparkBound)
+		return err
+	})
+	if err != nil {
+		return store.Ownership{Shards: shardCount}, err
+	}
+	return own, nil
+}
+
+// sweepSQL unparks the lowest parked row of each key whose key has no
+// earlier row that will unpark it when it moves on (a leased row, a
+// delayed or retrying one): a key whose blocking row went away without
+// unparking it (or is DEAD: the next claim parks it again if the relay
+// holds dead keys) gets its head back in the claim index. ?1 bounds it.
+func (s *Store) sweepSQL() string {
+	t := s.table
+	return `UPDATE ` + t + ` SET parked = 0 WHERE id IN (
+	SELECT m.id FROM (SELECT event_key, min(id) AS id FROM ` + t + ` WHERE parked = 1 GROUP BY event_key) AS m
+	WHERE NOT EXISTS (SELECT 1 FROM ` + t + ` AS h WHERE h.status = 'SENDING' AND h.event_key = m.event_key AND h.id < m.id)
+	  AND NOT EXISTS (SELECT 1 FROM ` + t + ` AS h WHERE h.status = 'NEW' AND h.next_attempt_at > h.created_at AND h.event_key = m.event_key AND h.id < m.id)
+	LIMIT ?1)`
+}
+
+// candidateSQL reads a page of claim candidates with what holds them: ?1
+// the claim's now (µs), ?2 HoldDeadKeys, ?3 owner, ?4 the last id read, ?5
+// the page size. park: an earlier row of the key is delayed and not due,
+// DEAD (held), or parked. wait: an earlier row of the key is leased and not
+// by this owner's live claim. due: the row itself is due.
+func (s *Store) candidateSQL(from string) string {
+	t := s.table
+	return `SELECT o.id, o.status = 'SENDING', o.next_attempt_at <= ?1,
+	o.event_key <> '' AND (
+		EXISTS (SELECT 1 FROM ` + t + ` AS h WHERE h.status = 'DEAD' AND h.event_key = o.event_key AND h.id < o.id AND ?2)
+		OR EXISTS (SELECT 1 FROM ` + t + ` AS h WHERE h.status = 'NEW' AND h.next_attempt_at > h.created_at AND h.event_key = o.event_key AND h.id < o.id AND h.next_attempt_at > ?1)
+		OR EXISTS (SELECT 1 FROM ` + t + ` AS h WHERE h.parked = 1 AND h.event_key = o.event_key AND h.id < o.id)),
+	o.event_key <> '' AND EXISTS (SELECT 1 FROM ` + t + ` AS h WHERE h.status = 'SENDING' AND h.event_key = o.event_key AND h.id < o.id AND NOT (h.lease_owner = ?3 AND h.lease_until > ?1))
+FROM ` + from + ` AND o.id > ?4 ORDER BY o.id LIMIT ?5`
+}
+
+// ClaimOwned claims from the one shard when req.Shards names it under the
+// epoch the owner still holds and no other owner's claim is live; see the
+// comment at the top of this file.
+func (s *Store) ClaimOwned(ctx context.Context, req store.OwnedClaimRequest) (store.Claim, error) {
+	req = req.Normalize()
+	c := store.Claim{Lease: req.Lease}
+	epoch := int64(-1)
+	for _, l := range req.Shards {
+		if l.Shard == 0 {
+			epoch = l.Epoch
+		}
+	}
+	if epoch < 0 {
+		return c, nil
+	}
+	var bad map[int64]error
+	err := s.immediate(ctx, "claim", func(conn *sql.Conn) error {
+		var now int64
+		err := conn.QueryRowContext(ctx, "SELECT "+nowUS+" FROM "+s.shardsTable()+" WHERE shard = 0 AND owner = ?1 AND epoch = ?2 AND lease_until > "+nowUS,
+			req.Lease.Owner, epoch).Scan(&now)
+		if errors.Is(err, sql.ErrNoRows) {
+			return nil // the shard changed hands or its lease ran out
+		}
+		if err != nil {
+			return err
+		}
+		var other int
+		if err := conn.QueryRowContext(ctx, "SELECT count(*) FROM (SELECT 1 FROM "+s.table+" WHERE status = 'SENDING' AND lease_until > ?1 AND lease_owner <> ?2 LIMIT 1)", now, req.Lease.Owner).Scan(&other); err != nil {
+			return err
+		}
+		if other > 0 {
+			return nil // the previous holder's claims are still live
+		}
+		var take, park []int64
+		// Expired claims first (a relay died): taken over in id order.
+		// Then the NEW rows, not parked, in id order.
+		for pass, from := range []string{
+			s.table + " AS o WHERE o.status = 'SENDING' AND o.lease_until <= ?1",
+			s.table + ` AS o INDEXED BY "` + s.opts.Table + `_ready_idx" WHERE o.status = 'NEW' AND o.parked = 0`,
+		} {
+			q := s.candidateSQL(from)
+			after, read := int64(0), 0
+			for len(take) < req.Limit && read < req.Limit+parkBound+4*req.Limit {
+				page := req.Limit - len(take) + 64
+				rows, err := conn.QueryContext(ctx, q, now, req.HoldDeadKeys, req.Lease.Owner, after, page)
+				if err != nil {
+					return err
+				}
+				n := 0
+				for rows.Next() {
+					var id int64
+					var sending, due, held, wait bool
+					if err := rows.Scan(&id, &sending, &due, &held, &wait); err != nil {
+						rows.Close()
+						return err
+					}
+					n++
+					read++
+					after = id
+					switch {
+					case len(take) >= req.Limit:
+					case held && !sending:
+						if len(park) < parkBound {
+							park = append(park, id)
+						}
+					case held || !due:
+						// a delayed head (read past while not due), or an
+						// expired claim whose key is held
+					case wait && pass == 1:
+						// an earlier row of its key is still leased
+						// elsewhere: its turn comes after that one's
+					default:
+						take = append(take, id)
+					}
+				}
+				rows.Close()
+				if err := rows.Err(); err != nil {
+					return err
+				}
+				if n < page {
+					break
+				}
+			}
+		}
+		if len(park) > 0 {
+			if _, err := conn.ExecContext(ctx, "UPDATE "+s.table+" SET parked = 1 WHERE "+inIDs, idsJSON(park)); err != nil {
+				return err
+			}
+		}
+		if len(take) == 0 {
+			return nil
+		}
+		rows, err := conn.QueryContext(ctx, "UPDATE "+s.table+" SET status = 'SENDING', lease_owner = ?2, lease_epoch = ?3, lease_until = ?4, parked = 0 WHERE "+inIDs+" RETURNING "+eventCols+", lease_until",
+			idsJSON(take), req.Lease.Owner, req.Lease.Epoch, now+req.LeaseFor.Microseconds())
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			e, until, broken, err := scanClaimed(rows)
+			if err != nil {
+				return err
+			}
+			if broken != nil {
+				if bad == nil {
+					bad = map[int64]error{}
+				}
+				bad[e.ID] = broken
+			}
+			c.Until = micros(until)
+			c.Events = append(c.Events, e)
+		}
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		return rows.Close()
+	})
+	if err != nil {
+		return store.Claim{Lease: req.Lease}, err
+	}
+	if len(c.Events) == 0 {
+		return c, nil
+	}
+	sort.Slice(c.Events, func(i, j int) bool { return c.Events[i].ID < c.Events[j].ID })
+	if c.Events, err = store.Screen(ctx, c.Lease, c.Events, bad, req.HoldDeadKeys, s.Bury, s.Release); err != nil {
+		return store.Claim{Lease: req.Lease}, fmt.Errorf("sqlitestore: claim: %w", err)
+	}
+	return c, nil
+}
+
+// scanClaimed reads one row of a claim's RETURNING (eventCols, lease_until).
+// broken says why the row breaks the table contract (it is claimed all the
+// same, and buried under the claim's lease).
+func scanClaimed(rows *sql.Rows) (e outbox.Event, until int64, broken error, err error) {
+	var headers []byte
+	var version any // SQLite keeps what a producer wrote: text in an INTEGER column stays text
+	var created int64
+	if err = rows.Scan(&e.ID, &e.EventID, &e.Topic, &e.Key, &e.Type, &e.AggregateType, &version, &e.Payload, &e.ContentType, &headers, &e.Attempts, &created, &until); err != nil {
+		return e, 0, nil, err
+	}
+	e.SchemaVersion, broken = schemaVersion(version)
+	if h, herr := store.DecodeHeaders(headers); herr != nil {
+		broken = herr
+	} else {
+		e.Headers = h
+	}
+	e.CreatedAt = micros(created)
+	return e, until, broken, nil
+}
+
+// unparkSQL unparks, for each key in the JSON array ?1, its lowest ?2
+// parked rows: their blocking row moved on, and the next claim decides
+// again (it parks them anew if the key is still held).
+func (s *Store) unparkSQL() string {
+	return `UPDATE ` + s.table + ` SET parked = 0 WHERE id IN (
+	SELECT p.id FROM (SELECT DISTINCT value AS k FROM json_each(?1)) AS keys, ` + s.table + ` AS p
+	WHERE p.id IN (SELECT q.id FROM ` + s.table + ` AS q WHERE q.parked = 1 AND q.event_key = keys.k ORDER BY q.id LIMIT ?2))`
+}
+
+// anyParkedSQL is the cheap guard before unparking: one probe of the
+// parked index.
+func (s *Store) anyParkedSQL() string {
+	return `SELECT EXISTS (SELECT 1 FROM ` + s.table + ` WHERE parked = 1)`
+}
+
+// unpark unparks the lowest parked rows of keys (see unparkSQL), through
+// ex (the store's db, or the transaction of the write that moved the
+// blocking rows on). Parking is a cache: an unpark that fails only delays
+// rows until Balance's sweep.
+func (s *Store) unpark(ctx context.Context, ex interface {
+	QueryRowContext(context.Context, string, ...any) *sql.Row
+	ExecContext(context.Context, string, ...any) (sql.Result, error)
+}, keys []string) error {
+	if len(keys) == 0 {
+		return nil
+	}
+	var some bool
+	if err := ex.QueryRowContext(ctx, s.anyParkedSQL()).Scan(&some); err != nil || !some {
+		return err
+	}
+	js, err := json.Marshal(keys)
+	if err != nil {
+		return err
+	}
+	_, err = ex.ExecContext(ctx, s.unparkSQL(), string(js), unparkBound)
+	return err
+}
+
+// keyed collects the non-empty keys a RETURNING event_key hands back.
+type keyed struct {
+	keys []string
+	seen map[string]bool
+	n    int // rows, keyed or not
+}
+
+func (k *keyed) scan(rows *sql.Rows) error {
+	var key string
+	if err := rows.Scan(&key); err != nil {
+		return err
+	}
+	k.n++
+	if key != "" && !k.seen[key] {
+		if k.seen == nil {
+			k.seen = map[string]bool{}
+		}
+		k.seen[key] = true
+		k.keys = append(k.keys, key)
+	}
+	return nil
+}
+
+// intsJSON encodes ints for json_each.
+func intsJSON(v []int) string {
+	var b strings.Builder
+	b.WriteByte('[')
+	for i, x := range v {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		fmt.Fprint(&b, x)
+	}
+	b.WriteByte(']')
+	return b.String()
+}

@@ -1,0 +1,260 @@
+package sqlitestore_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"testing"
+	"time"
+
+	outbox "github.com/outbox-go/outbox"
+	"github.com/outbox-go/outbox/store"
+	"github.com/outbox-go/outbox/store/sqlitestore"
+)
+
+func openOwned(t *testing.T) *sqlitestore.Store {
+	t.Helper()
+	st, err := sqlitestore.Open(t.Context(), "sqlite:"+filepath.Join(t.TempDir(), "o.db"), sqlitestore.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	if err := st.Migrate(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	return st
+}
+
+func balance(t *testing.T, st *sqlitestore.Store, req store.BalanceRequest) store.Ownership {
+	t.Helper()
+	o, err := st.Balance(t.Context(), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return o
+}
+
+func claimOwned(t *testing.T, st *sqlitestore.Store, o store.Ownership, owner string, epoch int64, limit int) []outbox.Event {
+	t.Helper()
+	c, err := st.ClaimOwned(t.Context(), store.OwnedClaimRequest{
+		ClaimRequest: store.ClaimRequest{Lease: store.Lease{Owner: owner, Epoch: epoch}, Limit: limit, LeaseFor: 5 * time.Second, HoldDeadKeys: true},
+		Shards:       o.Held,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c.Events
+}
+
+func payloads(evs []outbox.Event) string {
+	var out []string
+	for _, e := range evs {
+		out = append(out, string(e.Payload))
+	}
+	return fmt.Sprint(out)
+}
+
+func enqueueKeyed(t *testing.T, st *sqlitestore.Store, key string, n int) {
+	t.Helper()
+	for i := 1; i <= n; i++ {
+		if err := st.Enqueue(t.Context(), outbox.Message{Topic: "t", Key: key, Type: "T", Payload: fmt.Appendf(nil, "%s#%d", key, i)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func parked(t *testing.T, st *sqlitestore.Store) int {
+	t.Helper()
+	var n int
+	if err := st.DB().QueryRow("SELECT count(*) FROM " + st.Table() + " WHERE parked = 1").Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// One shard: the first relay holds it, the second waits, and takes it
+// over (with a new epoch) when the first leaves.
+func TestOwnedOneShardChangesHandsOnLeave(t *testing.T) {
+	st := openOwned(t)
+	a := balance(t, st, store.BalanceRequest{Owner: "a", LeaseFor: 5 * time.Second})
+	b := balance(t, st, store.BalanceRequest{Owner: "b", LeaseFor: 5 * time.Second})
+	if a.Shards != 1 || len(a.Held) != 1 || a.Held[0].Revoke || len(b.Held) != 0 || b.Relays != 2 {
+		t.Fatalf("a=%+v b=%+v: want a to hold the one shard, b nothing, 2 relays", a, b)
+	}
+	if a2 := balance(t, st, store.BalanceRequest{Owner: "a", LeaseFor: 5 * time.Second}); len(a2.Held) != 1 || a2.Held[0].Epoch != a.Held[0].Epoch {
+		t.Fatalf("renewal changed the lease: %+v then %+v", a, a2)
+	}
+	if l := balance(t, st, store.BalanceRequest{Owner: "a", Leave: true}); len(l.Held) != 0 {
+		t.Fatalf("after Leave a holds %+v", l.Held)
+	}
+	b = balance(t, st, store.BalanceRequest{Owner: "b", LeaseFor: 5 * time.Second})
+	if len(b.Held) != 1 || b.Held[0].Epoch <= a.Held[0].Epoch || b.Relays != 1 {
+		t.Fatalf("b = %+v: want the shard under a newer epoch than %d", b, a.Held[0].Epoch)
+	}
+	// a's old epoch claims nothing any more
+	enqueueKeyed(t, st, "k", 1)
+	if got := claimOwned(t, st, a, "a", 1, 10); len(got) != 0 {
+		t.Fatalf("a claimed %s from a shard it gave up", payloads(got))
+	}
+	if got := claimOwned(t, st, b, "b", 1, 10); len(got) != 1 {
+		t.Fatalf("b claimed %s, want k#1", payloads(got))
+	}
+}
+
+// A relay that stalls past its lease loses the shard; the new holder does
+// not claim while the stalled relay's claims are live.
+func TestOwnedTakeoverAfterExpiry(t *testing.T) {
+	st := openOwned(t)
+	ctx := t.Context()
+	a := balance(t, st, store.BalanceRequest{Owner: "a", LeaseFor: 300 * time.Millisecond})
+	enqueueKeyed(t, st, "k", 3)
+	c, err := st.ClaimOwned(ctx, store.OwnedClaimRequest{
+		ClaimRequest: store.ClaimRequest{Lease: store.Lease{Owner: "a", Epoch: 1}, Limit: 1, LeaseFor: 2 * time.Second},
+		Shards:       a.Held,
+	})
+	if err != nil || len(c.Events) != 1 {
+		t.Fatalf("claim: %v %v", c.Events, err)
+	}
+	time.Sleep(400 * time.Millisecond)
+	b := balance(t, st, store.BalanceRequest{Owner: "b", LeaseFor: 5 * time.Second})
+	if len(b.Held) != 1 || b.Held[0].Epoch <= a.Held[0].Epoch {
+		t.Fatalf("b = %+v: want the expired shard", b)
+	}
+	if got := claimOwned(t, st, b, "b", 1, 10); len(got) != 0 {
+		t.Fatalf("b claimed %s while a's claim is live", payloads(got))
+	}
+	if got := claimOwned(t, st, a, "a", 2, 10); len(got) != 0 {
+		t.Fatalf("a claimed %s from a shard that changed hands", payloads(got))
+	}
+	if err := st.Ack(ctx, c.Lease, []int64{c.Events[0].ID}); err != nil {
+		t.Fatal(err)
+	}
+	if got := claimOwned(t, st, b, "b", 2, 10); payloads(got) != "[k#2 k#3]" {
+		t.Fatalf("b claimed %s, want [k#2 k#3]", payloads(got))
+	}
+}
+
+// The owner's own claims do not hold a key: its next events are claimed
+// while the earlier ones are in flight (the relay orders them).
+func TestOwnedClaimPipelinesAKey(t *testing.T) {
+	st := openOwned(t)
+	o := balance(t, st, store.BalanceRequest{Owner: "a"})
+	enqueueKeyed(t, st, "k", 4)
+	if got := claimOwned(t, st, o, "a", 1, 2); payloads(got) != "[k#1 k#2]" {
+		t.Fatalf("first claim %s", payloads(got))
+	}
+	if got := claimOwned(t, st, o, "a", 2, 10); payloads(got) != "[k#3 k#4]" {
+		t.Fatalf("second claim %s", payloads(got))
+	}
+}
+
+// A retrying event parks the later events of its key (they leave the claim
+// index), other keys flow; its ack unparks them, in order.
+func TestOwnedParkingBehindARetry(t *testing.T) {
+	st := openOwned(t)
+	ctx := t.Context()
+	o := balance(t, st, store.BalanceRequest{Owner: "a"})
+	enqueueKeyed(t, st, "k", 1)
+	first := claimOwned(t, st, o, "a", 1, 10)
+	if err := st.Retry(ctx, store.Lease{Owner: "a", Epoch: 1}, []store.Retry{{ID: first[0].ID, Delay: 300 * time.Millisecond, Error: "x"}}); err != nil {
+		t.Fatal(err)
+	}
+	for i := 2; i <= 4; i++ {
+		if err := st.Enqueue(ctx, outbox.Message{Topic: "t", Key: "k", Type: "T", Payload: fmt.Appendf(nil, "k#%d", i)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	enqueueKeyed(t, st, "other", 2)
+	if got := claimOwned(t, st, o, "a", 2, 10); payloads(got) != "[other#1 other#2]" {
+		t.Fatalf("claim behind a retry: %s", payloads(got))
+	}
+	if n := parked(t, st); n != 3 {
+		t.Fatalf("parked %d rows, want k#2..k#4", n)
+	}
+	time.Sleep(350 * time.Millisecond)
+	got := claimOwned(t, st, o, "a", 3, 10)
+	if payloads(got) != "[k#1]" {
+		t.Fatalf("after the delay: %s, want the retried k#1 alone", payloads(got))
+	}
+	if err := st.Ack(ctx, store.Lease{Owner: "a", Epoch: 3}, []int64{got[0].ID}); err != nil {
+		t.Fatal(err)
+	}
+	if n := parked(t, st); n != 0 {
+		t.Fatalf("%d rows still parked after the ack", n)
+	}
+	if got := claimOwned(t, st, o, "a", 4, 10); payloads(got) != "[k#2 k#3 k#4]" {
+		t.Fatalf("after the ack: %s", payloads(got))
+	}
+}
+
+// A DEAD event parks its key's later events while dead keys are held;
+// requeue and purge unpark them; a row parked by mistake (a race on
+// another database) is unparked by Balance.
+func TestOwnedParkingBehindDead(t *testing.T) {
+	st := openOwned(t)
+	ctx := t.Context()
+	o := balance(t, st, store.BalanceRequest{Owner: "a"})
+	enqueueKeyed(t, st, "k", 3)
+	first := claimOwned(t, st, o, "a", 1, 1)
+	if err := st.Bury(ctx, store.Lease{Owner: "a", Epoch: 1}, []store.Burial{{ID: first[0].ID, Error: "poison"}}); err != nil {
+		t.Fatal(err)
+	}
+	if got := claimOwned(t, st, o, "a", 2, 10); len(got) != 0 {
+		t.Fatalf("claimed %s behind a dead event", payloads(got))
+	}
+	if n := parked(t, st); n != 2 {
+		t.Fatalf("parked %d, want 2", n)
+	}
+	if n, err := st.RequeueDead(ctx, store.DeadQuery{}); err != nil || n != 1 {
+		t.Fatalf("requeue: %d %v", n, err)
+	}
+	if n := parked(t, st); n != 0 {
+		t.Fatalf("parked %d after requeue", n)
+	}
+	got := claimOwned(t, st, o, "a", 3, 10)
+	if payloads(got) != "[k#1 k#2 k#3]" {
+		t.Fatalf("after requeue: %s", payloads(got))
+	}
+	// bury k#1 again, park the rest, purge the dead one
+	if err := st.Bury(ctx, store.Lease{Owner: "a", Epoch: 3}, []store.Burial{{ID: got[0].ID, Error: "poison"}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Release(ctx, store.Lease{Owner: "a", Epoch: 3}, []int64{got[1].ID, got[2].ID}); err != nil {
+		t.Fatal(err)
+	}
+	if got := claimOwned(t, st, o, "a", 4, 10); len(got) != 0 || parked(t, st) != 2 {
+		t.Fatalf("claimed %s behind a dead event, %d parked", payloads(got), parked(t, st))
+	}
+	if n, err := st.Purge(ctx, store.PurgeRequest{Status: outbox.StatusDead}); err != nil || n != 1 {
+		t.Fatalf("purge: %d %v", n, err)
+	}
+	if n := parked(t, st); n != 0 {
+		t.Fatalf("parked %d after purge", n)
+	}
+	// rows parked with nothing before them: Balance sweeps the key's
+	// head free, and its ack the rest
+	if _, err := st.DB().Exec("UPDATE " + st.Table() + " SET parked = 1"); err != nil {
+		t.Fatal(err)
+	}
+	balance(t, st, store.BalanceRequest{Owner: "a"})
+	got = claimOwned(t, st, o, "a", 5, 10)
+	if payloads(got) != "[k#2]" {
+		t.Fatalf("after the sweep: %s", payloads(got))
+	}
+	if err := st.Ack(ctx, store.Lease{Owner: "a", Epoch: 5}, []int64{got[0].ID}); err != nil {
+		t.Fatal(err)
+	}
+	if got := claimOwned(t, st, o, "a", 6, 10); payloads(got) != "[k#3]" {
+		t.Fatalf("after the ack: %s", payloads(got))
+	}
+}
+
+// Bad input is refused with a message, not a panic.
+func TestOwnedBalanceRefusesAnEmptyOwner(t *testing.T) {
+	st := openOwned(t)
+	_, err := st.Balance(context.Background(), store.BalanceRequest{})
+	if err == nil || errors.Is(err, store.ErrNotMigrated) {
+		t.Fatalf("err = %v", err)
+	}
+}

@@ -27,6 +27,14 @@ type batch struct {
 	retries  []store.Retry
 	burials  []store.Burial
 	released []int64
+
+	// Ownership mode only: the dispatcher, each event's predecessor of
+	// its key in an earlier batch (nil: none, or keyless) and its own
+	// ticket (nil when keyless), and the shards claimed from.
+	own     *ownership
+	prev    []*ticket
+	tickets []*ticket
+	shards  []int
 }
 
 // waves splits the batch so that the n-th event of each key goes in wave n;
@@ -99,25 +107,9 @@ func (b *batch) isLost() bool {
 // the broker failed as a whole (no event of a wave confirmed), so the worker
 // backs off.
 func (b *batch) deliver(ctx context.Context) (BatchReport, error) {
-	cfg := b.r.cfg
-	rep := BatchReport{Claimed: len(b.events)}
-
-	// The publish context outlives ctx by DrainTimeout so that a stop lets
-	// in-flight publishes finish; it ends early if the lease is lost.
-	pubCtx, cancelPub := context.WithCancel(context.Background())
-	defer cancelPub()
-	stopDrain := context.AfterFunc(ctx, func() {
-		t := time.AfterFunc(cfg.DrainTimeout, cancelPub)
-		context.AfterFunc(pubCtx, func() { t.Stop() })
-	})
-	defer stopDrain()
-
-	renewDone := make(chan struct{})
-	renewCtx, stopRenew := context.WithCancel(context.Background())
-	go func() {
-		defer close(renewDone)
-		b.renew(renewCtx, cancelPub)
-	}()
+	rep := BatchReport{Lease: b.lease, Claimed: len(b.events)}
+	pubCtx, end := b.begin(ctx)
+	defer end()
 
 	failedKeys := make(map[string]bool)
 	var brokerErr error
@@ -138,14 +130,7 @@ func (b *batch) deliver(ctx context.Context) (BatchReport, error) {
 		if len(send) == 0 {
 			continue
 		}
-		// Room in the broker's in-flight window is waited for before
-		// the publish deadline starts: a wait is not an attempt.
-		var release func()
-		stop := ctx.Err() != nil || pubCtx.Err() != nil || b.isLost() || errors.Is(brokerErr, broker.ErrUnavailable)
-		if !stop {
-			release, stop = b.r.inFlightWindow(pubCtx, len(send))
-		}
-		if stop {
+		if _, stopped := b.publish(ctx, pubCtx, send, failedKeys, &brokerErr); stopped {
 			// stopping, the lease is gone, or the broker cannot be
 			// reached: do not start another wave
 			b.released = append(b.released, ids(send)...)
@@ -154,87 +139,137 @@ func (b *batch) deliver(ctx context.Context) (BatchReport, error) {
 			}
 			break
 		}
-		wctx, cancel := context.WithTimeout(pubCtx, cfg.PublishTimeout)
-		for _, h := range b.r.hooks.publishStart {
-			if c := h.OnPublishStart(wctx, send); c != nil {
-				wctx = c
-			}
-		}
-		published := time.Now()
-		results := broker.PublishResults(wctx, b.r.br, send)
-		release()
-		for len(results) < len(send) { // a broken adapter: never count a missing result as confirmed
-			results = append(results, broker.Result{Err: errors.New("broker returned no result for this event"), Offset: -1})
-		}
-		for _, h := range b.r.hooks.publishEnd {
-			h.OnPublishEnd(wctx, PublishInfo{Events: send, Results: results, Took: time.Since(published)})
-		}
-		cancel()
-		ok := 0
-		var firstErr error
-		for i, e := range send {
-			err := results[i].Err
-			if err == nil {
-				b.acks = append(b.acks, e.ID)
-				ok++
-				continue
-			}
-			if errors.Is(err, broker.ErrNotAttempted) {
-				// The adapter says it failed only behind an earlier
-				// failure of its ordered unit (a Kafka partition):
-				// give it back without counting an attempt, and hold
-				// its key's later events like any failure does.
-				b.released = append(b.released, e.ID)
-				if e.Key != "" {
-					failedKeys[e.Key] = true
-				}
-				continue
-			}
-			if e.Key != "" {
-				if failedKeys[e.Key] {
-					// An earlier event of its key failed in this same
-					// call (a key-ordered broker sends a key's events
-					// together and fails the rest after the first
-					// failure): it was held back, not attempted. Give
-					// it back without counting an attempt, so it cannot
-					// go DEAD untried behind a flaky predecessor.
-					b.released = append(b.released, e.ID)
-					continue
-				}
-				failedKeys[e.Key] = true
-			}
-			if pubCtx.Err() != nil && errors.Is(err, context.Canceled) {
-				// cut short by a stop or a lost lease, not the event's
-				// fault: give it back without counting an attempt
-				b.released = append(b.released, e.ID)
-				continue
-			}
-			if errors.Is(err, broker.ErrUnavailable) {
-				// the broker could not be reached at all: not the
-				// event's fault either; the worker backs off
-				b.released = append(b.released, e.ID)
-				if brokerErr == nil {
-					brokerErr = err
-				}
-				continue
-			}
-			if firstErr == nil {
-				firstErr = err
-			}
-			b.fail(e, err)
-		}
-		if ok == 0 && firstErr != nil && !broker.IsPermanent(firstErr) {
-			brokerErr = firstErr
-		}
 	}
+	b.brokerHealth(brokerErr)
+	return rep, brokerErr
+}
+
+// begin starts a batch's publishing: the publish context outlives ctx by
+// DrainTimeout so that a stop lets in-flight publishes finish, and ends
+// early if the lease is lost; the lease is renewed until end is called.
+func (b *batch) begin(ctx context.Context) (pubCtx context.Context, end func()) {
+	pubCtx, cancelPub := context.WithCancel(context.Background())
+	stopDrain := context.AfterFunc(ctx, func() {
+		t := time.AfterFunc(b.r.cfg.DrainTimeout, cancelPub)
+		context.AfterFunc(pubCtx, func() { t.Stop() })
+	})
+	renewDone := make(chan struct{})
+	renewCtx, stopRenew := context.WithCancel(context.Background())
+	go func() {
+		defer close(renewDone)
+		b.renew(renewCtx, cancelPub)
+	}()
+	return pubCtx, func() {
+		stopRenew()
+		<-renewDone
+		stopDrain()
+		cancelPub()
+	}
+}
+
+// brokerHealth records the broker's state after a batch.
+func (b *batch) brokerHealth(brokerErr error) {
 	if brokerErr != nil {
 		b.r.health.set(&b.r.health.broker, brokerErr)
 	} else if len(b.acks) > 0 {
 		b.r.health.set(&b.r.health.broker, nil)
 	}
-	stopRenew()
-	<-renewDone
-	return rep, brokerErr
+}
+
+// publish sends one set of events in one publish call (the caller has
+// checked that the broker's ordering allows it) and sorts each result into
+// acks, retries, burials and releases; ok[i] says send[i] was confirmed.
+// failedKeys gathers the keys with a failed event; *brokerErr is set when
+// the broker failed as a whole. stopped: nothing was sent, because the
+// relay is stopping, the lease is gone or the broker cannot be reached;
+// the caller gives send back.
+func (b *batch) publish(ctx, pubCtx context.Context, send []outbox.Event, failedKeys map[string]bool, brokerErr *error) (ok []bool, stopped bool) {
+	cfg := b.r.cfg
+	// Room in the broker's in-flight window is waited for before the
+	// publish deadline starts: a wait is not an attempt.
+	var release func()
+	stop := ctx.Err() != nil || pubCtx.Err() != nil || b.isLost() || errors.Is(*brokerErr, broker.ErrUnavailable)
+	if !stop {
+		release, stop = b.r.inFlightWindow(pubCtx, len(send))
+	}
+	if stop {
+		return nil, true
+	}
+	wctx, cancel := context.WithTimeout(pubCtx, cfg.PublishTimeout)
+	for _, h := range b.r.hooks.publishStart {
+		if c := h.OnPublishStart(wctx, send); c != nil {
+			wctx = c
+		}
+	}
+	published := time.Now()
+	results := broker.PublishResults(wctx, b.r.br, send)
+	release()
+	for len(results) < len(send) { // a broken adapter: never count a missing result as confirmed
+		results = append(results, broker.Result{Err: errors.New("broker returned no result for this event"), Offset: -1})
+	}
+	for _, h := range b.r.hooks.publishEnd {
+		h.OnPublishEnd(wctx, PublishInfo{Events: send, Results: results, Took: time.Since(published)})
+	}
+	cancel()
+	ok = make([]bool, len(send))
+	confirmed := 0
+	var firstErr error
+	for i, e := range send {
+		err := results[i].Err
+		if err == nil {
+			b.acks = append(b.acks, e.ID)
+			ok[i] = true
+			confirmed++
+			continue
+		}
+		if errors.Is(err, broker.ErrNotAttempted) {
+			// The adapter says it failed only behind an earlier
+			// failure of its ordered unit (a Kafka partition): give
+			// it back without counting an attempt, and hold its key's
+			// later events like any failure does.
+			b.released = append(b.released, e.ID)
+			if e.Key != "" {
+				failedKeys[e.Key] = true
+			}
+			continue
+		}
+		if e.Key != "" {
+			if failedKeys[e.Key] {
+				// An earlier event of its key failed in this same
+				// call (a key-ordered broker sends a key's events
+				// together and fails the rest after the first
+				// failure): it was held back, not attempted. Give
+				// it back without counting an attempt, so it cannot
+				// go DEAD untried behind a flaky predecessor.
+				b.released = append(b.released, e.ID)
+				continue
+			}
+			failedKeys[e.Key] = true
+		}
+		if pubCtx.Err() != nil && errors.Is(err, context.Canceled) {
+			// cut short by a stop or a lost lease, not the event's
+			// fault: give it back without counting an attempt
+			b.released = append(b.released, e.ID)
+			continue
+		}
+		if errors.Is(err, broker.ErrUnavailable) {
+			// the broker could not be reached at all: not the
+			// event's fault either; the worker backs off
+			b.released = append(b.released, e.ID)
+			if *brokerErr == nil {
+				*brokerErr = err
+			}
+			continue
+		}
+		if firstErr == nil {
+			firstErr = err
+		}
+		b.fail(e, err)
+	}
+	if confirmed == 0 && firstErr != nil && !broker.IsPermanent(firstErr) {
+		*brokerErr = firstErr
+	}
+	return ok, false
 }
 
 // fail decides between retry and burial.

@@ -8,6 +8,8 @@ import (
 	"log/slog"
 	"os"
 	"time"
+
+	"github.com/outbox-go/outbox/store"
 )
 
 // DeadKeyPolicy says what happens to the later events of a key once one of
@@ -75,6 +77,7 @@ type Config struct {
 
 // BatchReport summarizes one claimed batch.
 type BatchReport struct {
+	Lease     store.Lease // the batch's claim
 	Claimed   int
 	Delivered int           // confirmed by the broker and acked
 	Retried   int           // failed, will be retried

@@ -9,8 +9,9 @@
 //     broker confirmed it. A relay killed at any point loses nothing: its
 //     claims expire and another relay (or the same one, restarted) takes
 //     them again.
-//   - Order per key: the store never hands out an event whose key has another
-//     event in flight, retrying, delayed or (by default) dead. Inside a batch
+//   - Order per key: by ownership when the store implements store.Owned
+//     (see below). Otherwise by exclusion: the store never hands out an
+//     event whose key has another event in flight, retrying, delayed or (by default) dead. Inside a batch
 //     the relay publishes one "wave" per position within a key, so the n-th
 //     event of a key is sent only after the (n-1)-th was confirmed; when one
 //     fails, the later events of its key are released untouched and wait
@@ -36,9 +37,71 @@
 // that carry no notification (plain SQL from any language) every few
 // milliseconds while a relay listens, so those are found quickly too.
 //
+// # Ordering by ownership
+//
+// When the store implements store.Owned (SQLite, and PostgreSQL and
+// MariaDB as they are ported), the relay does not rely on the store to
+// exclude keys in flight; it owns part of the table instead, like a
+// consumer of a Kafka consumer group owns partitions:
+//
+//   - Shards. The database puts each row in one of a fixed number of
+//     shards by a hash of its key (keyless rows by id): 64 on PostgreSQL
+//     and MariaDB, one on SQLite, which has a single writer anyway. All of
+//     a key's rows are in one shard.
+//   - Leases. A balance loop heartbeats every LeaseFor/3 (store.Owned's
+//     Balance, with the database's clock): it renews the relay's shard
+//     leases, takes free or expired shards up to its fair share of the
+//     live relays, and is told which of its shards another relay waits
+//     for (Revoke). A revoked shard is no longer claimed from; once every
+//     batch claimed from it is settled, the next heartbeat (at once)
+//     releases it. A stopping relay settles everything and then gives all
+//     its shards up (Leave), so the others take them at once instead of
+//     after a lease period; a relay that died loses them when their lease
+//     runs out. Rebalancing is cooperative, like franz-go's
+//     cooperative-sticky balancer: a shard changes hands only after its
+//     owner settled its work or its lease expired, and a shard's new
+//     owner cannot claim from it while a claim of the old owner is live.
+//   - Claims. One relay's claims are serialized (one at a time, whatever
+//     Workers is), so claim order is each key's order. A claim reads only
+//     the relay's non-revoked shards, and is not held back by the relay's
+//     own events in flight: a hot key's next events are claimed while its
+//     earlier ones are still being published.
+//   - The per-key dispatcher. Each claimed keyed event takes a ticket
+//     behind the previous claimed event of its key, which may be in an
+//     earlier batch still in flight. It is published only after that one
+//     was confirmed by the broker (or, on a broker that keeps a key's
+//     order within a call, broker.OrderKey and OrderPartition, in the same
+//     call right after it). When the earlier event fails (a retry, DEAD),
+//     or is given back (stop, outage, lost lease), the later events of the
+//     key are given back too, without counting an attempt, and the store
+//     parks them behind the failed one: they come back once it is
+//     delivered, requeued or purged. A key's tickets are forgotten only
+//     after every outcome of its claimed events is written to the store,
+//     and only between claims, so the next claim sees those outcomes: a
+//     relay never has two unsettled outcomes of a key in the wrong order.
+//     When an outcome cannot be written at all, the key waits two lease
+//     periods, by when the store hands the event back to the next claim
+//     before the key's later ones. Keyless events need no ticket.
+//   - Fencing is as strong as in the exclusion engine: every claim has
+//     its own (Owner, Epoch) and each ack, retry, burial and release is
+//     checked against it; shard leases carry epochs too, and a claim
+//     checks in the database that its owner still holds each shard under
+//     the epoch it names. A relay that stalls past its leases (a
+//     SIGSTOP, a long GC pause) changes nothing when it wakes: its
+//     claims were taken over, and its next heartbeat finds its shards
+//     under new epochs.
+//
+// Why: the exclusion engine's claim skips every row whose key is in any
+// live claim, so concurrency is bounded by the keys in the backlog and a
+// claim reads past all the rows of held keys. Owning shards makes a claim
+// cost O(batch) whatever the key distribution, and relays add up.
+// Without store.Owned (MySQL until ported) the relay keeps the exclusion
+// engine described above, unchanged.
+//
 // Observing: Config.Hooks take values implementing any of HookClaim,
 // HookPublishStart (which may replace the publish's context, for a tracing
-// span), HookPublishEnd (each event's result), HookSettle, HookLease and
-// HookHealth; Relay.Health is a snapshot for readiness checks (failing
-// since when, last delivery, events in flight).
+// span), HookPublishEnd (each event's result), HookSettle, HookLease,
+// HookHealth and HookShards (each heartbeat of ownership mode);
+// Relay.Health is a snapshot for readiness checks (failing since when,
+// last delivery, events in flight, shards held).
 package relay

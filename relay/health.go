@@ -25,6 +25,12 @@ type Health struct {
 	InFlight int64
 	// Claimed … Released are the counters of Totals.
 	Claimed, Delivered, Retried, Dead, Released, Batches int64
+	// Ownership mode (the store implements store.Owned): Owned is set;
+	// ShardsHeld is how many of the table's Shards this relay holds
+	// (those being handed over included), RelaysSeen how many live relays
+	// the last heartbeat counted. Zero otherwise.
+	Owned                          bool
+	ShardsHeld, Shards, RelaysSeen int
 }
 
 // Health returns the relay's current health snapshot.
@@ -39,6 +45,10 @@ func (r *Relay) Health() Health {
 		Dead:          r.totals.Dead.Load(),
 		Released:      r.totals.Released.Load(),
 		Batches:       r.totals.Batches.Load(),
+	}
+	if r.own != nil {
+		h.Owned = true
+		h.ShardsHeld, h.Shards, h.RelaysSeen = r.own.counts()
 	}
 	r.health.mu.Lock()
 	h.StoreError, h.StoreFailingSince = r.health.store.err, r.health.store.since

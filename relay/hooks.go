@@ -84,6 +84,27 @@ type HealthChange struct {
 	Err       error  // nil: recovered
 }
 
+// HookShards is told after each heartbeat of a relay whose store orders
+// by ownership (store.Owned): the shards it holds, what changed, and
+// whether the heartbeat failed.
+type HookShards interface {
+	OnShards(ctx context.Context, s ShardInfo)
+}
+
+// ShardInfo describes one heartbeat (store.Owned's Balance).
+type ShardInfo struct {
+	Shards int                // the table's number of shards
+	Relays int                // live relays, this one included
+	Held   []store.ShardLease // held after the heartbeat (read only); Revoke marks those being handed over
+	// Gained and Lost are the shards taken and lost since the previous
+	// heartbeat (a shard held again under a new epoch counts as gained);
+	// Released are those given up by this heartbeat after their events
+	// were settled.
+	Gained, Lost, Released []int
+	Leave                  bool  // the relay is stopping and gave up everything
+	Err                    error // the heartbeat failed; the other fields are empty
+}
+
 // hooks are Config.Hooks sorted by ability, once, in New.
 type hooks struct {
 	claim        []HookClaim
@@ -92,6 +113,7 @@ type hooks struct {
 	settle       []HookSettle
 	lease        []HookLease
 	health       []HookHealth
+	shards       []HookShards
 }
 
 func sortHooks(hs []Hook) hooks {
@@ -115,6 +137,9 @@ func sortHooks(hs []Hook) hooks {
 		if v, ok := x.(HookHealth); ok {
 			h.health = append(h.health, v)
 		}
+		if v, ok := x.(HookShards); ok {
+			h.shards = append(h.shards, v)
+		}
 	}
 	return h
 }
@@ -122,7 +147,7 @@ func sortHooks(hs []Hook) hooks {
 // knownHook reports whether x implements at least one hook interface.
 func knownHook(x Hook) bool {
 	switch x.(type) {
-	case HookClaim, HookPublishStart, HookPublishEnd, HookSettle, HookLease, HookHealth:
+	case HookClaim, HookPublishStart, HookPublishEnd, HookSettle, HookLease, HookHealth, HookShards:
 		return true
 	}
 	return false

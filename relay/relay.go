@@ -43,6 +43,9 @@ type Relay struct {
 	// lastClaim and lastDelivered are Unix nanoseconds (0: never);
 	// inFlight counts claimed events not yet settled (see Health).
 	lastClaim, lastDelivered, inFlight atomic.Int64
+
+	// own is set when the store orders by ownership (store.Owned).
+	own *ownership
 }
 
 // Totals are cumulative counts since the relay started.
@@ -71,6 +74,9 @@ func New(st store.Store, br broker.Broker, cfg Config) (*Relay, error) {
 	r.health.log = cfg.Logger
 	r.health.hooks = r.hooks.health
 	r.health.store.name, r.health.broker.name = "store", "broker"
+	if o := store.OwnedFor(st); o != nil {
+		r.own = newOwnership(r, o)
+	}
 	return r, nil
 }
 
@@ -110,6 +116,16 @@ func (r *Relay) Run(ctx context.Context) error {
 			}
 		}()
 	}
+	var balanced chan struct{}
+	bctx, stopBalance := context.WithCancel(ctx)
+	defer stopBalance()
+	if r.own != nil {
+		balanced = make(chan struct{})
+		go func() {
+			defer close(balanced)
+			r.own.balanceLoop(bctx)
+		}()
+	}
 	var wg sync.WaitGroup
 	for i := 0; i < r.cfg.Workers; i++ {
 		wg.Add(1)
@@ -119,6 +135,16 @@ func (r *Relay) Run(ctx context.Context) error {
 		}()
 	}
 	wg.Wait()
+	if r.own != nil {
+		// Every batch is settled: give the shards up at once, so the
+		// other relays take them without waiting for the leases to run
+		// out.
+		stopBalance()
+		<-balanced
+		if err := r.own.balance(ctx, true); err != nil {
+			r.cfg.Logger.Warn("relay: could not give up the shards; the other relays take them when the lease runs out", "error", err.Error())
+		}
+	}
 	return nil
 }
 
@@ -201,12 +227,21 @@ func (r *Relay) round(ctx context.Context, settling *chan struct{}) (int, error)
 	// deliver releases at once what a stopping relay claimed.
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), max(r.cfg.LeaseFor/2, 5*time.Second))
 	defer cancel()
-	claim, err := r.st.Claim(cctx, store.ClaimRequest{
-		Lease:        lease,
-		Limit:        r.cfg.BatchSize,
-		LeaseFor:     r.cfg.LeaseFor,
-		HoldDeadKeys: r.cfg.DeadKeys == HoldKey,
-	})
+	var (
+		claim store.Claim
+		err   error
+		b     *batch
+	)
+	if r.own != nil {
+		b, claim, err = r.own.claim(cctx, lease)
+	} else {
+		claim, err = r.st.Claim(cctx, store.ClaimRequest{
+			Lease:        lease,
+			Limit:        r.cfg.BatchSize,
+			LeaseFor:     r.cfg.LeaseFor,
+			HoldDeadKeys: r.cfg.DeadKeys == HoldKey,
+		})
+	}
 	for _, h := range r.hooks.claim {
 		h.OnClaim(ctx, ClaimInfo{Lease: lease, Events: claim.Events, Took: time.Since(start), Err: err})
 	}
@@ -220,8 +255,15 @@ func (r *Relay) round(ctx context.Context, settling *chan struct{}) (int, error)
 		return 0, nil
 	}
 	r.inFlight.Add(int64(len(claim.Events)))
-	b := &batch{r: r, lease: lease, events: claim.Events, start: start, leaseTill: start.Add(r.cfg.LeaseFor)}
-	rep, brokerDown := b.deliver(ctx)
+	var rep BatchReport
+	var brokerDown error
+	if b != nil {
+		b.start, b.leaseTill = start, start.Add(r.cfg.LeaseFor)
+		rep, brokerDown = b.deliverOwned(ctx)
+	} else {
+		b = &batch{r: r, lease: lease, events: claim.Events, start: start, leaseTill: start.Add(r.cfg.LeaseFor)}
+		rep, brokerDown = b.deliver(ctx)
+	}
 	// The previous batch's settle must be done before this one's starts
 	// (it usually is, long since): settles stay in order, and a worker
 	// never holds more than this batch and the one it claims next.
@@ -233,6 +275,18 @@ func (r *Relay) round(ctx context.Context, settling *chan struct{}) (int, error)
 	go func() {
 		defer close(done)
 		b.settle(&rep)
+		if b.own != nil {
+			if rep.Delivered == len(b.acks) && rep.Retried == len(b.retries) && rep.Dead == len(b.burials) && rep.Released == len(b.released) {
+				b.own.settled(b)
+			} else {
+				// An outcome could not be written: the event is still
+				// leased to this relay in the store, and the claim does
+				// not let a relay's own claims hold its keys. Keep the
+				// batch's keys waiting until that lease has surely run
+				// out; the next claim then takes the event over first.
+				time.AfterFunc(2*r.cfg.LeaseFor, func() { b.own.settled(b) })
+			}
+		}
 		r.inFlight.Add(-int64(len(b.events)))
 		if rep.Delivered > 0 {
 			stamp(&r.lastDelivered)

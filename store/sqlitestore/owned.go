@@ -35,6 +35,34 @@ import (
 // Everything happens under the write lock, so nothing can change between
 // the checks and the update.
 
+// writeTx runs fn in a transaction under the write gate, with prepared
+// statements from the store's cache (compiling a statement costs SQLite
+// more than running it). fn's first statement must write, so that the
+// transaction takes the write lock before it reads anything, whatever the
+// _txlock setting of the caller's *sql.DB.
+func (s *Store) writeTx(ctx context.Context, op string, fn func(q func(query string) (*sql.Stmt, error)) error) error {
+	if err := s.gate.lock(ctx); err != nil {
+		return wrap(op, err)
+	}
+	defer s.gate.unlock()
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return wrap(op, err)
+	}
+	defer tx.Rollback() //nolint:errcheck // a no-op after Commit
+	q := func(query string) (*sql.Stmt, error) {
+		st, err := s.stmt(ctx, query)
+		if err != nil {
+			return nil, err
+		}
+		return tx.StmtContext(ctx, st), nil
+	}
+	if err := fn(q); err != nil {
+		return wrap(op, err)
+	}
+	return wrap(op, tx.Commit())
+}
+
 // shardCount is SQLite's number of shards.
 const shardCount = 1
 
@@ -63,52 +91,73 @@ func (s *Store) Balance(ctx context.Context, req store.BalanceRequest) (store.Ow
 	}
 	own := store.Ownership{Shards: shardCount}
 	lease := req.LeaseFor.Microseconds()
-	err := s.immediate(ctx, "balance", func(c *sql.Conn) error {
-		var now int64
-		if err := c.QueryRowContext(ctx, "SELECT "+nowUS).Scan(&now); err != nil {
+	sh, rl := s.shardsTable(), s.relaysTable()
+	err := s.writeTx(ctx, "balance", func(q func(string) (*sql.Stmt, error)) error {
+		exec := func(query string, args ...any) error {
+			st, err := q(query)
+			if err == nil {
+				_, err = st.ExecContext(ctx, args...)
+			}
 			return err
 		}
+		row := func(query string, dst []any, args ...any) error {
+			st, err := q(query)
+			if err == nil {
+				err = st.QueryRowContext(ctx, args...).Scan(dst...)
+			}
+			return err
+		}
+		var now int64
 		if req.Leave {
-			if _, err := c.ExecContext(ctx, "DELETE FROM "+s.relaysTable()+" WHERE owner = ?", req.Owner); err != nil {
+			// the first statement writes: the write lock comes first
+			if err := exec("DELETE FROM "+rl+" WHERE owner = ?", req.Owner); err != nil {
 				return err
 			}
-			if _, err := c.ExecContext(ctx, "UPDATE "+s.shardsTable()+" SET owner = '', lease_until = 0 WHERE owner = ?", req.Owner); err != nil {
+			if err := row("SELECT "+nowUS, []any{&now}); err != nil {
+				return err
+			}
+			if err := exec("UPDATE "+sh+" SET owner = '', lease_until = 0 WHERE owner = ?", req.Owner); err != nil {
 				return err
 			}
 		} else {
-			if _, err := c.ExecContext(ctx, "INSERT INTO "+s.relaysTable()+" (owner, lease_until) VALUES (?1, ?2) ON CONFLICT (owner) DO UPDATE SET lease_until = excluded.lease_until", req.Owner, now+lease); err != nil {
+			if err := row("INSERT INTO "+rl+" (owner, lease_until) VALUES (?1, "+nowUS+" + ?2) ON CONFLICT (owner) DO UPDATE SET lease_until = excluded.lease_until RETURNING lease_until - ?2",
+				[]any{&now}, req.Owner, lease); err != nil {
 				return err
 			}
 			if len(req.Release) > 0 {
-				if _, err := c.ExecContext(ctx, "UPDATE "+s.shardsTable()+" SET owner = '', lease_until = 0 WHERE owner = ?1 AND shard IN (SELECT value FROM json_each(?2))", req.Owner, intsJSON(req.Release)); err != nil {
+				if err := exec("UPDATE "+sh+" SET owner = '', lease_until = 0 WHERE owner = ?1 AND shard IN (SELECT value FROM json_each(?2))", req.Owner, intsJSON(req.Release)); err != nil {
 					return err
 				}
 			}
 			// Renew what is still ours, then take what is free or
 			// expired up to the fair share.
-			if _, err := c.ExecContext(ctx, "UPDATE "+s.shardsTable()+" SET lease_until = ?2 WHERE owner = ?1", req.Owner, now+lease); err != nil {
+			if err := exec("UPDATE "+sh+" SET lease_until = ?2 WHERE owner = ?1", req.Owner, now+lease); err != nil {
 				return err
 			}
 		}
-		if _, err := c.ExecContext(ctx, "DELETE FROM "+s.relaysTable()+" WHERE lease_until <= ?", now); err != nil {
+		if err := exec("DELETE FROM "+rl+" WHERE lease_until <= ?", now); err != nil {
 			return err
 		}
-		if err := c.QueryRowContext(ctx, "SELECT count(*) FROM "+s.relaysTable()).Scan(&own.Relays); err != nil {
+		if err := row("SELECT count(*) FROM "+rl, []any{&own.Relays}); err != nil {
 			return err
 		}
 		if !req.Leave {
 			share := (shardCount + max(own.Relays, 1) - 1) / max(own.Relays, 1)
 			var mine int
-			if err := c.QueryRowContext(ctx, "SELECT count(*) FROM "+s.shardsTable()+" WHERE owner = ?", req.Owner).Scan(&mine); err != nil {
+			if err := row("SELECT count(*) FROM "+sh+" WHERE owner = ?", []any{&mine}, req.Owner); err != nil {
 				return err
 			}
 			if mine < share {
-				if _, err := c.ExecContext(ctx, "UPDATE "+s.shardsTable()+" SET owner = ?1, epoch = epoch + 1, lease_until = ?2 WHERE shard IN (SELECT shard FROM "+s.shardsTable()+" WHERE owner = '' OR lease_until <= ?3 ORDER BY shard LIMIT ?4)",
+				if err := exec("UPDATE "+sh+" SET owner = ?1, epoch = epoch + 1, lease_until = ?2 WHERE shard IN (SELECT shard FROM "+sh+" WHERE owner = '' OR lease_until <= ?3 ORDER BY shard LIMIT ?4)",
 					req.Owner, now+lease, now, share-mine); err != nil {
 					return err
 				}
 			}
-			rows, err := c.QueryContext(ctx, "SELECT shard, epoch FROM "+s.shardsTable()+" WHERE owner = ? ORDER BY shard", req.Owner)
+			st, err := q("SELECT shard, epoch FROM " + sh + " WHERE owner = ? ORDER BY shard")
+			if err != nil {
+				return err
+			}
+			rows, err := st.QueryContext(ctx, req.Owner)
 			if err != nil {
 				return err
 			}
@@ -126,8 +175,7 @@ func (s *Store) Balance(ctx context.Context, req store.BalanceRequest) (store.Ow
 			}
 			own.Until = micros(now + lease)
 		}
-		_, err := c.ExecContext(ctx, s.sweepSQL(), unparkBound)
-		return err
+		return exec(s.sweepSQL(), unparkBound)
 	})
 	if err != nil {
 		return store.Ownership{Shards: shardCount}, err
@@ -181,18 +229,26 @@ func (s *Store) ClaimOwned(ctx context.Context, req store.OwnedClaimRequest) (st
 		return c, nil
 	}
 	var bad map[int64]error
-	err := s.immediate(ctx, "claim", func(conn *sql.Conn) error {
+	err := s.writeTx(ctx, "claim", func(q func(string) (*sql.Stmt, error)) error {
+		// the first statement writes (a no-op update), so the write
+		// lock comes first; it checks that the shard is still ours
+		st, err := q("UPDATE " + s.shardsTable() + " SET epoch = epoch WHERE shard = 0 AND owner = ?1 AND epoch = ?2 AND lease_until > " + nowUS + " RETURNING " + nowUS)
+		if err != nil {
+			return err
+		}
 		var now int64
-		err := conn.QueryRowContext(ctx, "SELECT "+nowUS+" FROM "+s.shardsTable()+" WHERE shard = 0 AND owner = ?1 AND epoch = ?2 AND lease_until > "+nowUS,
-			req.Lease.Owner, epoch).Scan(&now)
+		err = st.QueryRowContext(ctx, req.Lease.Owner, epoch).Scan(&now)
 		if errors.Is(err, sql.ErrNoRows) {
 			return nil // the shard changed hands or its lease ran out
 		}
 		if err != nil {
 			return err
 		}
+		if st, err = q("SELECT count(*) FROM (SELECT 1 FROM " + s.table + " WHERE status = 'SENDING' AND lease_until > ?1 AND lease_owner <> ?2 LIMIT 1)"); err != nil {
+			return err
+		}
 		var other int
-		if err := conn.QueryRowContext(ctx, "SELECT count(*) FROM (SELECT 1 FROM "+s.table+" WHERE status = 'SENDING' AND lease_until > ?1 AND lease_owner <> ?2 LIMIT 1)", now, req.Lease.Owner).Scan(&other); err != nil {
+		if err := st.QueryRowContext(ctx, now, req.Lease.Owner).Scan(&other); err != nil {
 			return err
 		}
 		if other > 0 {
@@ -205,11 +261,14 @@ func (s *Store) ClaimOwned(ctx context.Context, req store.OwnedClaimRequest) (st
 			s.table + " AS o WHERE o.status = 'SENDING' AND o.lease_until <= ?1",
 			s.table + ` AS o INDEXED BY "` + s.opts.Table + `_ready_idx" WHERE o.status = 'NEW' AND o.parked = 0`,
 		} {
-			q := s.candidateSQL(from)
+			cand, err := q(s.candidateSQL(from))
+			if err != nil {
+				return err
+			}
 			after, read := int64(0), 0
 			for len(take) < req.Limit && read < req.Limit+parkBound+4*req.Limit {
 				page := req.Limit - len(take) + 64
-				rows, err := conn.QueryContext(ctx, q, now, req.HoldDeadKeys, req.Lease.Owner, after, page)
+				rows, err := cand.QueryContext(ctx, now, req.HoldDeadKeys, req.Lease.Owner, after, page)
 				if err != nil {
 					return err
 				}
@@ -250,15 +309,20 @@ func (s *Store) ClaimOwned(ctx context.Context, req store.OwnedClaimRequest) (st
 			}
 		}
 		if len(park) > 0 {
-			if _, err := conn.ExecContext(ctx, "UPDATE "+s.table+" SET parked = 1 WHERE "+inIDs, idsJSON(park)); err != nil {
+			if st, err = q("UPDATE " + s.table + " SET parked = 1 WHERE " + inIDs); err != nil {
+				return err
+			}
+			if _, err := st.ExecContext(ctx, idsJSON(park)); err != nil {
 				return err
 			}
 		}
 		if len(take) == 0 {
 			return nil
 		}
-		rows, err := conn.QueryContext(ctx, "UPDATE "+s.table+" SET status = 'SENDING', lease_owner = ?2, lease_epoch = ?3, lease_until = ?4, parked = 0 WHERE "+inIDs+" RETURNING "+eventCols+", lease_until",
-			idsJSON(take), req.Lease.Owner, req.Lease.Epoch, now+req.LeaseFor.Microseconds())
+		if st, err = q("UPDATE " + s.table + " SET status = 'SENDING', lease_owner = ?2, lease_epoch = ?3, lease_until = ?4, parked = 0 WHERE " + inIDs + " RETURNING " + eventCols + ", lease_until"); err != nil {
+			return err
+		}
+		rows, err := st.QueryContext(ctx, idsJSON(take), req.Lease.Owner, req.Lease.Epoch, now+req.LeaseFor.Microseconds())
 		if err != nil {
 			return err
 		}

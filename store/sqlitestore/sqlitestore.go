@@ -728,11 +728,19 @@ func (s *Store) unparkKeys(ctx context.Context, keys []string) {
 	if len(keys) == 0 {
 		return
 	}
-	if err := s.gate.lock(ctx); err != nil {
+	guard, err := s.stmt(ctx, s.anyParkedSQL())
+	if err != nil {
 		return
 	}
-	defer s.gate.unlock()
-	_ = s.unpark(ctx, s.db, keys)
+	var some bool
+	if err := guard.QueryRowContext(ctx).Scan(&some); err != nil || !some {
+		return
+	}
+	js, err := json.Marshal(keys)
+	if err != nil {
+		return
+	}
+	_, _ = s.exec(ctx, s.unparkSQL(), string(js), unparkBound)
 }
 
 // quote double-quotes a name; names are validated: [a-z_][a-z0-9_]*.

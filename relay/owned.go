@@ -1,0 +1,416 @@
+package relay
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	outbox "github.com/outbox-go/outbox"
+	"github.com/outbox-go/outbox/store"
+)
+
+// Ownership mode (the store implements store.Owned): see the package doc.
+
+// ownership is the relay's view of the shards it holds and the per-key
+// dispatcher that orders a key's events across batches.
+type ownership struct {
+	r  *Relay
+	st store.Owned
+
+	// mu serializes the relay's claims and every change of keys, so that
+	// claim order is each key's order, and a key's state is dropped only
+	// between claims.
+	mu       sync.Mutex
+	held     []store.ShardLease // claimed from: held and not revoked
+	revoking []store.ShardLease // held, revoked: drained, then released
+	busy     map[int]int        // shard → unsettled batches claimed from it
+	keys     map[string]*keyState
+	shards   int // the table's number of shards (0 before the first Balance)
+	relays   int // live relays at the last Balance
+
+	kick chan struct{} // a revoked shard may have drained: balance now
+}
+
+// keyState is one key's chain of claimed, unsettled events.
+type keyState struct {
+	tail *ticket // the latest claimed event of the key
+	open int     // its tickets not settled yet
+}
+
+// ticket is one claimed keyed event's place in its key's order. done is
+// closed once its outcome is known: ok when the broker confirmed it (the
+// next event of its key may go), not ok when it failed or was given back
+// (the next events of its key are given back too, untried).
+type ticket struct {
+	mu      sync.Mutex
+	done    bool
+	ok      bool
+	waiters []chan struct{}
+}
+
+// resolve records the outcome and tells the waiters. Only the first call
+// counts.
+func (t *ticket) resolve(ok bool) {
+	t.mu.Lock()
+	if t.done {
+		t.mu.Unlock()
+		return
+	}
+	t.done, t.ok = true, ok
+	ws := t.waiters
+	t.waiters = nil
+	t.mu.Unlock()
+	for _, w := range ws {
+		poke(w)
+	}
+}
+
+// state reports whether the outcome is known, and whether it was ok.
+func (t *ticket) state() (done, ok bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.done, t.ok
+}
+
+// notify pokes w when the outcome is known (at once if it is).
+func (t *ticket) notify(w chan struct{}) {
+	t.mu.Lock()
+	if !t.done {
+		t.waiters = append(t.waiters, w)
+		t.mu.Unlock()
+		return
+	}
+	t.mu.Unlock()
+	poke(w)
+}
+
+func poke(w chan struct{}) {
+	select {
+	case w <- struct{}{}:
+	default:
+	}
+}
+
+func newOwnership(r *Relay, st store.Owned) *ownership {
+	return &ownership{r: r, st: st, busy: map[int]int{}, keys: map[string]*keyState{}, kick: make(chan struct{}, 1)}
+}
+
+// claim takes a batch from the held shards and places its keyed events in
+// their keys' chains, under mu. It returns a nil batch when nothing was
+// claimed.
+func (o *ownership) claim(ctx context.Context, lease store.Lease) (*batch, store.Claim, error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if len(o.held) == 0 {
+		return nil, store.Claim{Lease: lease}, nil
+	}
+	shards := slices.Clone(o.held)
+	claim, err := o.st.ClaimOwned(ctx, store.OwnedClaimRequest{
+		ClaimRequest: store.ClaimRequest{
+			Lease:        lease,
+			Limit:        o.r.cfg.BatchSize,
+			LeaseFor:     o.r.cfg.LeaseFor,
+			HoldDeadKeys: o.r.cfg.DeadKeys == HoldKey,
+		},
+		Shards: shards,
+	})
+	if err != nil || len(claim.Events) == 0 {
+		return nil, claim, err
+	}
+	b := &batch{r: o.r, lease: lease, events: claim.Events, own: o}
+	b.prev = make([]*ticket, len(b.events))
+	b.tickets = make([]*ticket, len(b.events))
+	for i, e := range b.events {
+		if e.Key == "" {
+			continue // keyless events need no ticket
+		}
+		ks := o.keys[e.Key]
+		if ks == nil {
+			ks = &keyState{}
+			o.keys[e.Key] = ks
+		}
+		b.prev[i] = ks.tail
+		t := &ticket{}
+		ks.tail = t
+		ks.open++
+		b.tickets[i] = t
+	}
+	for _, l := range shards {
+		b.shards = append(b.shards, l.Shard)
+		o.busy[l.Shard]++
+	}
+	return b, claim, nil
+}
+
+// settled closes a batch's places in its keys' chains once its outcomes
+// are written, and lets a drained revoked shard go. A key whose chain is
+// empty is forgotten: its next claimed event goes without waiting, and the
+// claim saw every outcome written (the claim runs under mu too).
+func (o *ownership) settled(b *batch) {
+	o.mu.Lock()
+	for i, e := range b.events {
+		if b.tickets[i] == nil {
+			continue
+		}
+		ks := o.keys[e.Key]
+		if ks == nil {
+			continue
+		}
+		if ks.open--; ks.open <= 0 {
+			delete(o.keys, e.Key)
+		}
+	}
+	drained := false
+	for _, s := range b.shards {
+		if o.busy[s]--; o.busy[s] <= 0 {
+			delete(o.busy, s)
+			drained = drained || slices.ContainsFunc(o.revoking, func(l store.ShardLease) bool { return l.Shard == s })
+		}
+	}
+	o.mu.Unlock()
+	if drained {
+		poke(o.kick)
+	}
+}
+
+// drained returns the revoked shards with no unsettled batch.
+func (o *ownership) drained() []int {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	var out []int
+	for _, l := range o.revoking {
+		if o.busy[l.Shard] == 0 {
+			out = append(out, l.Shard)
+		}
+	}
+	return out
+}
+
+// update takes in what Balance returned; it reports the shards gained and
+// lost (by shard number) since the previous call.
+func (o *ownership) update(own store.Ownership) (gained, lost []int) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	before := map[int]int64{}
+	for _, l := range o.held {
+		before[l.Shard] = l.Epoch
+	}
+	for _, l := range o.revoking {
+		before[l.Shard] = l.Epoch
+	}
+	o.held, o.revoking = nil, nil
+	now := map[int]bool{}
+	for _, l := range own.Held {
+		now[l.Shard] = true
+		if e, ok := before[l.Shard]; !ok || e != l.Epoch {
+			gained = append(gained, l.Shard)
+		}
+		if l.Revoke {
+			o.revoking = append(o.revoking, l)
+		} else {
+			o.held = append(o.held, l)
+		}
+	}
+	for s := range before {
+		if !now[s] {
+			lost = append(lost, s)
+		}
+	}
+	slices.Sort(lost)
+	o.shards, o.relays = own.Shards, own.Relays
+	return gained, lost
+}
+
+// counts reports the shards held (revoked ones included), the table's
+// shards and the live relays, for Health.
+func (o *ownership) counts() (held, shards, relays int) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return len(o.held) + len(o.revoking), o.shards, o.relays
+}
+
+// balanceLoop heartbeats every LeaseFor/3 (and at once when a revoked
+// shard drained) until ctx ends: it renews the shards, takes the fair
+// share, and releases revoked shards once their events are settled.
+func (o *ownership) balanceLoop(ctx context.Context) {
+	every := o.r.cfg.LeaseFor / 3
+	failures := 0
+	for {
+		wait := every
+		if err := o.balance(ctx, false); err != nil {
+			failures++
+			wait = min(every, jitter(backoff(o.r.cfg.BackoffBase/4, every, failures)))
+		} else {
+			failures = 0
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-o.kick:
+		case <-t.C:
+		}
+		t.Stop()
+	}
+}
+
+// balance runs one Balance; leave gives everything up (the relay has
+// settled all its work).
+func (o *ownership) balance(ctx context.Context, leave bool) error {
+	req := store.BalanceRequest{Owner: o.r.cfg.Owner, LeaseFor: o.r.cfg.LeaseFor, Leave: leave}
+	if !leave {
+		req.Release = o.drained()
+	}
+	bctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), max(o.r.cfg.LeaseFor/3, time.Second))
+	own, err := o.st.Balance(bctx, req)
+	cancel()
+	info := ShardInfo{Released: req.Release, Leave: leave, Err: err}
+	if err != nil {
+		o.r.health.set(&o.r.health.store, fmt.Errorf("balance: %w", err))
+	} else {
+		info.Gained, info.Lost = o.update(own)
+		info.Shards, info.Relays, info.Held = own.Shards, own.Relays, own.Held
+		if len(info.Gained) > 0 {
+			o.r.cfg.Logger.Info("relay: shards taken", "shards", info.Gained, "relays", own.Relays)
+			o.r.Wake()
+		}
+	}
+	for _, h := range o.r.hooks.shards {
+		h.OnShards(ctx, info)
+	}
+	return err
+}
+
+// deliverOwned publishes a batch of ownership mode: an event goes once the
+// previous event of its key is confirmed, in this batch or in an earlier
+// one still in flight (or, on a key-ordered broker, together with it in
+// one call); when that event failed or was given back, it is given back
+// too, untried. Events whose predecessors are confirmed go out together,
+// in id order, one publish call per round.
+func (b *batch) deliverOwned(ctx context.Context) (BatchReport, error) {
+	rep := BatchReport{Lease: b.lease, Claimed: len(b.events)}
+	pubCtx, end := b.begin(ctx)
+	defer end()
+
+	n := len(b.events)
+	ordered := b.r.features.Ordering > 0 // OrderKey or OrderPartition
+	// inBatch[i]: the index of the previous event of i's key in this
+	// batch, or -1 (then b.prev[i] is the one in an earlier batch, if any).
+	inBatch := make([]int, n)
+	last := map[string]int{}
+	wake := make(chan struct{}, 1)
+	for i, e := range b.events {
+		inBatch[i] = -1
+		if e.Key == "" {
+			continue
+		}
+		if j, ok := last[e.Key]; ok {
+			inBatch[i] = j
+		} else if p := b.prev[i]; p != nil {
+			p.notify(wake)
+		}
+		last[e.Key] = i
+	}
+	const (
+		waiting = iota
+		sending
+		confirmed
+		failed
+	)
+	state := make([]int8, n)
+	left := n
+	giveBack := func(i int) {
+		state[i] = failed
+		left--
+		b.released = append(b.released, b.events[i].ID)
+		if t := b.tickets[i]; t != nil {
+			t.resolve(false)
+		}
+	}
+	failedKeys := make(map[string]bool)
+	var brokerErr error
+	b.acks = make([]int64, 0, n)
+	var send []outbox.Event
+	var idx []int
+	mx := b.r.features.MaxInFlight
+	for left > 0 {
+		send, idx = send[:0], idx[:0]
+		for i := range b.events {
+			if state[i] != waiting {
+				continue
+			}
+			ready, dead := false, false
+			if j := inBatch[i]; j >= 0 {
+				switch state[j] {
+				case confirmed:
+					ready = true
+				case failed:
+					dead = true
+				case sending:
+					ready = ordered // sent after it in the same call
+				}
+			} else if p := b.prev[i]; p != nil {
+				done, ok := p.state()
+				ready, dead = done && ok, done && !ok
+			} else {
+				ready = true
+			}
+			switch {
+			case dead:
+				giveBack(i)
+			case ready && (mx <= 0 || len(send) < mx):
+				state[i] = sending
+				send = append(send, b.events[i])
+				idx = append(idx, i)
+			}
+		}
+		if left == 0 {
+			break
+		}
+		if len(send) == 0 {
+			// every event left waits for an earlier batch
+			select {
+			case <-wake:
+				continue
+			case <-ctx.Done():
+			case <-pubCtx.Done():
+			}
+			for i := range b.events {
+				if state[i] == waiting {
+					giveBack(i)
+				}
+			}
+			break
+		}
+		ok, stopped := b.publish(ctx, pubCtx, send, failedKeys, &brokerErr)
+		if stopped {
+			// stopping, the lease is gone, or the broker cannot be
+			// reached: give back what was not sent
+			for _, i := range idx {
+				state[i] = waiting
+			}
+			for i := range b.events {
+				if state[i] == waiting {
+					giveBack(i)
+				}
+			}
+			break
+		}
+		for k, i := range idx {
+			left--
+			if ok[k] {
+				state[i] = confirmed
+			} else {
+				state[i] = failed
+			}
+			if t := b.tickets[i]; t != nil {
+				t.resolve(ok[k])
+			}
+		}
+	}
+	b.brokerHealth(brokerErr)
+	return rep, brokerErr
+}

@@ -1,0 +1,382 @@
+package relay_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	outbox "github.com/outbox-go/outbox"
+	"github.com/outbox-go/outbox/broker"
+	"github.com/outbox-go/outbox/broker/membroker"
+	"github.com/outbox-go/outbox/broker/natsbroker"
+	"github.com/outbox-go/outbox/internal/testnats"
+	"github.com/outbox-go/outbox/internal/teststores"
+	"github.com/outbox-go/outbox/relay"
+	"github.com/outbox-go/outbox/store"
+)
+
+// forOwnedStores runs fn on every store kind that orders by ownership
+// (store.Owned); the others keep the exclusion engine, which the tests
+// above cover.
+func forOwnedStores(t *testing.T, fn func(t *testing.T, o teststores.Opened)) {
+	for _, kind := range teststores.Kinds {
+		t.Run(kind, func(t *testing.T) {
+			o := teststores.Open(t, kind, store.Options{})
+			if store.OwnedFor(o.Store) == nil {
+				t.Logf("%s does not implement store.Owned yet: covered by the exclusion engine's tests", kind)
+				return
+			}
+			t.Parallel()
+			fn(t, o)
+		})
+	}
+}
+
+// pipelining is a hook that counts the claims that took an event of a key
+// whose earlier events were claimed and not settled yet: the pipelining
+// across batches that ownership allows.
+type pipelining struct {
+	mu        sync.Mutex
+	open      map[string]int // key → claimed, unsettled events
+	byLease   map[store.Lease][]string
+	pipelined int
+}
+
+func newPipelining() *pipelining {
+	return &pipelining{open: map[string]int{}, byLease: map[store.Lease][]string{}}
+}
+
+func (h *pipelining) OnClaim(_ context.Context, c relay.ClaimInfo) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	hit := false
+	var keys []string
+	for _, e := range c.Events {
+		if e.Key != "" {
+			hit = hit || h.open[e.Key] > 0
+			keys = append(keys, e.Key)
+		}
+	}
+	for _, k := range keys {
+		h.open[k]++
+	}
+	if hit {
+		h.pipelined++
+	}
+	h.byLease[c.Lease] = keys
+}
+
+func (h *pipelining) OnSettle(_ context.Context, r relay.BatchReport) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, k := range h.byLease[r.Lease] {
+		h.open[k]--
+	}
+	delete(h.byLease, r.Lease)
+}
+
+func (h *pipelining) count() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.pipelined
+}
+
+// A hot key's next events are claimed while its earlier ones are still in
+// flight (small batches, three workers, a broker with latency), and still
+// reach the broker in order: with 1 and with 3 keys, on a broker that
+// keeps no order after a failure and on a key-ordered one.
+func TestOwnedHotKeyOrderAcrossBatches(t *testing.T) {
+	for _, keys := range []int{1, 3} {
+		for _, ordered := range []bool{false, true} {
+			t.Run(fmt.Sprintf("keys=%d/keyordered=%v", keys, ordered), func(t *testing.T) {
+				forOwnedStores(t, func(t *testing.T, o teststores.Opened) {
+					st := o.Store
+					mb := newMem(t, membroker.Config{KeyOrdered: ordered, Latency: 3 * time.Millisecond})
+					msgs := make([]outbox.Message, 600)
+					for i := range msgs {
+						k := fmt.Sprintf("k%d", i%keys)
+						msgs[i] = outbox.Message{Topic: "t", Key: k, Type: "T", Payload: fmt.Appendf(nil, "%s#%d", k, i/keys+1)}
+					}
+					if err := st.Enqueue(context.Background(), msgs...); err != nil {
+						t.Fatal(err)
+					}
+					cfg := fastConfig()
+					cfg.BatchSize = 25
+					cfg.Workers = 3
+					hk := newPipelining()
+					cfg.Hooks = []relay.Hook{hk}
+					r, stop := run(t, st, mb, cfg)
+					waitFor(t, "delivery", 60*time.Second, func() bool { return pending(t, st).Pending() == 0 })
+					stop()
+					checkDelivered(t, msgs, mb.Events("t"))
+					if d := len(mb.Events("t")) - len(msgs); d != 0 {
+						t.Errorf("%d duplicates without any failure", d)
+					}
+					p := hk.count()
+					t.Logf("%d batches, %d claimed a key whose earlier events were in flight", r.Totals().Batches.Load(), p)
+					if p == 0 {
+						t.Errorf("no claim took a key with earlier events in flight: the claims did not pipeline")
+					}
+				})
+			})
+		}
+	}
+}
+
+// When a key's event fails, its later events, claimed in the same batch or
+// in later ones while it was in flight, are given back untried: no attempt
+// is counted on them, so they cannot go DEAD behind a flaky predecessor.
+// Other keys of the shard keep flowing. Both on a key-ordered broker and
+// on one that keeps no order.
+func TestOwnedFailureReleasesLaterEventsWithoutAttempt(t *testing.T) {
+	for _, ordered := range []bool{false, true} {
+		t.Run(fmt.Sprintf("keyordered=%v", ordered), func(t *testing.T) {
+			forOwnedStores(t, func(t *testing.T, o teststores.Opened) {
+				st := o.Store
+				ctx := context.Background()
+				mb := newMem(t, membroker.Config{KeyOrdered: ordered, Latency: 20 * time.Millisecond})
+				mb.SetHook(func(e outbox.Event) error {
+					if string(e.Payload) == "k#1" {
+						return errors.New("timeout")
+					}
+					return nil
+				})
+				var msgs []outbox.Message
+				for i := 1; i <= 12; i++ {
+					msgs = append(msgs, outbox.Message{Topic: "t", Key: "k", Type: "T", Payload: fmt.Appendf(nil, "k#%d", i)})
+					msgs = append(msgs, outbox.Message{Topic: "t", Key: fmt.Sprintf("other%d", i%4), Type: "T", Payload: fmt.Appendf(nil, "other#%d", i)})
+				}
+				if err := st.Enqueue(ctx, msgs...); err != nil {
+					t.Fatal(err)
+				}
+				cfg := fastConfig()
+				cfg.MaxAttempts = 3
+				cfg.BatchSize = 4 // k's events span several batches in flight at once
+				cfg.Workers = 3
+				run(t, st, mb, cfg)
+				waitFor(t, "k#1 to go dead", 30*time.Second, func() bool { return pending(t, st).Dead >= 1 })
+				waitFor(t, "the other keys", 30*time.Second, func() bool { return len(mb.Events("t")) >= 12 })
+				waitFor(t, "the batches to settle", 10*time.Second, func() bool { return pending(t, st).Sending == 0 })
+				time.Sleep(300 * time.Millisecond) // a wrongly counted attempt would show by now
+				dead, err := st.ListDead(ctx, store.DeadQuery{})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if len(dead) != 1 || string(dead[0].Payload) != "k#1" || dead[0].Attempts != 3 {
+					for _, d := range dead {
+						t.Errorf("dead: %s attempts=%d %q", d.Payload, d.Attempts, d.LastError)
+					}
+					t.Fatalf("want only k#1 dead after 3 attempts")
+				}
+				for _, e := range mb.Events("t") {
+					if e.Key == "k" {
+						t.Fatalf("%s delivered while k#1 failed: order broken", e.Payload)
+					}
+				}
+				if got := len(mb.Events("t")); got != 12 {
+					t.Errorf("delivered %d events, want the 12 of the other keys", got)
+				}
+				for i := int64(1); i <= 24; i++ {
+					r, err := st.Get(ctx, i)
+					if errors.Is(err, store.ErrNotFound) {
+						continue // delivered
+					}
+					if err != nil {
+						t.Fatal(err)
+					}
+					if r.Status == outbox.StatusNew && r.Attempts != 0 {
+						t.Errorf("%s waits with %d attempts counted, want 0 (it was never tried)", r.Payload, r.Attempts)
+					}
+				}
+				if s := pending(t, st); s.New != 11 || s.Retrying != 0 {
+					t.Errorf("stats = %+v: want k#2..k#12 waiting with no attempt counted", s)
+				}
+			})
+		})
+	}
+}
+
+// A poison event in the shard that every healthy key shares (SQLite has
+// one shard) holds only its own key: events of the other keys committed
+// before and after it all flow, and so does the poisoned key once requeued.
+func TestOwnedPoisonInASharedShardHoldsOnlyItsKey(t *testing.T) {
+	forOwnedStores(t, func(t *testing.T, o teststores.Opened) {
+		st := o.Store
+		ctx := context.Background()
+		mb := newMem(t, membroker.Config{})
+		var cured atomic.Bool
+		mb.SetHook(func(e outbox.Event) error {
+			if e.Type == "Poison" && !cured.Load() {
+				return broker.Permanent(errors.New("rejected"))
+			}
+			return nil
+		})
+		msgs := []outbox.Message{{Topic: "t", Key: "bad", Type: "Poison", Payload: []byte("bad#1")}}
+		for i := 2; i <= 50; i++ {
+			msgs = append(msgs, outbox.Message{Topic: "t", Key: "bad", Type: "Ok", Payload: fmt.Appendf(nil, "bad#%d", i)})
+		}
+		good := workload(t, st, "t", 300, 30)
+		if err := st.Enqueue(ctx, msgs...); err != nil {
+			t.Fatal(err)
+		}
+		run(t, st, mb, fastConfig())
+		waitFor(t, "the good keys", 30*time.Second, func() bool { return len(mb.Events("t")) >= len(good) })
+		// more healthy traffic after the poison went DEAD
+		more := make([]outbox.Message, 400)
+		for i := range more {
+			k := fmt.Sprintf("late%d", i%40)
+			more[i] = outbox.Message{Topic: "t", Key: k, Type: "Ok", Payload: fmt.Appendf(nil, "%s#%d", k, i/40+1)}
+		}
+		if err := st.Enqueue(ctx, more...); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, "the late keys", 30*time.Second, func() bool { return len(mb.Events("t")) >= len(good)+len(more) })
+		waitFor(t, "settled", 10*time.Second, func() bool { s := pending(t, st); return s.Sending == 0 && s.Dead == 1 })
+		for _, e := range mb.Events("t") {
+			if e.Key == "bad" {
+				t.Fatalf("%s delivered while bad#1 is dead", e.Payload)
+			}
+		}
+		if s := pending(t, st); s.New != 49 {
+			t.Errorf("stats %+v: want bad#2..bad#50 waiting", s)
+		}
+		cured.Store(true)
+		if n, err := st.RequeueDead(ctx, store.DeadQuery{Key: "bad"}); err != nil || n != 1 {
+			t.Fatalf("requeue: %d %v", n, err)
+		}
+		waitFor(t, "the bad key", 30*time.Second, func() bool { return pending(t, st).Pending() == 0 })
+		all := append(append(append([]outbox.Message{}, good...), more...), msgs...)
+		checkDelivered(t, all, mb.Events("t"))
+	})
+}
+
+// shardLog is a HookShards that records the heartbeats.
+type shardLog struct {
+	mu     sync.Mutex
+	infos  []relay.ShardInfo
+	gained time.Time // when shards were last gained
+}
+
+func (s *shardLog) OnShards(_ context.Context, i relay.ShardInfo) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.infos = append(s.infos, i)
+	if len(i.Gained) > 0 {
+		s.gained = time.Now()
+	}
+}
+
+func (s *shardLog) lastGained() time.Time {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.gained
+}
+
+// Relays join and leave while a backlog drains: nothing is lost, no key
+// goes out of order, and a relay that leaves hands its shards over at once
+// (within one lease period in any case).
+func TestOwnedRelaysJoinAndLeaveMidDrain(t *testing.T) {
+	forOwnedStores(t, func(t *testing.T, o teststores.Opened) {
+		st := o.Store
+		mb := newMem(t, membroker.Config{Latency: 2 * time.Millisecond})
+		msgs := workload(t, st, "t", 3000, 50)
+		cfg := func(name string, log *shardLog) relay.Config {
+			c := fastConfig()
+			c.Owner = name
+			c.BatchSize = 50
+			c.Hooks = []relay.Hook{log}
+			return c
+		}
+		// each relay opens a store of its own, as separate processes do
+		open := func() store.Store { return teststores.OpenAt(t, kindOf(t, o), o.URL, o.Opts).Store }
+		logA, logB, logC := &shardLog{}, &shardLog{}, &shardLog{}
+		a, stopA := run(t, open(), mb, cfg("relay-a", logA))
+		waitFor(t, "relay a to hold shards", 10*time.Second, func() bool { return a.Health().ShardsHeld > 0 })
+		b, stopB := run(t, open(), mb, cfg("relay-b", logB))
+		waitFor(t, "some deliveries", 30*time.Second, func() bool { return len(mb.Events("t")) > 300 })
+		// a leaves mid-drain; b (and c, joining) take over
+		left := time.Now()
+		stopA()
+		c, stopC := run(t, open(), mb, cfg("relay-c", logC))
+		waitFor(t, "the shards to be held again", cfg("", nil).LeaseFor, func() bool {
+			return b.Health().ShardsHeld+c.Health().ShardsHeld == a.Health().Shards
+		})
+		t.Logf("shards held again %v after relay a left", time.Since(left).Round(time.Millisecond))
+		waitFor(t, "more deliveries", 30*time.Second, func() bool { return len(mb.Events("t")) > 1500 })
+		stopB()
+		waitFor(t, "all delivered", 60*time.Second, func() bool { return pending(t, st).Pending() == 0 })
+		stopC()
+		checkDelivered(t, msgs, mb.Events("t"))
+		if h := a.Health(); h.ShardsHeld != 0 || !h.Owned {
+			t.Errorf("relay a after stopping: %+v", h)
+		}
+	})
+}
+
+// kindOf finds the store kind of an Opened by its URL.
+func kindOf(t *testing.T, o teststores.Opened) string {
+	switch {
+	case len(o.URL) >= 7 && o.URL[:7] == "sqlite:":
+		return "sqlite"
+	case len(o.URL) >= 6 && o.URL[:6] == "mysql:":
+		return "mysql"
+	default:
+		return "postgres"
+	}
+}
+
+// Health and the shard hook show what a relay of ownership mode holds.
+func TestOwnedHealthAndShardHook(t *testing.T) {
+	forOwnedStores(t, func(t *testing.T, o teststores.Opened) {
+		log := &shardLog{}
+		cfg := fastConfig()
+		cfg.Hooks = []relay.Hook{log}
+		r, stop := run(t, o.Store, newMem(t, membroker.Config{}), cfg)
+		waitFor(t, "a shard", 10*time.Second, func() bool { return r.Health().ShardsHeld > 0 })
+		h := r.Health()
+		if !h.Owned || h.Shards < 1 || h.RelaysSeen != 1 {
+			t.Errorf("health %+v", h)
+		}
+		stop()
+		log.mu.Lock()
+		defer log.mu.Unlock()
+		if len(log.infos) < 2 || len(log.infos[0].Gained) == 0 || !log.infos[len(log.infos)-1].Leave {
+			t.Fatalf("heartbeats %+v: want shards gained first and a Leave last", log.infos)
+		}
+	})
+}
+
+// Ownership mode through NATS JetStream: a hot key and many keys, in
+// order, all delivered.
+func TestOwnedDeliversThroughNATSJetStream(t *testing.T) {
+	forOwnedStores(t, func(t *testing.T, o teststores.Opened) {
+		st := o.Store
+		url := testnats.Shared(t)
+		s := testnats.NewStream(t, url)
+		br, err := natsbroker.Dial(url, natsbroker.Config{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { br.Close(context.Background()) })
+		msgs := workload(t, st, s.Topic("orders"), 1200, 3)
+		cfg := fastConfig()
+		cfg.BatchSize = 50
+		run(t, st, br, cfg)
+		waitFor(t, "delivery", 60*time.Second, func() bool { return pending(t, st).Pending() == 0 })
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		got, err := s.All(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		events := make([]outbox.Event, len(got))
+		for i, m := range got {
+			events[i] = outbox.Event{Message: outbox.Message{EventID: m.Headers.Get("Nats-Msg-Id"), Key: m.Headers.Get("ce-partitionkey"), Payload: m.Data}}
+		}
+		checkDelivered(t, msgs, events)
+	})
+}

@@ -28,11 +28,13 @@ type batch struct {
 	burials  []store.Burial
 	released []int64
 
-	// Ownership mode only: the dispatcher, each event's predecessor of
-	// its key in an earlier batch (nil: none, or keyless) and its own
-	// ticket (nil when keyless), and the shards claimed from.
+	// Ownership mode only: the dispatcher; each event's predecessor of
+	// its key (nil: none, or keyless), and its index when it is in this
+	// batch (else -1); each event's own ticket (nil when keyless); and the
+	// shards claimed from.
 	own     *ownership
 	prev    []*ticket
+	prevIn  []int
 	tickets []*ticket
 	shards  []int
 }

@@ -33,10 +33,36 @@ type ownership struct {
 	kick chan struct{} // a revoked shard may have drained: balance now
 }
 
-// keyState is one key's chain of claimed, unsettled events.
+// keyState is one key's claimed events whose outcomes are not written
+// yet, in id order (an event claimed again after a failure comes after its
+// earlier, given-back ticket of the same id).
 type keyState struct {
-	tail *ticket // the latest claimed event of the key
-	open int     // its tickets not settled yet
+	tickets []*ticket
+	open    int // tickets not settled yet
+}
+
+// add places a new ticket and returns the one it waits for: the unsettled
+// ticket of the largest smaller id (the newest of that id). An event is
+// claimed again after a failure (retried, or given back behind one) while
+// tickets of later ids may still be unsettled: it does not wait behind
+// those, which were given back untried, and they do not overtake it,
+// since every later event waits for the nearest earlier one. Settled
+// tickets are skipped: their outcome is in the store, and the claim that
+// took the event saw it (a key's events below a claimed one are either
+// claimed with it, unsettled, or hold it back in the store).
+func (ks *keyState) add(t *ticket) (prev *ticket) {
+	// usually ids grow: append; a reclaimed event goes in its place
+	at := len(ks.tickets)
+	for at > 0 && ks.tickets[at-1].id > t.id {
+		at--
+	}
+	ks.tickets = slices.Insert(ks.tickets, at, t)
+	for i := at - 1; i >= 0; i-- {
+		if p := ks.tickets[i]; !p.settled && p.id < t.id {
+			return p
+		}
+	}
+	return nil
 }
 
 // ticket is one claimed keyed event's place in its key's order. done is
@@ -44,6 +70,9 @@ type keyState struct {
 // next event of its key may go), not ok when it failed or was given back
 // (the next events of its key are given back too, untried).
 type ticket struct {
+	id      int64
+	settled bool // the outcome is written (guarded by ownership.mu)
+
 	mu      sync.Mutex
 	done    bool
 	ok      bool
@@ -122,6 +151,11 @@ func (o *ownership) claim(ctx context.Context, lease store.Lease) (*batch, store
 	b := &batch{r: o.r, lease: lease, events: claim.Events, own: o}
 	b.prev = make([]*ticket, len(b.events))
 	b.tickets = make([]*ticket, len(b.events))
+	b.prevIn = make([]int, len(b.events))
+	for i := range b.prevIn {
+		b.prevIn[i] = -1
+	}
+	mine := make(map[*ticket]int)
 	for i, e := range b.events {
 		if e.Key == "" {
 			continue // keyless events need no ticket
@@ -131,11 +165,16 @@ func (o *ownership) claim(ctx context.Context, lease store.Lease) (*batch, store
 			ks = &keyState{}
 			o.keys[e.Key] = ks
 		}
-		b.prev[i] = ks.tail
-		t := &ticket{}
-		ks.tail = t
+		t := &ticket{id: e.ID}
+		b.prev[i] = ks.add(t)
 		ks.open++
 		b.tickets[i] = t
+		mine[t] = i
+	}
+	for i, p := range b.prev {
+		if j, ok := mine[p]; ok && p != nil {
+			b.prevIn[i] = j
+		}
 	}
 	for _, l := range shards {
 		b.shards = append(b.shards, l.Shard)
@@ -151,15 +190,19 @@ func (o *ownership) claim(ctx context.Context, lease store.Lease) (*batch, store
 func (o *ownership) settled(b *batch) {
 	o.mu.Lock()
 	for i, e := range b.events {
-		if b.tickets[i] == nil {
+		t := b.tickets[i]
+		if t == nil || t.settled {
 			continue
 		}
+		t.settled = true
 		ks := o.keys[e.Key]
 		if ks == nil {
 			continue
 		}
 		if ks.open--; ks.open <= 0 {
 			delete(o.keys, e.Key)
+		} else if ks.open < len(ks.tickets)/2 {
+			ks.tickets = slices.DeleteFunc(ks.tickets, func(t *ticket) bool { return t.settled })
 		}
 	}
 	drained := false
@@ -297,22 +340,13 @@ func (b *batch) deliverOwned(ctx context.Context) (BatchReport, error) {
 
 	n := len(b.events)
 	ordered := b.r.features.Ordering > 0 // OrderKey or OrderPartition
-	// inBatch[i]: the index of the previous event of i's key in this
-	// batch, or -1 (then b.prev[i] is the one in an earlier batch, if any).
-	inBatch := make([]int, n)
-	last := map[string]int{}
+	// b.prevIn[i] is the index in this batch of the event i waits for, or
+	// -1: then b.prev[i] is in an earlier batch, if any.
 	wake := make(chan struct{}, 1)
-	for i, e := range b.events {
-		inBatch[i] = -1
-		if e.Key == "" {
-			continue
-		}
-		if j, ok := last[e.Key]; ok {
-			inBatch[i] = j
-		} else if p := b.prev[i]; p != nil {
+	for i, p := range b.prev {
+		if p != nil && b.prevIn[i] < 0 {
 			p.notify(wake)
 		}
-		last[e.Key] = i
 	}
 	const (
 		waiting = iota
@@ -343,7 +377,7 @@ func (b *batch) deliverOwned(ctx context.Context) (BatchReport, error) {
 				continue
 			}
 			ready, dead := false, false
-			if j := inBatch[i]; j >= 0 {
+			if j := b.prevIn[i]; j >= 0 {
 				switch state[j] {
 				case confirmed:
 					ready = true

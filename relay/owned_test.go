@@ -293,15 +293,16 @@ func TestOwnedRelaysJoinAndLeaveMidDrain(t *testing.T) {
 		}
 		// each relay opens a store of its own, as separate processes do
 		open := func() store.Store { return teststores.OpenAt(t, kindOf(t, o), o.URL, o.Opts).Store }
+		stA, stB, stC := open(), open(), open()
 		logA, logB, logC := &shardLog{}, &shardLog{}, &shardLog{}
-		a, stopA := run(t, open(), mb, cfg("relay-a", logA))
+		a, stopA := run(t, stA, mb, cfg("relay-a", logA))
 		waitFor(t, "relay a to hold shards", 10*time.Second, func() bool { return a.Health().ShardsHeld > 0 })
-		b, stopB := run(t, open(), mb, cfg("relay-b", logB))
+		b, stopB := run(t, stB, mb, cfg("relay-b", logB))
 		waitFor(t, "some deliveries", 30*time.Second, func() bool { return len(mb.Events("t")) > 300 })
 		// a leaves mid-drain; b (and c, joining) take over
 		left := time.Now()
 		stopA()
-		c, stopC := run(t, open(), mb, cfg("relay-c", logC))
+		c, stopC := run(t, stC, mb, cfg("relay-c", logC))
 		waitFor(t, "the shards to be held again", cfg("", nil).LeaseFor, func() bool {
 			return b.Health().ShardsHeld+c.Health().ShardsHeld == a.Health().Shards
 		})

@@ -279,12 +279,18 @@ func (r *Relay) round(ctx context.Context, settling *chan struct{}) (int, error)
 			if rep.Delivered == len(b.acks) && rep.Retried == len(b.retries) && rep.Dead == len(b.burials) && rep.Released == len(b.released) {
 				b.own.settled(b)
 			} else {
-				// An outcome could not be written: the event is still
-				// leased to this relay in the store, and the claim does
-				// not let a relay's own claims hold its keys. Keep the
-				// batch's keys waiting until that lease has surely run
-				// out; the next claim then takes the event over first.
-				time.AfterFunc(2*r.cfg.LeaseFor, func() { b.own.settled(b) })
+				// An outcome could not be written: the event may still
+				// be leased to this relay in the store, and the claim
+				// does not let a relay's own claims hold its keys. Keep
+				// the batch's keys waiting until that lease has surely
+				// run out (the store's end is at most LeaseFor/3, an
+				// Extend's timeout, after the local estimate); the next
+				// claim then takes the event over before the key's later
+				// ones.
+				b.mu.Lock()
+				wait := time.Until(b.leaseTill) + r.cfg.LeaseFor/2
+				b.mu.Unlock()
+				time.AfterFunc(max(wait, 0), func() { b.own.settled(b) })
 			}
 		}
 		r.inFlight.Add(-int64(len(b.events)))

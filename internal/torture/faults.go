@@ -38,6 +38,14 @@ func (r *run) apply(ctx context.Context, f Fault, rec *FaultRecord) string {
 		rec.StartMs = r.since()
 		owner := r.relays.kill(slot, f.For)
 		return fmt.Sprintf("SIGKILL %s holding %d claimed events; restarted after %s", owner, len(held), f.For)
+	case Leave:
+		held := r.waitHolding(ctx, slot, time.Second)
+		rec.StartMs = r.since()
+		owner, err := r.relays.leave(slot, f.For)
+		if err != nil {
+			return err.Error() // counted among the relays' crashes
+		}
+		return fmt.Sprintf("SIGTERM %s holding %d claimed events (it settled them and left); a new relay joined after %s", owner, len(held), f.For)
 	case Stop:
 		owner := r.relays.owner(slot)
 		ids := r.waitHolding(ctx, slot, time.Second)

@@ -1,6 +1,9 @@
 package torture
 
-import "strings"
+import (
+	"fmt"
+	"strings"
+)
 
 // Cell is one cell of the CI matrix: a store, a broker and a source, with
 // the faults injected there.
@@ -13,6 +16,9 @@ type Cell struct {
 	Embedded bool
 	// Faults overrides ShortKinds(Store).
 	Faults []Kind
+	// Keys overrides the workload's aggregates (Config.Keys): 1 and 3 make
+	// hot keys, whose events are in flight in several batches at once.
+	Keys int
 }
 
 // Matrix is the short matrix CI runs (go test ./internal/torture). A broker
@@ -23,6 +29,9 @@ var Matrix = []Cell{
 	{Store: "mysql", Broker: "nats"},
 	{Store: "sqlite", Broker: "nats"},
 	{Store: "postgres", Broker: "nats", Embedded: true, Faults: []Kind{Kill, BrokerRestart, PGTerminate, BrokerReset, Stop}},
+	// Engine v2: relays leaving and joining mid-drain, hot keys.
+	{Store: "sqlite", Broker: "nats", Keys: 1, Faults: []Kind{Leave, Kill, Stop, Leave, BrokerReset}},
+	{Store: "postgres", Broker: "nats", Keys: 3, Faults: []Kind{Leave, Kill, Leave, Stop, PGTerminate, Leave}},
 	// {Store: "postgres", Broker: "kafka"},
 	// {Store: "postgres", Broker: "nats", Source: "pgcdc"},
 	// {Store: "mysql", Broker: "nats", Source: "binlog"},
@@ -38,5 +47,9 @@ func (c Cell) Name() string {
 	if s == "" {
 		s = "poll"
 	}
-	return strings.Join([]string{c.Store, b, s}, "_")
+	name := strings.Join([]string{c.Store, b, s}, "_")
+	if c.Keys > 0 {
+		name += fmt.Sprintf("_keys%d", c.Keys)
+	}
+	return name
 }

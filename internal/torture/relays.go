@@ -120,6 +120,36 @@ func (s *relaySet) kill(i int, down time.Duration) string {
 	return p.owner
 }
 
+// leave SIGTERMs slot i (a graceful stop), waits for it, and after down
+// starts a new one. A relay that does not stop within 20 s is killed, and
+// that is reported.
+func (s *relaySet) leave(i int, down time.Duration) (string, error) {
+	s.mu.Lock()
+	p := s.procs[i]
+	p.expect = true
+	s.mu.Unlock()
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	var err error
+	select {
+	case <-p.done:
+		if !p.cmd.ProcessState.Success() {
+			err = fmt.Errorf("relay %s did not stop cleanly on SIGTERM (%v): %s", p.owner, p.cmd.ProcessState, lastLines(p.stderr.String(), 10))
+		}
+	case <-time.After(20 * time.Second):
+		_ = p.cmd.Process.Signal(syscall.SIGKILL)
+		<-p.done
+		err = fmt.Errorf("relay %s did not stop within 20 s of SIGTERM", p.owner)
+	}
+	if err != nil {
+		s.mu.Lock()
+		s.crashes = append(s.crashes, err.Error())
+		s.mu.Unlock()
+	}
+	time.Sleep(down)
+	_ = s.start(i)
+	return p.owner, err
+}
+
 // pause SIGSTOPs slot i and returns the process's owner name.
 func (s *relaySet) pause(i int) string {
 	s.mu.Lock()

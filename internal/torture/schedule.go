@@ -18,6 +18,11 @@ const (
 	// Kill SIGKILLs a relay process, preferably while it holds a claimed
 	// batch, and starts a new one after Fault.For.
 	Kill Kind = "kill"
+	// Leave stops a relay process gracefully (SIGTERM: it settles its
+	// work and gives its shards up) and starts a new one after Fault.For,
+	// which joins: relays leaving and joining mid-drain, so shards change
+	// hands while keys are in flight.
+	Leave Kind = "leave"
 	// Stop SIGSTOPs a relay process, preferably mid-batch, for Fault.For
 	// (longer than the lease), then SIGCONTs it: a stale relay waking up.
 	Stop Kind = "stop"
@@ -52,7 +57,7 @@ const (
 )
 
 // AllKinds lists every fault kind, in the order of the summary line.
-var AllKinds = []Kind{Kill, Stop, PGTerminate, PGRestart, DBReset, DBLatency, CommitTimeout, BrokerReset, BrokerBlackhole, BrokerLatency, BrokerRestart}
+var AllKinds = []Kind{Kill, Leave, Stop, PGTerminate, PGRestart, DBReset, DBLatency, CommitTimeout, BrokerReset, BrokerBlackhole, BrokerLatency, BrokerRestart}
 
 // ParseKinds parses a comma-separated list of kinds.
 func ParseKinds(s string) ([]Kind, error) {
@@ -96,7 +101,7 @@ type Fault struct {
 func (f Fault) String() string {
 	s := fmt.Sprintf("%s@%s", f.Kind, f.At.Round(100*time.Millisecond))
 	switch f.Kind {
-	case Kill, Stop:
+	case Kill, Leave, Stop:
 		s += fmt.Sprintf(" relay %d", f.Relay)
 	}
 	if f.For > 0 {
@@ -187,7 +192,7 @@ func Plan(seed uint64, kinds []Kind, from, until time.Duration, tm Timing, repea
 		for _, k := range order {
 			f := Fault{At: at, Kind: k, Relay: rng.IntN(max(tm.Relays, 1))}
 			switch k {
-			case Kill:
+			case Kill, Leave:
 				f.For = between(300*time.Millisecond, time.Second)
 			case Stop:
 				f.For = between(tm.Lease*5/4, tm.Lease*2)

@@ -101,7 +101,7 @@ func TestMatrix(t *testing.T) {
 			t.Parallel()
 			cfg := torture.Config{
 				DB: teststores.URL(t, cell.Store), Broker: brokerURL(t, cell), BrokerKind: cell.Broker, Source: cell.Source,
-				Faults: cell.Faults, Seed: seed(t), Duration: 24 * time.Second, RelayBinary: binary, Progress: logWriter{t},
+				Faults: cell.Faults, Keys: cell.Keys, Seed: seed(t), Duration: 24 * time.Second, RelayBinary: binary, Progress: logWriter{t},
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 			defer cancel()

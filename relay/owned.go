@@ -2,6 +2,7 @@ package relay
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -145,6 +146,12 @@ func (o *ownership) claim(ctx context.Context, lease store.Lease) (*batch, store
 		},
 		Shards: shards,
 	})
+	if errors.Is(err, store.ErrLeaseLost) {
+		// the store says this relay holds none of those shards any
+		// more: its view is stale; heartbeat now rather than fail
+		poke(o.kick)
+		return nil, store.Claim{Lease: lease}, nil
+	}
 	if err != nil || len(claim.Events) == 0 {
 		return nil, claim, err
 	}
@@ -303,7 +310,7 @@ func (o *ownership) balanceLoop(ctx context.Context) {
 // balance runs one Balance; leave gives everything up (the relay has
 // settled all its work).
 func (o *ownership) balance(ctx context.Context, leave bool) error {
-	req := store.BalanceRequest{Owner: o.r.cfg.Owner, LeaseFor: o.r.cfg.LeaseFor, Leave: leave}
+	req := store.BalanceRequest{Owner: o.r.cfg.Owner, LeaseFor: o.r.cfg.LeaseFor, Leave: leave, HoldDeadKeys: o.r.cfg.DeadKeys == HoldKey}
 	if !leave {
 		req.Release = o.drained()
 	}

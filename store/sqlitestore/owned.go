@@ -200,8 +200,11 @@ func (s *Store) sweepSQL() string {
 // candidateSQL reads a page of claim candidates with what holds them: ?1
 // the claim's now (µs), ?2 HoldDeadKeys, ?3 owner, ?4 the last id read, ?5
 // the page size. park: an earlier row of the key is delayed and not due,
-// DEAD (held), or parked. wait: an earlier row of the key is leased and not
-// by this owner's live claim. due: the row itself is due.
+// DEAD (held), or parked. wait: an earlier row of the key is leased under
+// an expired claim (the claim runs only when no other owner's claim is
+// live, so that is the only lease that is not this owner's live one; the
+// probe reads only expired entries of the key). due: the row itself is
+// due. ?3 (owner) is unused.
 func (s *Store) candidateSQL(from string) string {
 	t := s.table
 	return `SELECT o.id, o.status = 'SENDING', o.next_attempt_at <= ?1,
@@ -209,7 +212,7 @@ func (s *Store) candidateSQL(from string) string {
 		EXISTS (SELECT 1 FROM ` + t + ` AS h WHERE h.status = 'DEAD' AND h.event_key = o.event_key AND h.id < o.id AND ?2)
 		OR EXISTS (SELECT 1 FROM ` + t + ` AS h WHERE h.status = 'NEW' AND h.next_attempt_at > h.created_at AND h.event_key = o.event_key AND h.id < o.id AND h.next_attempt_at > ?1)
 		OR EXISTS (SELECT 1 FROM ` + t + ` AS h WHERE h.parked = 1 AND h.event_key = o.event_key AND h.id < o.id)),
-	o.event_key <> '' AND EXISTS (SELECT 1 FROM ` + t + ` AS h WHERE h.status = 'SENDING' AND h.event_key = o.event_key AND h.id < o.id AND NOT (h.lease_owner = ?3 AND h.lease_until > ?1))
+	o.event_key <> '' AND EXISTS (SELECT 1 FROM ` + t + ` AS h WHERE h.status = 'SENDING' AND h.event_key = o.event_key AND h.lease_until <= ?1 AND h.id < o.id)
 FROM ` + from + ` AND o.id > ?4 ORDER BY o.id LIMIT ?5`
 }
 
@@ -258,7 +261,7 @@ func (s *Store) ClaimOwned(ctx context.Context, req store.OwnedClaimRequest) (st
 		// Expired claims first (a relay died): taken over in id order.
 		// Then the NEW rows, not parked, in id order.
 		for pass, from := range []string{
-			s.table + " AS o WHERE o.status = 'SENDING' AND o.lease_until <= ?1",
+			s.table + ` AS o INDEXED BY "` + s.opts.Table + `_sending_idx" WHERE o.status = 'SENDING' AND o.lease_until <= ?1`,
 			s.table + ` AS o INDEXED BY "` + s.opts.Table + `_ready_idx" WHERE o.status = 'NEW' AND o.parked = 0`,
 		} {
 			cand, err := q(s.candidateSQL(from))

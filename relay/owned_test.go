@@ -220,6 +220,16 @@ func TestOwnedPoisonInASharedShardHoldsOnlyItsKey(t *testing.T) {
 			msgs = append(msgs, outbox.Message{Topic: "t", Key: "bad", Type: "Ok", Payload: fmt.Appendf(nil, "bad#%d", i)})
 		}
 		good := workload(t, st, "t", 300, 30)
+		// healthy keys in the poisoned key's own shard (every key, on
+		// SQLite's one shard)
+		shared := sameShard(t, st, "bad", 5)
+		for i := 0; i < 100; i++ {
+			k := shared[i%len(shared)]
+			good = append(good, outbox.Message{Topic: "t", Key: k, Type: "Ok", Payload: fmt.Appendf(nil, "%s#%d", k, i/len(shared)+1)})
+		}
+		if err := st.Enqueue(ctx, good[300:]...); err != nil {
+			t.Fatal(err)
+		}
 		if err := st.Enqueue(ctx, msgs...); err != nil {
 			t.Fatal(err)
 		}
@@ -252,6 +262,39 @@ func TestOwnedPoisonInASharedShardHoldsOnlyItsKey(t *testing.T) {
 		all := append(append(append([]outbox.Message{}, good...), more...), msgs...)
 		checkDelivered(t, all, mb.Events("t"))
 	})
+}
+
+// sameShard returns n keys other than key that the store puts in key's
+// shard: found by asking a store that can say (pgstore's ShardOf), else
+// any keys (a store of one shard).
+func sameShard(t *testing.T, st store.Store, key string, n int) []string {
+	t.Helper()
+	type shardOf interface {
+		ShardOf(ctx context.Context, key string, id int64) (int, error)
+	}
+	so, ok := st.(shardOf)
+	var want int
+	if ok {
+		var err error
+		if want, err = so.ShardOf(context.Background(), key, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var out []string
+	for i := 0; len(out) < n; i++ {
+		k := fmt.Sprintf("near%d", i)
+		if ok {
+			s, err := so.ShardOf(context.Background(), k, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if s != want {
+				continue
+			}
+		}
+		out = append(out, k)
+	}
+	return out
 }
 
 // shardLog is a HookShards that records the heartbeats.
@@ -298,6 +341,10 @@ func TestOwnedRelaysJoinAndLeaveMidDrain(t *testing.T) {
 		a, stopA := run(t, stA, mb, cfg("relay-a", logA))
 		waitFor(t, "relay a to hold shards", 10*time.Second, func() bool { return a.Health().ShardsHeld > 0 })
 		b, stopB := run(t, stB, mb, cfg("relay-b", logB))
+		if a.Health().Shards > 1 {
+			// a gives b its share: revoked, drained, released, taken
+			waitFor(t, "relay b to get a share from a", 2*fastConfig().LeaseFor, func() bool { return b.Health().ShardsHeld > 0 })
+		}
 		waitFor(t, "some deliveries", 30*time.Second, func() bool { return len(mb.Events("t")) > 300 })
 		// a leaves mid-drain; b (and c, joining) take over
 		left := time.Now()

@@ -50,17 +50,31 @@ func (s *Store) writeTx(ctx context.Context, op string, fn func(q func(query str
 		return wrap(op, err)
 	}
 	defer tx.Rollback() //nolint:errcheck // a no-op after Commit
+	// A statement not in the cache yet is prepared on the transaction's
+	// connection, and cached after the commit: preparing it on the pool
+	// would need another connection, which waits for this transaction's
+	// lock where the journal is not WAL (in-memory databases).
+	var warm []string
 	q := func(query string) (*sql.Stmt, error) {
-		st, err := s.stmt(ctx, query)
-		if err != nil {
-			return nil, err
+		s.stmtMu.Lock()
+		st := s.stmts[query]
+		s.stmtMu.Unlock()
+		if st == nil {
+			warm = append(warm, query)
+			return tx.PrepareContext(ctx, query)
 		}
 		return tx.StmtContext(ctx, st), nil
 	}
 	if err := fn(q); err != nil {
 		return wrap(op, err)
 	}
-	return wrap(op, tx.Commit())
+	if err := tx.Commit(); err != nil {
+		return wrap(op, err)
+	}
+	for _, query := range warm {
+		_, _ = s.stmt(ctx, query)
+	}
+	return nil
 }
 
 // shardCount is SQLite's number of shards.
@@ -218,10 +232,15 @@ FROM ` + from + ` AND o.id > ?4 ORDER BY o.id LIMIT ?5`
 
 // ClaimOwned claims from the one shard when req.Shards names it under the
 // epoch the owner still holds and no other owner's claim is live; see the
-// comment at the top of this file.
+// comment at the top of this file. An empty req.Shards claims nothing; a
+// shard the owner no longer holds is an error wrapping store.ErrLeaseLost
+// (the relay's view is stale: it heartbeats).
 func (s *Store) ClaimOwned(ctx context.Context, req store.OwnedClaimRequest) (store.Claim, error) {
 	req = req.Normalize()
 	c := store.Claim{Lease: req.Lease}
+	if len(req.Shards) == 0 {
+		return c, nil
+	}
 	epoch := int64(-1)
 	for _, l := range req.Shards {
 		if l.Shard == 0 {
@@ -229,8 +248,9 @@ func (s *Store) ClaimOwned(ctx context.Context, req store.OwnedClaimRequest) (st
 		}
 	}
 	if epoch < 0 {
-		return c, nil
+		return c, fmt.Errorf("sqlitestore: claim: SQLite has one shard, 0; none of %v is held: %w", req.Shards, store.ErrLeaseLost)
 	}
+	var lost bool
 	var bad map[int64]error
 	err := s.writeTx(ctx, "claim", func(q func(string) (*sql.Stmt, error)) error {
 		// the first statement writes (a no-op update), so the write
@@ -242,7 +262,8 @@ func (s *Store) ClaimOwned(ctx context.Context, req store.OwnedClaimRequest) (st
 		var now int64
 		err = st.QueryRowContext(ctx, req.Lease.Owner, epoch).Scan(&now)
 		if errors.Is(err, sql.ErrNoRows) {
-			return nil // the shard changed hands or its lease ran out
+			lost = true // the shard changed hands or its lease ran out
+			return nil
 		}
 		if err != nil {
 			return err
@@ -351,6 +372,9 @@ func (s *Store) ClaimOwned(ctx context.Context, req store.OwnedClaimRequest) (st
 	})
 	if err != nil {
 		return store.Claim{Lease: req.Lease}, err
+	}
+	if lost {
+		return c, fmt.Errorf("sqlitestore: claim: shard 0 is no longer held by %s under epoch %d: %w", req.Lease.Owner, epoch, store.ErrLeaseLost)
 	}
 	if len(c.Events) == 0 {
 		return c, nil

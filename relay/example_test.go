@@ -81,3 +81,40 @@ func ExampleConfig_hooks() {
 	// Output:
 	// delivered: 1 healthy: true
 }
+
+// shardWatcher is a hook: it implements relay.HookShards.
+type shardWatcher struct{ gained atomic.Int64 }
+
+func (w *shardWatcher) OnShards(_ context.Context, s relay.ShardInfo) {
+	w.gained.Add(int64(len(s.Gained)))
+}
+
+// A relay over a store that orders by ownership (store.Owned; SQLite has
+// one shard) heartbeats its shard leases; HookShards and Health show what
+// it holds, for a gauge such as outbox_shards_held.
+func ExampleHookShards() {
+	ctx := context.Background()
+	dir, _ := os.MkdirTemp("", "example")
+	defer os.RemoveAll(dir)
+	st, _ := sqlitestore.Open(ctx, "sqlite:"+filepath.Join(dir, "app.db"), sqlitestore.Config{})
+	defer st.Close()
+	_ = st.Migrate(ctx)
+
+	w := &shardWatcher{}
+	br, _ := membroker.New(membroker.Config{})
+	r, _ := relay.New(st, br, relay.Config{Hooks: []relay.Hook{w}})
+	runCtx, stop := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); _ = r.Run(runCtx) }()
+	for w.gained.Load() < 1 {
+		time.Sleep(time.Millisecond)
+	}
+	h := r.Health()
+	fmt.Printf("owned: %v, holding %d of %d shards, %d relay(s) live\n", h.Owned, h.ShardsHeld, h.Shards, h.RelaysSeen)
+	stop()
+	<-done
+	fmt.Println("after stop:", r.Health().ShardsHeld)
+	// Output:
+	// owned: true, holding 1 of 1 shards, 1 relay(s) live
+	// after stop: 0
+}

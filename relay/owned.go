@@ -30,6 +30,9 @@ type ownership struct {
 	keys     map[string]*keyState
 	shards   int // the table's number of shards (0 before the first Balance)
 	relays   int // live relays at the last Balance
+	// pausedTill: no claim before this, because a failed claim may have
+	// committed without the relay learning its events (see claim).
+	pausedTill time.Time
 
 	kick chan struct{} // a revoked shard may have drained: balance now
 }
@@ -133,7 +136,7 @@ func newOwnership(r *Relay, st store.Owned) *ownership {
 func (o *ownership) claim(ctx context.Context, lease store.Lease) (*batch, store.Claim, error) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	if len(o.held) == 0 {
+	if len(o.held) == 0 || time.Now().Before(o.pausedTill) {
 		return nil, store.Claim{Lease: lease}, nil
 	}
 	shards := slices.Clone(o.held)
@@ -151,6 +154,20 @@ func (o *ownership) claim(ctx context.Context, lease store.Lease) (*batch, store
 		// more: its view is stale; heartbeat now rather than fail
 		poke(o.kick)
 		return nil, store.Claim{Lease: lease}, nil
+	}
+	if err != nil && !errors.Is(err, store.ErrNotMigrated) {
+		// The claim may have committed although its answer was lost (a
+		// connection cut, a timeout during COMMIT): its events would be
+		// leased to this relay, unknown to the dispatcher, and the store
+		// does not let a relay's own claims hold its keys, so the next
+		// claim could hand out a key's later events ahead of them. Claim
+		// nothing until such a lease has surely run out (its end is at
+		// most LeaseFor after now, plus a margin for a statement that
+		// outlived its cancelled client); the store then gives those
+		// events to the next claim before the later ones of their keys.
+		o.pausedTill = time.Now().Add(o.r.cfg.LeaseFor + o.r.cfg.LeaseFor/3)
+		o.r.cfg.Logger.Warn("relay: a claim failed and may have committed unseen; claiming again once its lease has run out, so no key's events overtake the ones it may hold",
+			"error", err.Error(), "pause", (o.r.cfg.LeaseFor + o.r.cfg.LeaseFor/3).String())
 	}
 	if err != nil || len(claim.Events) == 0 {
 		return nil, claim, err

@@ -299,24 +299,14 @@ func sameShard(t *testing.T, st store.Store, key string, n int) []string {
 
 // shardLog is a HookShards that records the heartbeats.
 type shardLog struct {
-	mu     sync.Mutex
-	infos  []relay.ShardInfo
-	gained time.Time // when shards were last gained
+	mu    sync.Mutex
+	infos []relay.ShardInfo
 }
 
 func (s *shardLog) OnShards(_ context.Context, i relay.ShardInfo) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.infos = append(s.infos, i)
-	if len(i.Gained) > 0 {
-		s.gained = time.Now()
-	}
-}
-
-func (s *shardLog) lastGained() time.Time {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.gained
 }
 
 // Relays join and leave while a backlog drains: nothing is lost, no key

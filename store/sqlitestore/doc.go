@@ -52,6 +52,14 @@
 //     into schema_version as text: the claim reads it as it is and buries
 //     the row rather than failing.
 //
+// Ordering by ownership (store.Owned, engine v2) has one shard here, where
+// PostgreSQL and MariaDB have 64: SQLite has one writer and is embedded,
+// so spreading keys over shards would buy no concurrency. Balance gives
+// the shard to one relay at a time; the others wait and take it over when
+// the holder leaves or its lease runs out. The claim runs in one write
+// transaction (shard and epoch checked, the previous holder's live claims
+// waited out, parking, the update); see owned.go for the rules.
+//
 // Notify wakes relays after this Store's Enqueue at once, and after commits
 // by anyone else (a caller's transaction, another process, a plain INSERT)
 // within about 25 ms, by watching PRAGMA data_version while someone listens.

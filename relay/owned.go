@@ -155,7 +155,7 @@ func (o *ownership) claim(ctx context.Context, lease store.Lease) (*batch, store
 		poke(o.kick)
 		return nil, store.Claim{Lease: lease}, nil
 	}
-	if err != nil && !errors.Is(err, store.ErrNotMigrated) {
+	if err != nil && !errors.Is(err, store.ErrNotMigrated) && !errors.Is(err, store.ErrNothingClaimed) {
 		// The claim may have committed although its answer was lost (a
 		// connection cut, a timeout during COMMIT): its events would be
 		// leased to this relay, unknown to the dispatcher, and the store

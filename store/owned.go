@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"errors"
 	"time"
 )
 
@@ -106,6 +107,15 @@ func (r BalanceRequest) Normalize() BalanceRequest {
 	}
 	return r
 }
+
+// ErrNothingClaimed marks a ClaimOwned error after which nothing can have
+// been claimed (the statement was never sent, or the transaction surely
+// rolled back). Any other ClaimOwned error may hide a claim that committed
+// while its answer was lost; since an owner's own claims do not hold its
+// keys, the relay then claims nothing until such a lease has run out,
+// rather than hand out a key's later events ahead of the ones that claim
+// would hold. Stores wrap it with %w where they can tell.
+var ErrNothingClaimed = errors.New("nothing was claimed")
 
 // OwnedFor returns st's Owned ability, or nil.
 func OwnedFor(st Store) Owned {

@@ -250,9 +250,28 @@ func (s *Store) ClaimOwned(ctx context.Context, req store.OwnedClaimRequest) (st
 	if epoch < 0 {
 		return c, fmt.Errorf("sqlitestore: claim: SQLite has one shard, 0; none of %v is held: %w", req.Shards, store.ErrLeaseLost)
 	}
+	// Phase 1, a plain read (WAL: it waits for no writer, and no writer
+	// for it): the candidates, and the rows to park. The scan reads past
+	// delayed heads and parks what is held, so it is the long part.
+	readNow, err := s.now(ctx)
+	if err != nil {
+		return c, fmt.Errorf("sqlitestore: claim: %w (%w)", err, store.ErrNothingClaimed)
+	}
+	take, park, err := s.scanOwned(ctx, func(q string) (*sql.Stmt, error) { return s.stmt(ctx, q) }, req, readNow)
+	if err != nil {
+		return c, fmt.Errorf("sqlitestore: claim: %w (%w)", err, store.ErrNothingClaimed)
+	}
+	if len(take) == 0 && len(park) == 0 {
+		return c, nil
+	}
+	// Phase 2, one short write transaction: the shard is still ours and no
+	// other owner's claim is live; then every rule is applied again to the
+	// candidates (ids are assigned under the write lock, so no earlier row
+	// of a candidate's key can appear in between, and a row that changed
+	// meanwhile is left alone).
 	var lost bool
 	var bad map[int64]error
-	err := s.writeTx(ctx, "claim", func(q func(string) (*sql.Stmt, error)) error {
+	err = s.writeTx(ctx, "claim", func(q func(string) (*sql.Stmt, error)) error {
 		// the first statement writes (a no-op update), so the write
 		// lock comes first; it checks that the shard is still ours
 		st, err := q("UPDATE " + s.shardsTable() + " SET epoch = epoch WHERE shard = 0 AND owner = ?1 AND epoch = ?2 AND lease_until > " + nowUS + " RETURNING " + nowUS)
@@ -278,100 +297,52 @@ func (s *Store) ClaimOwned(ctx context.Context, req store.OwnedClaimRequest) (st
 		if other > 0 {
 			return nil // the previous holder's claims are still live
 		}
-		var take, park []int64
-		// Expired claims first (a relay died): taken over in id order.
-		// Then the NEW rows, not parked, in id order.
-		for pass, from := range []string{
-			s.table + ` AS o INDEXED BY "` + s.opts.Table + `_sending_idx" WHERE o.status = 'SENDING' AND o.lease_until <= ?1`,
-			s.table + ` AS o INDEXED BY "` + s.opts.Table + `_ready_idx" WHERE o.status = 'NEW' AND o.parked = 0`,
-		} {
-			cand, err := q(s.candidateSQL(from))
+		if len(take) > 0 {
+			if st, err = q(s.takeSQL()); err != nil {
+				return err
+			}
+			rows, err := st.QueryContext(ctx, now, req.HoldDeadKeys, idsJSON(take), req.Lease.Owner, req.Lease.Epoch, now+req.LeaseFor.Microseconds())
 			if err != nil {
 				return err
 			}
-			after, read := int64(0), 0
-			for len(take) < req.Limit && read < req.Limit+parkBound+4*req.Limit {
-				page := req.Limit - len(take) + 64
-				rows, err := cand.QueryContext(ctx, now, req.HoldDeadKeys, req.Lease.Owner, after, page)
+			for rows.Next() {
+				e, until, broken, err := scanClaimed(rows)
 				if err != nil {
+					rows.Close()
 					return err
 				}
-				n := 0
-				for rows.Next() {
-					var id int64
-					var sending, due, held, wait bool
-					if err := rows.Scan(&id, &sending, &due, &held, &wait); err != nil {
-						rows.Close()
-						return err
+				if broken != nil {
+					if bad == nil {
+						bad = map[int64]error{}
 					}
-					n++
-					read++
-					after = id
-					switch {
-					case len(take) >= req.Limit:
-					case held && !sending:
-						if len(park) < parkBound {
-							park = append(park, id)
-						}
-					case held || !due:
-						// a delayed head (read past while not due), or an
-						// expired claim whose key is held
-					case wait && pass == 1:
-						// an earlier row of its key is still leased
-						// elsewhere: its turn comes after that one's
-					default:
-						take = append(take, id)
-					}
+					bad[e.ID] = broken
 				}
-				rows.Close()
-				if err := rows.Err(); err != nil {
-					return err
-				}
-				if n < page {
-					break
-				}
+				c.Until = micros(until)
+				c.Events = append(c.Events, e)
+			}
+			rows.Close()
+			if err := rows.Err(); err != nil {
+				return err
 			}
 		}
 		if len(park) > 0 {
-			if st, err = q("UPDATE " + s.table + " SET parked = 1 WHERE " + inIDs); err != nil {
+			// after the claim's update, which applies the rules to the
+			// state before it; a row parked that its blocker left
+			// meanwhile is unparked by that blocker's ack or the sweep
+			if st, err = q("UPDATE " + s.table + " SET parked = 1 WHERE " + inIDs + " AND status = 'NEW'"); err != nil {
 				return err
 			}
 			if _, err := st.ExecContext(ctx, idsJSON(park)); err != nil {
 				return err
 			}
 		}
-		if len(take) == 0 {
-			return nil
-		}
-		if st, err = q("UPDATE " + s.table + " SET status = 'SENDING', lease_owner = ?2, lease_epoch = ?3, lease_until = ?4, parked = 0 WHERE " + inIDs + " RETURNING " + eventCols + ", lease_until"); err != nil {
-			return err
-		}
-		rows, err := st.QueryContext(ctx, idsJSON(take), req.Lease.Owner, req.Lease.Epoch, now+req.LeaseFor.Microseconds())
-		if err != nil {
-			return err
-		}
-		defer rows.Close()
-		for rows.Next() {
-			e, until, broken, err := scanClaimed(rows)
-			if err != nil {
-				return err
-			}
-			if broken != nil {
-				if bad == nil {
-					bad = map[int64]error{}
-				}
-				bad[e.ID] = broken
-			}
-			c.Until = micros(until)
-			c.Events = append(c.Events, e)
-		}
-		if err := rows.Err(); err != nil {
-			return err
-		}
-		return rows.Close()
+		return nil
 	})
 	if err != nil {
-		return store.Claim{Lease: req.Lease}, err
+		// One transaction in a local file: when it fails, nothing of it
+		// committed (database/sql rolls it back, and a failed COMMIT
+		// leaves the file as it was).
+		return store.Claim{Lease: req.Lease}, fmt.Errorf("%w (%w)", err, store.ErrNothingClaimed)
 	}
 	if lost {
 		return c, fmt.Errorf("sqlitestore: claim: shard 0 is no longer held by %s under epoch %d: %w", req.Lease.Owner, epoch, store.ErrLeaseLost)
@@ -384,6 +355,82 @@ func (s *Store) ClaimOwned(ctx context.Context, req store.OwnedClaimRequest) (st
 		return store.Claim{Lease: req.Lease}, fmt.Errorf("sqlitestore: claim: %w", err)
 	}
 	return c, nil
+}
+
+// scanOwned reads the candidates of a claim at now, through prepared
+// statements from q: the rows to take (expired claims first, then NEW
+// rows, in id order) and the rows to park. See candidateSQL.
+func (s *Store) scanOwned(ctx context.Context, q func(string) (*sql.Stmt, error), req store.OwnedClaimRequest, now int64) (take, park []int64, err error) {
+	for pass, from := range []string{
+		s.table + ` AS o INDEXED BY "` + s.opts.Table + `_sending_idx" WHERE o.status = 'SENDING' AND o.lease_until <= ?1`,
+		s.table + ` AS o INDEXED BY "` + s.opts.Table + `_ready_idx" WHERE o.status = 'NEW' AND o.parked = 0`,
+	} {
+		cand, err := q(s.candidateSQL(from))
+		if err != nil {
+			return nil, nil, err
+		}
+		after, read := int64(0), 0
+		for len(take) < req.Limit && read < req.Limit+parkBound+4*req.Limit {
+			page := req.Limit - len(take) + 64
+			rows, err := cand.QueryContext(ctx, now, req.HoldDeadKeys, req.Lease.Owner, after, page)
+			if err != nil {
+				return nil, nil, err
+			}
+			n := 0
+			for rows.Next() {
+				var id int64
+				var sending, due, held, wait bool
+				if err := rows.Scan(&id, &sending, &due, &held, &wait); err != nil {
+					rows.Close()
+					return nil, nil, err
+				}
+				n++
+				read++
+				after = id
+				switch {
+				case len(take) >= req.Limit:
+				case held && !sending:
+					if len(park) < parkBound {
+						park = append(park, id)
+					}
+				case held || !due:
+					// a delayed head (read past while not due), or an
+					// expired claim whose key is held
+				case wait && pass == 1:
+					// an earlier row of its key is still leased
+					// elsewhere: its turn comes after that one's
+				default:
+					take = append(take, id)
+				}
+			}
+			rows.Close()
+			if err := rows.Err(); err != nil {
+				return nil, nil, err
+			}
+			if n < page {
+				break
+			}
+		}
+	}
+	return take, park, nil
+}
+
+// takeSQL claims the candidates ?3 (a JSON array) that are still
+// claimable at ?1 (HoldDeadKeys ?2) for owner ?4, epoch ?5, until ?6, and
+// returns them. The rules are those of candidateSQL; the IN subquery is
+// evaluated in full before any row changes, so candidates do not hold
+// each other.
+func (s *Store) takeSQL() string {
+	t := s.table
+	return `UPDATE ` + t + ` SET status = 'SENDING', lease_owner = ?4, lease_epoch = ?5, lease_until = ?6, parked = 0
+WHERE id IN (SELECT o.id FROM ` + t + ` AS o WHERE o.id IN (SELECT value FROM json_each(?3))
+	AND ((o.status = 'NEW' AND o.parked = 0 AND o.next_attempt_at <= ?1) OR (o.status = 'SENDING' AND o.lease_until <= ?1))
+	AND (o.event_key = '' OR (
+		NOT EXISTS (SELECT 1 FROM ` + t + ` AS h WHERE h.status = 'DEAD' AND h.event_key = o.event_key AND h.id < o.id AND ?2)
+		AND NOT EXISTS (SELECT 1 FROM ` + t + ` AS h WHERE h.status = 'NEW' AND h.next_attempt_at > h.created_at AND h.event_key = o.event_key AND h.id < o.id AND h.next_attempt_at > ?1)
+		AND NOT EXISTS (SELECT 1 FROM ` + t + ` AS h WHERE h.parked = 1 AND h.event_key = o.event_key AND h.id < o.id)
+		AND (o.status = 'SENDING' OR NOT EXISTS (SELECT 1 FROM ` + t + ` AS h WHERE h.status = 'SENDING' AND h.event_key = o.event_key AND h.lease_until <= ?1 AND h.id < o.id AND h.id NOT IN (SELECT value FROM json_each(?3)))))))
+RETURNING ` + eventCols + `, lease_until`
 }
 
 // scanClaimed reads one row of a claim's RETURNING (eventCols, lease_until).

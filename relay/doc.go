@@ -54,7 +54,8 @@
 //     live relays, and is told which of its shards another relay waits
 //     for (Revoke). A revoked shard is no longer claimed from; once every
 //     batch claimed from it is settled, the next heartbeat (at once)
-//     releases it. A stopping relay settles everything and then gives all
+//     releases it, and a relay short of its share heartbeats every
+//     LeaseFor/60 (at least 50 ms) until it has it. A stopping relay settles everything and then gives all
 //     its shards up (Leave), so the others take them at once instead of
 //     after a lease period; a relay that died loses them when their lease
 //     runs out. Rebalancing is cooperative, like franz-go's

@@ -290,6 +290,14 @@ func (o *ownership) update(own store.Ownership) (gained, lost []int) {
 	return gained, lost
 }
 
+// short reports whether the relay holds fewer shards than its share
+// (the table's shards over the live relays, rounded down).
+func (o *ownership) short() bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.relays > 0 && len(o.held)+len(o.revoking) < o.shards/o.relays
+}
+
 // counts reports the shards held (revoked ones included), the table's
 // shards and the live relays, for Health.
 func (o *ownership) counts() (held, shards, relays int) {
@@ -303,6 +311,10 @@ func (o *ownership) counts() (held, shards, relays int) {
 // share, and releases revoked shards once their events are settled.
 func (o *ownership) balanceLoop(ctx context.Context) {
 	every := o.r.cfg.LeaseFor / 3
+	// While a relay holds less than its share, shards are being handed to
+	// it (another relay releases them as soon as their work is settled):
+	// it looks again soon rather than leave them free for a heartbeat.
+	soon := max(50*time.Millisecond, every/20)
 	failures := 0
 	for {
 		wait := every
@@ -311,6 +323,9 @@ func (o *ownership) balanceLoop(ctx context.Context) {
 			wait = min(every, jitter(backoff(o.r.cfg.BackoffBase/4, every, failures)))
 		} else {
 			failures = 0
+			if o.short() {
+				wait = soon
+			}
 		}
 		t := time.NewTimer(wait)
 		select {

@@ -314,7 +314,7 @@ func (o *ownership) balanceLoop(ctx context.Context) {
 	// While a relay holds less than its share, shards are being handed to
 	// it (another relay releases them as soon as their work is settled):
 	// it looks again soon rather than leave them free for a heartbeat.
-	soon := max(50*time.Millisecond, every/20)
+	soon := max(20*time.Millisecond, every/100)
 	failures := 0
 	for {
 		wait := every

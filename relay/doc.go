@@ -55,8 +55,8 @@
 //     for (Revoke). A revoked shard is no longer claimed from; once every
 //     batch claimed from it is settled, the next heartbeat (at once)
 //     releases it, and a relay short of its share heartbeats every
-//     LeaseFor/300 (at least 20 ms) until it has it. A stopping relay settles everything and then gives all
-//     its shards up (Leave), so the others take them at once instead of
+//     LeaseFor/300 (at least 20 ms) until it has it. A stopping relay
+//     settles everything and then gives all its shards up (Leave), so the others take them at once instead of
 //     after a lease period; a relay that died loses them when their lease
 //     runs out. Rebalancing is cooperative, like franz-go's
 //     cooperative-sticky balancer: a shard changes hands only after its

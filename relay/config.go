@@ -68,6 +68,15 @@ type Config struct {
 	// Logger receives state changes (not one line per attempt); default
 	// slog.Default().
 	Logger *slog.Logger
+	// Ownership turns on engine v2, ordering by ownership, when the store
+	// implements store.Owned (PostgreSQL, SQLite): the relay leases shards
+	// and orders each key's events in memory across batches. Default off:
+	// the exclusion engine (Store.Claim), which the fault-injection matrix
+	// has proven. Engine v2 is experimental in this version: under a
+	// loaded database its shard heartbeats can time out and leave shards
+	// unclaimed, and one torture run delivered two events of a key out of
+	// order while relays joined and left (see the relay package doc).
+	Ownership bool
 	// Hooks observe the relay: each implements one or more of the Hook…
 	// interfaces (HookClaim, HookPublishStart, HookPublishEnd, HookSettle,
 	// HookLease, HookHealth). Default none. New refuses a value that

@@ -102,7 +102,7 @@ func ExampleHookShards() {
 
 	w := &shardWatcher{}
 	br, _ := membroker.New(membroker.Config{})
-	r, _ := relay.New(st, br, relay.Config{Hooks: []relay.Hook{w}})
+	r, _ := relay.New(st, br, relay.Config{Ownership: true, Hooks: []relay.Hook{w}})
 	runCtx, stop := context.WithCancel(ctx)
 	done := make(chan struct{})
 	go func() { defer close(done); _ = r.Run(runCtx) }()

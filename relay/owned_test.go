@@ -104,7 +104,7 @@ func TestOwnedHotKeyOrderAcrossBatches(t *testing.T) {
 					if err := st.Enqueue(context.Background(), msgs...); err != nil {
 						t.Fatal(err)
 					}
-					cfg := fastConfig()
+					cfg := ownedConfig()
 					cfg.BatchSize = 25
 					cfg.Workers = 3
 					hk := newPipelining()
@@ -153,7 +153,7 @@ func TestOwnedFailureReleasesLaterEventsWithoutAttempt(t *testing.T) {
 				if err := st.Enqueue(ctx, msgs...); err != nil {
 					t.Fatal(err)
 				}
-				cfg := fastConfig()
+				cfg := ownedConfig()
 				cfg.MaxAttempts = 3
 				cfg.BatchSize = 4 // k's events span several batches in flight at once
 				cfg.Workers = 3
@@ -233,7 +233,7 @@ func TestOwnedPoisonInASharedShardHoldsOnlyItsKey(t *testing.T) {
 		if err := st.Enqueue(ctx, msgs...); err != nil {
 			t.Fatal(err)
 		}
-		run(t, st, mb, fastConfig())
+		run(t, st, mb, ownedConfig())
 		waitFor(t, "the good keys", 30*time.Second, func() bool { return len(mb.Events("t")) >= len(good) })
 		// more healthy traffic after the poison went DEAD
 		more := make([]outbox.Message, 400)
@@ -318,7 +318,7 @@ func TestOwnedRelaysJoinAndLeaveMidDrain(t *testing.T) {
 		mb := newMem(t, membroker.Config{Latency: 2 * time.Millisecond})
 		msgs := workload(t, st, "t", 3000, 50)
 		cfg := func(name string, log *shardLog) relay.Config {
-			c := fastConfig()
+			c := ownedConfig()
 			c.Owner = name
 			c.BatchSize = 50
 			c.Hooks = []relay.Hook{log}
@@ -333,7 +333,7 @@ func TestOwnedRelaysJoinAndLeaveMidDrain(t *testing.T) {
 		b, stopB := run(t, stB, mb, cfg("relay-b", logB))
 		if a.Health().Shards > 1 {
 			// a gives b its share: revoked, drained, released, taken
-			waitFor(t, "relay b to get a share from a", 2*fastConfig().LeaseFor, func() bool { return b.Health().ShardsHeld > 0 })
+			waitFor(t, "relay b to get a share from a", 2*ownedConfig().LeaseFor, func() bool { return b.Health().ShardsHeld > 0 })
 		}
 		waitFor(t, "some deliveries", 30*time.Second, func() bool { return len(mb.Events("t")) > 300 })
 		// a leaves mid-drain; b (and c, joining) take over
@@ -371,7 +371,7 @@ func kindOf(t *testing.T, o teststores.Opened) string {
 func TestOwnedHealthAndShardHook(t *testing.T) {
 	forOwnedStores(t, func(t *testing.T, o teststores.Opened) {
 		log := &shardLog{}
-		cfg := fastConfig()
+		cfg := ownedConfig()
 		cfg.Hooks = []relay.Hook{log}
 		r, stop := run(t, o.Store, newMem(t, membroker.Config{}), cfg)
 		waitFor(t, "a shard", 10*time.Second, func() bool { return r.Health().ShardsHeld > 0 })
@@ -401,7 +401,7 @@ func TestOwnedDeliversThroughNATSJetStream(t *testing.T) {
 		}
 		t.Cleanup(func() { br.Close(context.Background()) })
 		msgs := workload(t, st, s.Topic("orders"), 1200, 3)
-		cfg := fastConfig()
+		cfg := ownedConfig()
 		cfg.BatchSize = 50
 		run(t, st, br, cfg)
 		waitFor(t, "delivery", 60*time.Second, func() bool { return pending(t, st).Pending() == 0 })
@@ -417,4 +417,11 @@ func TestOwnedDeliversThroughNATSJetStream(t *testing.T) {
 		}
 		checkDelivered(t, msgs, events)
 	})
+}
+
+// ownedConfig is fastConfig with engine v2 (ordering by ownership) on.
+func ownedConfig() relay.Config {
+	c := fastConfig()
+	c.Ownership = true
+	return c
 }

@@ -74,7 +74,7 @@ func New(st store.Store, br broker.Broker, cfg Config) (*Relay, error) {
 	r.health.log = cfg.Logger
 	r.health.hooks = r.hooks.health
 	r.health.store.name, r.health.broker.name = "store", "broker"
-	if o := store.OwnedFor(st); o != nil {
+	if o := store.OwnedFor(st); o != nil && cfg.Ownership {
 		r.own = newOwnership(r, o)
 	}
 	return r, nil

@@ -34,7 +34,7 @@ type State struct {
 	last    store.Backlog
 	lastErr error
 
-	pending, oldest, dead, backlogUp, inFlight, lastDelivery, storeUp, brokerUp, readyDesc *prometheus.Desc
+	pending, oldest, dead, backlogUp, inFlight, lastDelivery, storeUp, brokerUp, readyDesc, shardsHeld *prometheus.Desc
 }
 
 // connecting is one start-up connection: done once it succeeded, else
@@ -68,6 +68,7 @@ func NewState(r *relay.Relay, st store.Store) *State {
 	s.lastDelivery = d("outbox_last_delivery_timestamp_seconds", "Unix time of this relay's last delivery; 0 before the first.")
 	s.storeUp = d("outbox_store_up", "1 while the store answers, 0 while it fails as a whole (or was never reached).")
 	s.brokerUp = d("outbox_broker_up", "1 while the broker confirms, 0 while it fails as a whole (or was never reached).")
+	s.shardsHeld = d("outbox_shards_held", "Shards this relay holds (engine v2, relay --ownership); absent when the relay orders by exclusion.")
 	s.readyDesc = d("outbox_ready", "1 while /readyz answers 200, 0 while it answers 503 (starting, store or broker failing past the grace, delivery stalled).")
 	return s
 }
@@ -175,7 +176,7 @@ func (s *State) Backlog(ctx context.Context) (b store.Backlog, ok bool, err erro
 
 // Describe implements prometheus.Collector.
 func (s *State) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{s.pending, s.oldest, s.dead, s.backlogUp, s.inFlight, s.lastDelivery, s.storeUp, s.brokerUp, s.readyDesc} {
+	for _, d := range []*prometheus.Desc{s.pending, s.oldest, s.dead, s.backlogUp, s.inFlight, s.lastDelivery, s.storeUp, s.brokerUp, s.readyDesc, s.shardsHeld} {
 		ch <- d
 	}
 }
@@ -219,6 +220,9 @@ func (s *State) Collect(ch chan<- prometheus.Metric) {
 	gauge(s.lastDelivery, last)
 	gauge(s.storeUp, up(h.StoreError))
 	gauge(s.brokerUp, up(h.BrokerError))
+	if h.Owned {
+		gauge(s.shardsHeld, float64(h.ShardsHeld))
+	}
 }
 
 func bool01(b bool) float64 {

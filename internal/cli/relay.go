@@ -56,6 +56,7 @@ func runRelay(ctx context.Context, e env, args []string) error {
 	f.durationFlag(&cfg.BackoffMax, "backoff-max", 10*time.Minute, time.Millisecond, "largest retry delay (at least --backoff)")
 	f.StringVar(&cfg.Owner, "owner", "", "relay name in leases, at most 64 characters (default host-pid-random)")
 	deadKeys := f.String("dead-keys", "hold", "after a DEAD event: hold its key's later events (hold) or let them flow (skip)")
+	ownership := f.Bool("ownership", false, "engine v2, experimental: order by shard ownership (PostgreSQL, SQLite) instead of by exclusion")
 	var keepSent time.Duration
 	f.durationFlag(&keepSent, "keep-sent", 0, 0, "keep sent events in the archive table this long (0: delete at once)")
 	var logLevel string
@@ -98,6 +99,7 @@ func runRelay(ctx context.Context, e env, args []string) error {
 	if *traceSpans != "event" && *traceSpans != "wave" {
 		return fmt.Errorf("%w: --trace-spans must be event or wave, not %q", wire.ErrUsage, *traceSpans)
 	}
+	cfg.Ownership = *ownership
 	switch *deadKeys {
 	case "hold":
 		cfg.DeadKeys = relay.HoldKey
@@ -220,7 +222,7 @@ func runRelay(ctx context.Context, e env, args []string) error {
 	log.Info("outbox relay: started", "owner", r.Owner(), "db", wire.Mask(f.db), "broker", wire.Mask(*brokerURL),
 		"table", f.qualifiedTable(), "batch", cfg.BatchSize, "workers", cfg.Workers, "lease", cfg.LeaseFor,
 		"publish_timeout", cfg.PublishTimeout, "poll", cfg.PollInterval, "probe", probe, "max_attempts", cfg.MaxAttempts,
-		"backoff", cfg.BackoffBase, "backoff_max", cfg.BackoffMax, "dead_keys", *deadKeys, "keep_sent", keepSent,
+		"backoff", cfg.BackoffBase, "backoff_max", cfg.BackoffMax, "dead_keys", *deadKeys, "ownership", cfg.Ownership, "keep_sent", keepSent,
 		"metrics_addr", listenAddr, "tracing", wire.Mask(endpoint))
 	if keepSent > 0 {
 		go purgeSent(ctx, st, keepSent, log)

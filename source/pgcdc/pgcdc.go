@@ -2,6 +2,7 @@ package pgcdc
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -80,8 +81,10 @@ func (s *Source) Epoch() int64 { return s.epoch }
 // Start checks wal_level (refusing anything but logical, naming the fix),
 // runs Setup, waits until it holds the streaming lease (another process
 // may hold it: Start returns once that one stopped renewing it, or when
-// ctx ends), and starts streaming in the background until Close or a fatal
-// error, which Next then returns.
+// ctx ends), makes the slot ready (creating it, or recovering a lost one)
+// and starts streaming, which goes on in the background until Close or a
+// fatal error, which Next then returns. A slot that cannot be recovered
+// (ErrSlotLost) is Start's error.
 func (s *Source) Start(ctx context.Context) error {
 	s.mu.Lock()
 	if s.started {
@@ -101,10 +104,21 @@ func (s *Source) Start(ctx context.Context) error {
 	}
 	bg, cancel := context.WithCancel(context.Background())
 	s.cancel = cancel
-	s.done.Add(3)
+	s.done.Add(1)
 	go func() { defer s.done.Done(); s.renewLease(bg) }()
+	conn, err := s.connect(ctx)
+	if err != nil {
+		var fatal errFatal
+		if errors.As(err, &fatal) || ctx.Err() != nil {
+			s.Close()
+			return err
+		}
+		s.log.Warn("outbox cdc: streaming did not start; retrying in the background", "slot", s.cfg.Slot, "error", err.Error())
+		conn = nil
+	}
+	s.done.Add(2)
 	go func() { defer s.done.Done(); s.heartbeat(bg) }()
-	go func() { defer s.done.Done(); s.stream(bg) }()
+	go func() { defer s.done.Done(); s.stream(bg, conn) }()
 	return nil
 }
 
@@ -253,19 +267,19 @@ WHERE t.id = u.id AND t.status = 'NEW'`, ids, reasons, attempts)
 	var b pgx.Batch
 	for _, p := range parked {
 		e := p.Event
-		headers := e.Headers
-		if headers == nil {
-			headers = map[string]string{}
+		headers := []byte("{}")
+		if len(e.Headers) > 0 {
+			headers, _ = json.Marshal(e.Headers)
 		}
 		created := e.CreatedAt
 		if created.IsZero() {
 			created = time.Now()
 		}
 		b.Queue(`INSERT INTO `+s.n.parked+` (event_id, topic, event_key, event_type, aggregate_type, schema_version, payload, content_type, headers, status, attempts, last_error, created_at)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, 'DEAD', $10, $11, $12)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9::text::jsonb, 'DEAD', $10, $11, $12)
 ON CONFLICT (event_id) DO NOTHING`,
 			e.EventID, e.Topic, e.Key, e.Type, e.AggregateType, max(e.SchemaVersion, 0),
-			e.Payload, e.ContentType, headers, p.Attempts, clip(p.Reason), created)
+			e.Payload, e.ContentType, string(headers), p.Attempts, clip(p.Reason), created)
 	}
 	tx, err := s.pool.Begin(ctx)
 	if err != nil {

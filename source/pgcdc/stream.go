@@ -23,14 +23,25 @@ type errFatal struct{ err error }
 func (e errFatal) Error() string { return e.err.Error() }
 func (e errFatal) Unwrap() error { return e.err }
 
-// stream keeps a replication connection streaming until ctx ends or a
-// fatal error; other errors (the connection dropped, the server
-// restarted, the slot vanished) reconnect with backoff.
-func (s *Source) stream(ctx context.Context) {
+// stream keeps the replication connection conn (opened by Start)
+// streaming until ctx ends or a fatal error; other errors (the connection
+// dropped, the server restarted, the slot vanished) reconnect with
+// backoff.
+func (s *Source) stream(ctx context.Context, conn *pgconn.PgConn) {
 	delay := 200 * time.Millisecond
 	for {
 		began := time.Now()
-		err := s.streamOnce(ctx)
+		var err error
+		if conn == nil {
+			conn, err = s.connect(ctx)
+		}
+		if err == nil {
+			err = s.receive(ctx, conn)
+		}
+		if conn != nil {
+			conn.Close(context.Background())
+			conn = nil
+		}
 		if ctx.Err() != nil {
 			return
 		}
@@ -71,12 +82,21 @@ func (s *Source) replicationConn(ctx context.Context) (*pgconn.PgConn, error) {
 	return conn, nil
 }
 
-func (s *Source) streamOnce(ctx context.Context) error {
+// connect opens a replication connection, makes the slot ready and starts
+// streaming from it.
+func (s *Source) connect(ctx context.Context) (*pgconn.PgConn, error) {
 	conn, err := s.replicationConn(ctx)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	defer conn.Close(context.Background())
+	if err := s.startStreaming(ctx, conn); err != nil {
+		conn.Close(context.Background())
+		return nil, err
+	}
+	return conn, nil
+}
+
+func (s *Source) startStreaming(ctx context.Context, conn *pgconn.PgConn) error {
 	if err := s.ensureSlot(ctx, conn); err != nil {
 		return err
 	}
@@ -88,7 +108,7 @@ func (s *Source) streamOnce(ctx context.Context) error {
 		return fmt.Errorf("pgcdc: starting replication from slot %s: %w", s.cfg.Slot, err)
 	}
 	s.log.Debug("outbox cdc: streaming", "slot", s.cfg.Slot)
-	return s.receive(ctx, conn)
+	return nil
 }
 
 var snapshotName = regexp.MustCompile(`^[0-9A-Fa-f-]+$`)

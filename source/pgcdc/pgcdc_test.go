@@ -579,7 +579,7 @@ func TestLeaseOneStreamer(t *testing.T) {
 		t.Fatal(err)
 	}
 	// an operator (or a successor) takes the lease: the source stops
-	f.exec("UPDATE "+pgx.Identifier{f.cfg.Table + "_cdc"}.Sanitize()+" SET owner = 'thief', epoch = epoch + 1")
+	f.exec("UPDATE " + pgx.Identifier{f.cfg.Table + "_cdc"}.Sanitize() + " SET owner = 'thief', epoch = epoch + 1")
 	f.exec(ins, []byte("3"))
 	select {
 	case err := <-done:

@@ -45,13 +45,18 @@ func uniq(prefix string) string {
 
 // fixture is a fresh outbox table with its own slot and publication.
 type fixture struct {
-	t     *testing.T
+	t     testing.TB
 	pool  *pgxpool.Pool
 	cfg   pgcdc.Config
 	store *pgstore.Store // the table's store (enqueue, dead list)
 }
 
 func newFixture(t *testing.T, tableLess bool) *fixture {
+	t.Helper()
+	return newFixtureTB(t, tableLess)
+}
+
+func newFixtureTB(t testing.TB, tableLess bool) *fixture {
 	t.Helper()
 	url := testenv.Require(t, testenv.Postgres)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)

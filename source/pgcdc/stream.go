@@ -311,6 +311,9 @@ func (s *Source) receive(ctx context.Context, conn *pgconn.PgConn) error {
 	var commitTime time.Time
 	var received pglogrepl.LSN
 	nextStatus := time.Now()
+	// one receive context per status interval, not one per message
+	var rc receiveCtx
+	defer rc.stop()
 	for {
 		if !time.Now().Before(nextStatus) {
 			if err := s.sendStatus(ctx, conn, received); err != nil {
@@ -330,9 +333,7 @@ func (s *Source) receive(ctx context.Context, conn *pgconn.PgConn) error {
 			}
 			continue
 		}
-		rctx, cancel := context.WithDeadline(ctx, nextStatus)
-		msg, err := conn.ReceiveMessage(rctx)
-		cancel()
+		msg, err := conn.ReceiveMessage(rc.until(ctx, nextStatus))
 		if err != nil {
 			if ctx.Err() != nil {
 				return ctx.Err()
@@ -513,5 +514,28 @@ func (s *Source) heartbeat(ctx context.Context) {
 		if err != nil && ctx.Err() == nil {
 			s.log.Warn("outbox cdc: heartbeat failed", "error", err.Error())
 		}
+	}
+}
+
+// receiveCtx is a context with a deadline, made anew only when the
+// deadline changes.
+type receiveCtx struct {
+	ctx    context.Context
+	cancel context.CancelFunc
+	end    time.Time
+}
+
+func (r *receiveCtx) until(parent context.Context, end time.Time) context.Context {
+	if r.ctx == nil || !r.end.Equal(end) {
+		r.stop()
+		r.ctx, r.cancel = context.WithDeadline(parent, end)
+		r.end = end
+	}
+	return r.ctx
+}
+
+func (r *receiveCtx) stop() {
+	if r.cancel != nil {
+		r.cancel()
 	}
 }

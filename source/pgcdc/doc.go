@@ -28,7 +28,7 @@
 // crash replays at most what was not acknowledged, with the same event ids.
 // With nothing outstanding, the source reports the server's sent position
 // from its keepalives, and a heartbeat (pg_logical_emit_message(false,
-// prefix||'hb', '')) gives an idle database WAL to move past, so an idle
+// prefix||'hb', ”)) gives an idle database WAL to move past, so an idle
 // slot retains no WAL. Lag reads pg_current_wal_lsn() - confirmed_flush_lsn;
 // NewLagCollector exposes it as outbox_cdc_lag_bytes.
 //

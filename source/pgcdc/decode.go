@@ -8,7 +8,9 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pglogrepl"
 
 	outbox "github.com/outbox-go/outbox"
@@ -262,20 +264,62 @@ func decodeMessage(lsn pglogrepl.LSN, content []byte, commitTime time.Time) deco
 	case w.V != messageFormatVersion:
 		d.bad = store.BadRow("the logical message at %s has format version %d; this relay reads version %d: upgrade the relay", lsn, w.V, messageFormatVersion)
 	case d.ev.EventID == "":
-		d.ev.EventID = outbox.NewEventID()
 		d.bad = store.BadRow("the logical message at %s has no event id", lsn)
+	case uuid.Validate(d.ev.EventID) != nil:
+		d.bad = store.BadRow("the logical message at %s has the event id %q, which is not a UUID", lsn, clipText(d.ev.EventID, 64))
 	default:
 		if err := store.CheckRow(&d.ev); err != nil {
 			d.bad = err
 		}
 	}
-	if d.bad != nil && d.ev.Topic == "" {
-		d.ev.Topic = "-"
-	}
-	if d.bad != nil && d.ev.Type == "" {
-		d.ev.Type = "-"
+	if d.bad != nil {
+		d.ev = parkable(d.ev)
 	}
 	return d
+}
+
+// parkable makes an event storable in the parked-events table whatever it
+// holds: a UUID event id, text without NUL or invalid UTF-8 and within the
+// columns' 255 characters, a topic and a type.
+func parkable(e outbox.Event) outbox.Event {
+	if uuid.Validate(e.EventID) != nil {
+		e.EventID = outbox.NewEventID()
+	}
+	e.Topic, e.Key, e.Type = clipText(e.Topic, 255), clipText(e.Key, 255), clipText(e.Type, 255)
+	e.AggregateType, e.ContentType = clipText(e.AggregateType, 255), clipText(e.ContentType, 255)
+	if e.Topic == "" {
+		e.Topic = "-"
+	}
+	if e.Type == "" {
+		e.Type = "-"
+	}
+	if e.ContentType == "" {
+		e.ContentType = outbox.DefaultContentType
+	}
+	e.SchemaVersion = max(e.SchemaVersion, 0)
+	if len(e.Headers) > 0 {
+		h := make(map[string]string, len(e.Headers))
+		for k, v := range e.Headers {
+			if k = clipText(k, 255); k != "" {
+				h[k] = clipText(v, 4000)
+			}
+		}
+		e.Headers = h
+	}
+	if e.Payload == nil {
+		e.Payload = []byte{}
+	}
+	return e
+}
+
+// clipText is s as PostgreSQL text can hold it (valid UTF-8, no NUL), at
+// most n runes.
+func clipText(s string, n int) string {
+	s = strings.ReplaceAll(strings.ToValidUTF8(s, "\uFFFD"), "\x00", "")
+	if utf8.RuneCountInString(s) <= n {
+		return s
+	}
+	return string([]rune(s)[:n])
 }
 
 // isEventMessage reports whether a pgoutput record is a transactional

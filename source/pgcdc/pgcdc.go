@@ -266,7 +266,7 @@ WHERE t.id = u.id AND t.status = 'NEW'`, ids, reasons, attempts)
 	}
 	var b pgx.Batch
 	for _, p := range parked {
-		e := p.Event
+		e := parkable(p.Event)
 		headers := []byte("{}")
 		if len(e.Headers) > 0 {
 			headers, _ = json.Marshal(e.Headers)
@@ -330,12 +330,7 @@ func (s *Source) checkLease(ctx context.Context, tx pgx.Tx) error {
 }
 
 // clip bounds a reason stored as last_error.
-func clip(s string) string {
-	if len(s) > 4000 {
-		return s[:4000] + "…"
-	}
-	return s
-}
+func clip(s string) string { return clipText(s, 4000) }
 
 // eventsOf is the events of decoded rows that are fit to deliver.
 func eventsOf(rows []decodedRow) []outbox.Event {

@@ -482,6 +482,10 @@ func TestTableLessRoundTrip(t *testing.T) {
 	emit(true, msg("k", "1"), msg("k", "2"), msg("j", "3"))
 	emit(false, msg("k", "rolled back"))
 	emit(true, msg("k", "poison"))
+	// a record no Emitter wrote: parked with its raw content, never a crash
+	if _, err := f.pool.Exec(ctx, "SELECT pg_logical_emit_message(true, $1, $2::bytea)", f.cfg.Prefix, []byte("garbage\x00")); err != nil {
+		t.Fatal(err)
+	}
 	emit(true, msg("k", "4"))
 	if err := (pgcdc.Emitter{}).Enqueue(ctx, f.pool, outbox.Message{}); err == nil {
 		t.Fatal("an invalid message was emitted")
@@ -509,9 +513,15 @@ func TestTableLessRoundTrip(t *testing.T) {
 	var dead []store.Record
 	waitFor(t, "the parked event", 10*time.Second, func() bool {
 		dead, err = f.store.ListDead(ctx, store.DeadQuery{})
-		return err == nil && len(dead) == 1
+		return err == nil && len(dead) == 2
 	})
-	if string(dead[0].Payload) != "poison" || !strings.Contains(dead[0].LastError, "refused") {
+	if string(dead[0].Payload) == "poison" {
+		dead[0], dead[1] = dead[1], dead[0]
+	}
+	if string(dead[1].Payload) != "poison" || !strings.Contains(dead[1].LastError, "refused") {
+		t.Fatalf("parked %+v", dead[1])
+	}
+	if string(dead[0].Payload) != "garbage\x00" || !strings.Contains(dead[0].LastError, "not an outbox record") {
 		t.Fatalf("parked %+v", dead[0])
 	}
 }

@@ -261,12 +261,11 @@ func TestRolledBackNeverDelivered(t *testing.T) {
 		t.Fatal(err)
 	}
 	f.exec(ins, "k", []byte("committed"))
-	got, err := b.Wait(waitCtx(t), "t", 1)
-	if err != nil {
+	if _, err := b.Wait(waitCtx(t), "t", 1); err != nil {
 		t.Fatal(err)
 	}
 	time.Sleep(300 * time.Millisecond)
-	got = b.Events("t")
+	got := b.Events("t")
 	if len(got) != 1 || string(got[0].Payload) != "committed" {
 		t.Fatalf("delivered %v", payloads(got))
 	}
@@ -490,12 +489,11 @@ func TestTableLessRoundTrip(t *testing.T) {
 	if err := (pgcdc.Emitter{}).Enqueue(ctx, f.pool, outbox.Message{}); err == nil {
 		t.Fatal("an invalid message was emitted")
 	}
-	got, err := b.Wait(waitCtx(t), "t", 4)
-	if err != nil {
+	if _, err := b.Wait(waitCtx(t), "t", 4); err != nil {
 		t.Fatal(err)
 	}
 	time.Sleep(300 * time.Millisecond)
-	got = b.Events("t")
+	got := b.Events("t")
 	var k, j []string
 	for _, e := range got {
 		if e.Key == "k" {
@@ -512,6 +510,7 @@ func TestTableLessRoundTrip(t *testing.T) {
 	}
 	var dead []store.Record
 	waitFor(t, "the parked event", 10*time.Second, func() bool {
+		var err error
 		dead, err = f.store.ListDead(ctx, store.DeadQuery{})
 		return err == nil && len(dead) == 2
 	})

@@ -17,14 +17,15 @@ import (
 	"github.com/outbox-go/outbox/broker"
 	"github.com/outbox-go/outbox/broker/membroker"
 	"github.com/outbox-go/outbox/internal/testenv"
+	"github.com/outbox-go/outbox/internal/testnats"
 	"github.com/outbox-go/outbox/internal/wire"
 	"github.com/outbox-go/outbox/source"
 	"github.com/outbox-go/outbox/source/pgcdc"
 )
 
-// benchBroker is membroker, or the broker at PGCDC_BENCH_BROKER
-// (nats://127.0.0.1:4222, …) with topics under a fresh prefix.
-func benchBroker(b *testing.B) (broker.Broker, string, func() int) {
+// benchBroker is membroker, or, with PGCDC_BENCH_BROKER=nats://host:4222,
+// NATS JetStream with a fresh stream capturing the returned topic.
+func benchBroker(b *testing.B) (broker.Broker, string) {
 	b.Helper()
 	raw := os.Getenv("PGCDC_BENCH_BROKER")
 	if raw == "" {
@@ -32,8 +33,12 @@ func benchBroker(b *testing.B) (broker.Broker, string, func() int) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		return mb, "bench", func() int { return mb.Stats().Confirmed }
+		return mb, "bench"
 	}
+	if !strings.HasPrefix(raw, "nats://") {
+		b.Fatalf("PGCDC_BENCH_BROKER: only nats:// URLs are supported, not %s", wire.Mask(raw))
+	}
+	topic := testnats.NewStream(b, raw).Topic("bench")
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()
 	br, err := wire.OpenBroker(ctx, raw)
@@ -41,7 +46,7 @@ func benchBroker(b *testing.B) (broker.Broker, string, func() int) {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { _ = br.Close(context.Background()) })
-	return br, "", nil
+	return br, topic
 }
 
 // BenchmarkCDCDrain: 100,000 events committed in 1,000 transactions of 100
@@ -82,17 +87,14 @@ func benchDrain(b *testing.B, tableLess bool, n int) {
 	}
 	b.Cleanup(func() { dropSlot(context.Background(), b, f.pool, rawSlot) })
 
-	br, topic, _ := benchBroker(b)
-	if topic == "" {
-		topic = "bench"
-	}
+	br, topic := benchBroker(b)
 	// fill
 	const perTxn = 100
 	em := pgcdc.Emitter{Prefix: cfg.Prefix}
 	payload := []byte(strings.Repeat("x", 200))
 	for i := 0; i < n; i += perTxn {
 		if !tableLess {
-			if _, err := f.pool.Exec(ctx, "INSERT INTO "+f.tableName()+" (topic, event_key, event_type, payload) SELECT $1, 'k' || (g % 1000), 'T', $2 FROM generate_series($3::int, $4::int) g",
+			if _, err := f.pool.Exec(ctx, "INSERT INTO "+f.tableName()+" (topic, event_key, event_type, payload) SELECT $1, 'k' || (g % 5000), 'T', $2 FROM generate_series($3::int, $4::int) g",
 				topic, payload, i, i+perTxn-1); err != nil {
 				b.Fatal(err)
 			}
@@ -100,7 +102,7 @@ func benchDrain(b *testing.B, tableLess bool, n int) {
 		}
 		msgs := make([]outbox.Message, perTxn)
 		for j := range msgs {
-			msgs[j] = outbox.Message{Topic: topic, Key: fmt.Sprint("k", (i+j)%1000), Type: "T", Payload: payload}
+			msgs[j] = outbox.Message{Topic: topic, Key: fmt.Sprint("k", (i+j)%5000), Type: "T", Payload: payload}
 		}
 		tx, err := f.pool.Begin(ctx)
 		if err != nil {
@@ -138,7 +140,7 @@ func benchDrain(b *testing.B, tableLess bool, n int) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	loop, err := source.New(src, br, source.Config{BatchSize: 1000, Logger: quietLogger(),
+	loop, err := source.New(src, br, source.Config{BatchSize: 1000, InFlight: benchInFlight(), Logger: quietLogger(),
 		OnDelivered: func(outbox.Event, broker.Result) {
 			if delivered.Add(1) == int64(n) {
 				close(all)
@@ -197,10 +199,7 @@ func BenchmarkCDCLatency(b *testing.B) {
 func benchLatency(b *testing.B, rate int, d time.Duration) {
 	f := newBenchFixture(b, false)
 	ctx := context.Background()
-	br, topic, _ := benchBroker(b)
-	if topic == "" {
-		topic = "bench"
-	}
+	br, topic := benchBroker(b)
 	n := int(float64(rate) * d.Seconds())
 	sent := make([]atomic.Int64, n+1) // by payload number: UnixNano before COMMIT
 	lat := make(chan time.Duration, n)
@@ -291,5 +290,12 @@ func (f *fixture) countB(b *testing.B) int {
 	if err := f.pool.QueryRow(context.Background(), "SELECT count(*) FROM "+f.tableName()).Scan(&n); err != nil {
 		b.Fatal(err)
 	}
+	return n
+}
+
+// benchInFlight is PGCDC_BENCH_INFLIGHT, or the default.
+func benchInFlight() int {
+	var n int
+	fmt.Sscan(os.Getenv("PGCDC_BENCH_INFLIGHT"), &n)
 	return n
 }

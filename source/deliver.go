@@ -309,14 +309,16 @@ func (l *Loop) Run(ctx context.Context) error {
 
 // add queues newly committed transactions.
 func (r *run) add(txns []Txn) {
+	now := time.Now()
 	for _, t := range txns {
 		ts := &txnState{pos: t.Pos, left: len(t.Events)}
 		r.txns = append(r.txns, ts)
 		for i := range t.Events {
-			e := &entry{ev: t.Events[i], txn: ts, attempts: t.Events[i].Attempts, heapIdx: -1}
+			// a delayed event (Message.AvailableAt) waits, and holds its key
+			e := &entry{ev: t.Events[i], txn: ts, attempts: t.Events[i].Attempts, heapIdx: -1, notBefore: t.Events[i].AvailableAt}
 			r.live++
 			if e.ev.Key == "" {
-				r.ready = append(r.ready, e)
+				r.enqueue(e, now)
 				continue
 			}
 			q := r.keys[e.ev.Key]
@@ -327,11 +329,20 @@ func (r *run) add(txns []Txn) {
 			e.q = q
 			q.items = append(q.items, e)
 			if len(q.items) == 1 && !q.busy {
-				r.ready = append(r.ready, e)
+				r.enqueue(e, now)
 			}
 		}
 	}
 	r.advance()
+}
+
+// enqueue makes e ready, or delayed until its notBefore.
+func (r *run) enqueue(e *entry, now time.Time) {
+	if e.notBefore.After(now) {
+		heap.Push(&r.delayed, e)
+		return
+	}
+	r.ready = append(r.ready, e)
 }
 
 // launch publishes up to BatchSize ready events in one call.
@@ -352,7 +363,7 @@ func (r *run) launch(base context.Context, results chan<- call, now time.Time) {
 			// the broker keeps a key's order within a call: send its
 			// next events too, right after
 			for _, next := range e.q.items[1:] {
-				if len(c.entries) >= cfg.BatchSize {
+				if len(c.entries) >= cfg.BatchSize || next.notBefore.After(now) {
 					break
 				}
 				c.entries = append(c.entries, next)
@@ -413,6 +424,7 @@ func (r *run) settle(c call, now time.Time) {
 			failedKeys[e.q] = true
 		}
 		if errors.Is(res.Err, broker.ErrUnavailable) {
+			e.notBefore = time.Time{}
 			r.unavailable++
 			r.pauseUntil = now.Add(r.backoff(r.unavailable))
 			if r.unavailable == 1 {

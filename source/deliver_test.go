@@ -334,6 +334,30 @@ func TestAckStopsAtUnsettled(t *testing.T) {
 	waitFor(t, "ack of 5", func() bool { return src.lastAck() == 5 })
 }
 
+// A delayed event (AvailableAt) waits for its time and holds its key; the
+// other keys flow.
+func TestAvailableAtDelaysAndHoldsKey(t *testing.T) {
+	b := newBroker(t, membroker.Config{})
+	src := newMemSource()
+	late := txn(1, "k", "k")
+	late.Events[0].AvailableAt = time.Now().Add(400 * time.Millisecond)
+	src.add(late, txn(2, "j"))
+	l := start(t, src, b, source.Config{})
+	waitFor(t, "the other key", func() bool { return l.Totals().Delivered == 1 })
+	if got := b.Events(""); got[0].Key != "j" {
+		t.Fatalf("delivered %v first", got[0])
+	}
+	time.Sleep(200 * time.Millisecond)
+	if n := l.Totals().Delivered; n != 1 {
+		t.Fatalf("%d delivered before the delayed event's time", n)
+	}
+	waitFor(t, "the delayed key", func() bool { return src.lastAck() == 2 })
+	got := b.Events("")
+	if len(got) != 3 || got[1].ID > got[2].ID {
+		t.Fatalf("delivered %v", got)
+	}
+}
+
 func TestConfigRefusesNegative(t *testing.T) {
 	if _, err := (source.Config{BatchSize: -1}).WithDefaults(); err == nil {
 		t.Fatal("accepted BatchSize -1")

@@ -31,6 +31,10 @@
 //     hold a key without holding its acknowledgement, and with it the
 //     server's log (WAL) without bound; the DEAD event is visible to
 //     `outbox dead list` and can be requeued.
+//   - An event with a future AvailableAt waits until then and holds its
+//     key's later events meanwhile (as the poller does). Its transaction's
+//     Position is not acknowledged before it is delivered: a log source
+//     retains its log that long, so keep such delays short under CDC.
 //   - The Position acknowledged never passes an unsettled event.
 //
 // # How the engine will consume it

@@ -2,7 +2,6 @@ package pgcdc
 
 import (
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
@@ -218,64 +217,6 @@ func parseTime(s string) time.Time {
 		}
 	}
 	return time.Time{}
-}
-
-// wireMessage is the table-less mode's record, version 1: JSON, the
-// payload base64 (encoding/json's []byte), times in Unix microseconds.
-type wireMessage struct {
-	V             int               `json:"v"`
-	ID            string            `json:"id"`
-	Topic         string            `json:"topic"`
-	Key           string            `json:"key,omitempty"`
-	Type          string            `json:"type"`
-	AggregateType string            `json:"aggregate_type,omitempty"`
-	SchemaVersion int               `json:"schema_version"`
-	ContentType   string            `json:"content_type"`
-	Headers       map[string]string `json:"headers,omitempty"`
-	Payload       []byte            `json:"payload"`
-	AvailableAt   int64             `json:"available_at,omitempty"`
-}
-
-// decodeMessage turns a logical message's content into an event. A message
-// it cannot read is returned with bad set and what could be read (it is
-// parked with the raw content as its payload).
-func decodeMessage(lsn pglogrepl.LSN, content []byte, commitTime time.Time) decodedRow {
-	d := decodedRow{status: string(outbox.StatusNew)}
-	d.ev.ID = int64(lsn)
-	d.ev.CreatedAt = commitTime
-	var w wireMessage
-	if err := json.Unmarshal(content, &w); err != nil {
-		d.ev.Message = outbox.Message{EventID: outbox.NewEventID(), Topic: "-", Type: "-", Payload: append([]byte(nil), content...), ContentType: "application/octet-stream", SchemaVersion: 1}
-		d.bad = store.BadRow("the logical message at %s is not an outbox record (%v); its raw content is the payload", lsn, err)
-		return d
-	}
-	d.ev.Message = outbox.Message{EventID: w.ID, Topic: w.Topic, Key: w.Key, Type: w.Type, AggregateType: w.AggregateType,
-		SchemaVersion: w.SchemaVersion, ContentType: w.ContentType, Headers: w.Headers, Payload: w.Payload}
-	if w.AvailableAt != 0 {
-		d.ev.AvailableAt = time.UnixMicro(w.AvailableAt)
-	}
-	if d.ev.Payload == nil {
-		d.ev.Payload = []byte{}
-	}
-	if d.ev.ContentType == "" {
-		d.ev.ContentType = outbox.DefaultContentType
-	}
-	switch {
-	case w.V != messageFormatVersion:
-		d.bad = store.BadRow("the logical message at %s has format version %d; this relay reads version %d: upgrade the relay", lsn, w.V, messageFormatVersion)
-	case d.ev.EventID == "":
-		d.bad = store.BadRow("the logical message at %s has no event id", lsn)
-	case uuid.Validate(d.ev.EventID) != nil:
-		d.bad = store.BadRow("the logical message at %s has the event id %q, which is not a UUID", lsn, clipText(d.ev.EventID, 64))
-	default:
-		if err := store.CheckRow(&d.ev); err != nil {
-			d.bad = err
-		}
-	}
-	if d.bad != nil {
-		d.ev = parkable(d.ev)
-	}
-	return d
 }
 
 // parkable makes an event storable in the parked-events table whatever it

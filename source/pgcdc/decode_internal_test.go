@@ -32,11 +32,17 @@ func TestMessageRoundTrip(t *testing.T) {
 		!got.AvailableAt.Equal(m.AvailableAt) || d.ev.ID != 42 {
 		t.Fatalf("round trip: %+v", got)
 	}
-	if d := decodeMessage(1, []byte(`{"v":2,"id":"x","topic":"t","type":"T"}`), time.Now()); d.bad == nil {
-		t.Fatal("a newer format version was accepted")
+	newer := append([]byte{2}, rec[1:]...)
+	if d := decodeMessage(1, newer, time.Now()); d.bad == nil || !strings.Contains(d.bad.Error(), "upgrade the relay") {
+		t.Fatalf("a newer format version: %v", d.bad)
 	}
-	if d := decodeMessage(1, []byte(`not json`), time.Now()); d.bad == nil || string(d.ev.Payload) != "not json" || d.ev.Topic == "" {
+	if d := decodeMessage(1, []byte(`not a record`), time.Now()); d.bad == nil || string(d.ev.Payload) != "not a record" || d.ev.Topic == "" {
 		t.Fatalf("garbage: %+v", d)
+	}
+	for i := 1; i < len(rec); i++ { // every truncation is refused
+		if d := decodeMessage(1, rec[:i], time.Now()); d.bad == nil {
+			t.Fatalf("a record cut at %d of %d bytes was accepted", i, len(rec))
+		}
 	}
 }
 
@@ -59,8 +65,10 @@ func TestDecodeBytea(t *testing.T) {
 func FuzzDecodeMessage(f *testing.F) {
 	rec, _ := encodeMessage(outbox.Message{EventID: outbox.NewEventID(), Topic: "t", Type: "T"}.Normalized())
 	f.Add(rec)
-	f.Add([]byte(`{"v":1}`))
+	f.Add([]byte{1})
 	f.Add([]byte(`{"v":1,"id":"x","topic":"\u0000","type":"T","headers":{"a":1}}`))
+	bad, _ := encodeMessage(outbox.Message{EventID: outbox.NewEventID(), Topic: "t\x00\xff", Type: "", Headers: map[string]string{"": "x"}})
+	f.Add(bad)
 	f.Fuzz(func(t *testing.T, content []byte) {
 		d := decodeMessage(pglogrepl.LSN(7), content, time.Now())
 		if d.bad == nil {
@@ -91,4 +99,30 @@ func FuzzDecodeRow(f *testing.F) {
 			t.Fatal("a row without a topic was accepted")
 		}
 	})
+}
+
+func BenchmarkDecodeMessage(b *testing.B) {
+	rec, _ := encodeMessage(outbox.Message{EventID: outbox.NewEventID(), Topic: "orders", Key: "order-42", Type: "OrderPaid",
+		Payload: bytes.Repeat([]byte("x"), 200)}.Normalized())
+	b.ReportAllocs()
+	for b.Loop() {
+		if d := decodeMessage(1, rec, time.Time{}); d.bad != nil {
+			b.Fatal(d.bad)
+		}
+	}
+}
+
+func BenchmarkDecodeRow(b *testing.B) {
+	vals := [numCols]string{"123", "0190c5d2-0000-7000-8000-000000000000", "orders", "order-42", "OrderPaid", "", "1",
+		`\x` + strings.Repeat("78", 200), "application/json", "{}", "NEW", "0", "2026-12-01 12:00:00.5+00", "2026-12-01 12:00:00.5+00"}
+	cols := make([]*pglogrepl.TupleDataColumn, numCols)
+	for i, v := range vals {
+		cols[i] = &pglogrepl.TupleDataColumn{DataType: pglogrepl.TupleDataTypeText, Data: []byte(v)}
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		if d, err := decodeRow(identity, cols); err != nil || d.bad != nil {
+			b.Fatal(err, d.bad)
+		}
+	}
 }

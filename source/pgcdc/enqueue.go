@@ -2,7 +2,6 @@ package pgcdc
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"strconv"
 	"strings"
@@ -97,12 +96,3 @@ func (e Emitter) statement(msgs []outbox.Message) (string, []any, error) {
 	return b.String(), args, nil
 }
 
-// encodeMessage is the version-1 record decodeMessage reads.
-func encodeMessage(m outbox.Message) ([]byte, error) {
-	w := wireMessage{V: messageFormatVersion, ID: m.EventID, Topic: m.Topic, Key: m.Key, Type: m.Type, AggregateType: m.AggregateType,
-		SchemaVersion: m.SchemaVersion, ContentType: m.ContentType, Headers: m.Headers, Payload: m.Payload}
-	if !m.AvailableAt.IsZero() {
-		w.AvailableAt = m.AvailableAt.UnixMicro()
-	}
-	return json.Marshal(w)
-}

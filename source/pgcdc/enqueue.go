@@ -95,4 +95,3 @@ func (e Emitter) statement(msgs []outbox.Message) (string, []any, error) {
 	}
 	return b.String(), args, nil
 }
-

@@ -191,13 +191,21 @@ func benchDrain(b *testing.B, tableLess bool, n int) {
 //
 //	go test -run XXX -bench CDCLatency -benchtime 1x ./source/pgcdc/
 func BenchmarkCDCLatency(b *testing.B) {
-	for i := 0; i < b.N; i++ {
-		benchLatency(b, 1000, 10*time.Second)
+	for _, tableLess := range []bool{false, true} {
+		name := "table"
+		if tableLess {
+			name = "tableless"
+		}
+		b.Run(name, func(b *testing.B) {
+			for i := 0; i < b.N; i++ {
+				benchLatency(b, tableLess, 1000, 10*time.Second)
+			}
+		})
 	}
 }
 
-func benchLatency(b *testing.B, rate int, d time.Duration) {
-	f := newBenchFixture(b, false)
+func benchLatency(b *testing.B, tableLess bool, rate int, d time.Duration) {
+	f := newBenchFixture(b, tableLess)
 	ctx := context.Background()
 	br, topic := benchBroker(b)
 	n := int(float64(rate) * d.Seconds())
@@ -240,7 +248,12 @@ func benchLatency(b *testing.B, rate int, d time.Duration) {
 					errs <- err
 					return
 				}
-				if _, err := tx.Exec(ctx, ins, topic, fmt.Sprint("k", i%100), []byte(fmt.Sprint(i))); err != nil {
+				if tableLess {
+					err = pgcdc.Emitter{Prefix: f.cfg.Prefix}.Enqueue(ctx, tx, outbox.Message{Topic: topic, Key: fmt.Sprint("k", i%100), Type: "T", Payload: []byte(fmt.Sprint(i))})
+				} else {
+					_, err = tx.Exec(ctx, ins, topic, fmt.Sprint("k", i%100), []byte(fmt.Sprint(i)))
+				}
+				if err != nil {
 					errs <- err
 					return
 				}

@@ -102,7 +102,7 @@ func TestSIGKILLMidStream(t *testing.T) {
 	url := testenv.Require(t, testenv.Postgres)
 	cfg, _ := f.cfg.WithDefaults()
 	args := []string{"--db", url, "--broker", natsURL, "--source", "pgcdc", "--table", f.cfg.Table, "--slot", cfg.Slot,
-		"--lease", "2s", "--backoff", "20ms", "--backoff-max", "500ms", "--log", "info"}
+		"--lease", "2s", "--backoff", "20ms", "--backoff-max", "500ms", "--log", "debug"}
 	a := startRelayProc(t, append(args, "--owner", "relay-a")...)
 	waitFor(t, "relay a to stream", 60*time.Second, func() bool { return strings.Contains(a.stderr.String(), "outbox relay: started") })
 	b := startRelayProc(t, append(args, "--owner", "relay-b")...)
@@ -146,6 +146,12 @@ func TestSIGKILLMidStream(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, "relay b to take over", 60*time.Second, func() bool { return strings.Contains(b.stderr.String(), "outbox relay: started") })
+	t.Cleanup(func() {
+		if t.Failed() {
+			c, _ := stream.Count(ctx)
+			t.Logf("rows left: %d NEW, %d DEAD; the stream holds %d messages", f.count("status = 'NEW'"), f.count("status = 'DEAD'"), c)
+		}
+	})
 	waitFor(t, "every event delivered and its row deleted", 120*time.Second, func() bool { return f.count("true") == 0 })
 	got, err := stream.All(ctx)
 	if err != nil {

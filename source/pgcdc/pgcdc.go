@@ -39,7 +39,8 @@ type Source struct {
 	lastEnd   pglogrepl.LSN  // end of the last transaction buffered
 	idleEnd   pglogrepl.LSN  // the server's sent position, from keepalives
 	inTxn     bool
-	failed    error // fatal: Next returns it
+	curXid    uint32 // the open transaction's id; the stream's goroutine only
+	failed    error  // fatal: Next returns it
 	started   bool
 	closed    bool
 
@@ -51,6 +52,7 @@ type Source struct {
 // row ids to delete once it is acknowledged.
 type emitted struct {
 	pos pglogrepl.LSN
+	xid uint32 // the streamed transaction's id (0: the recovery poll)
 	ids []int64
 }
 
@@ -188,11 +190,11 @@ func (s *Source) Next(ctx context.Context) ([]source.Txn, error) {
 }
 
 // push buffers one committed transaction for Next.
-func (s *Source) push(t source.Txn, end pglogrepl.LSN, ids []int64) {
+func (s *Source) push(t source.Txn, end pglogrepl.LSN, xid uint32, ids []int64) {
 	s.mu.Lock()
 	s.buf = append(s.buf, t)
 	s.bufEvents += len(t.Events)
-	s.emitted = append(s.emitted, emitted{pos: pglogrepl.LSN(t.Pos), ids: ids})
+	s.emitted = append(s.emitted, emitted{pos: pglogrepl.LSN(t.Pos), xid: xid, ids: ids})
 	if end > s.lastEnd {
 		s.lastEnd = end
 	}
@@ -206,8 +208,11 @@ func (s *Source) push(t source.Txn, end pglogrepl.LSN, ids []int64) {
 func (s *Source) Ack(ctx context.Context, pos source.Position) error {
 	s.mu.Lock()
 	n := 0
-	var ids []int64
+	var ids, xids []int64
 	for n < len(s.emitted) && s.emitted[n].pos <= pglogrepl.LSN(pos) {
+		if x := s.emitted[n].xid; x != 0 && len(s.emitted[n].ids) > 0 {
+			xids = append(xids, int64(x))
+		}
 		for _, id := range s.emitted[n].ids {
 			if !s.parkedIDs[id] {
 				ids = append(ids, id)
@@ -216,6 +221,11 @@ func (s *Source) Ack(ctx context.Context, pos source.Position) error {
 		n++
 	}
 	s.mu.Unlock()
+	if len(ids) > 0 {
+		if err := s.waitVisible(ctx, xids); err != nil {
+			return err
+		}
+	}
 	for len(ids) > 0 {
 		chunk := ids[:min(len(ids), s.cfg.DeleteBatch)]
 		ids = ids[len(chunk):]
@@ -235,6 +245,37 @@ func (s *Source) Ack(ctx context.Context, pos source.Position) error {
 	}
 	s.mu.Unlock()
 	return nil
+}
+
+// waitVisible waits until the transactions xids have ended in every
+// respect. The server streams a commit once its WAL is flushed, which is
+// before the committing backend leaves the process array: until then a
+// new snapshot still sees the transaction as running and its rows as
+// invisible, and a DELETE of them would remove nothing while the slot
+// moves past them (rows stranded NEW). A transaction releases its xid
+// lock after it left the process array, so once the lock is gone every
+// later statement sees its rows.
+func (s *Source) waitVisible(ctx context.Context, xids []int64) error {
+	if len(xids) == 0 {
+		return nil
+	}
+	delay := time.Millisecond
+	for {
+		var running bool
+		err := s.pool.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'transactionid' AND transactionid::text::bigint = ANY($1))", xids).Scan(&running)
+		if err != nil {
+			return fmt.Errorf("pgcdc: checking that the delivered transactions have ended: %w", err)
+		}
+		if !running {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(delay):
+		}
+		delay = min(delay*2, 100*time.Millisecond)
+	}
 }
 
 // Park records events as DEAD: in table mode their rows become DEAD with

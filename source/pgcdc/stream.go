@@ -279,7 +279,7 @@ func (s *Source) recoveryPoll(ctx context.Context, snapshot string, cp pglogrepl
 	}
 	if len(got) > 0 {
 		evs := eventsOf(got)
-		s.push(source.Txn{Pos: source.Position(cp), Events: evs}, cp, idsOf(evs))
+		s.push(source.Txn{Pos: source.Position(cp), Events: evs}, cp, 0, idsOf(evs))
 	}
 	return len(got), nil
 }
@@ -401,6 +401,7 @@ func (s *Source) handle(ctx context.Context, data []byte, rels map[uint32]*relat
 		s.mu.Lock()
 		s.inTxn = true
 		s.mu.Unlock()
+		s.curXid = m.Xid
 		*cur = (*cur)[:0]
 		*commitTime = m.CommitTime
 	case *pglogrepl.InsertMessage:
@@ -457,7 +458,7 @@ func (s *Source) handle(ctx context.Context, data []byte, rels map[uint32]*relat
 		if !s.cfg.TableLess {
 			ids = idsOf(evs)
 		}
-		s.push(source.Txn{Pos: source.Position(end), Events: evs}, end, ids)
+		s.push(source.Txn{Pos: source.Position(end), Events: evs}, end, s.curXid, ids)
 	}
 	return nil
 }

@@ -71,4 +71,30 @@ pg_logical() {
 	echo "services: PostgreSQL wal_level is logical"
 }
 pg_logical || status=1
+
+# The pgcdc source streams over a replication connection (replication=
+# database), which pg_hba.conf must allow for postgres over loopback. A
+# logical replication connection matches the "all" database lines; add a
+# trust line for it once if it is refused, then reload.
+pg_replication() {
+	if psql "host=127.0.0.1 user=postgres dbname=postgres replication=database" -XAtqc "IDENTIFY_SYSTEM" >/dev/null 2>&1; then
+		echo "services: PostgreSQL accepts replication connections"
+		return 0
+	fi
+	local hba
+	hba=$(psql -h 127.0.0.1 -U postgres -XAtc "SHOW hba_file") || return 1
+	echo "services: allowing loopback replication connections in $hba"
+	grep -q '^host[[:space:]]\+all[[:space:]]\+postgres[[:space:]]\+127.0.0.1/32[[:space:]]\+trust' "$hba" ||
+		sed -i '1i host all postgres 127.0.0.1/32 trust' "$hba" || return 1
+	grep -q '^host[[:space:]]\+replication[[:space:]]\+postgres[[:space:]]\+127.0.0.1/32[[:space:]]\+trust' "$hba" ||
+		sed -i '1i host replication postgres 127.0.0.1/32 trust' "$hba" || return 1
+	psql -h 127.0.0.1 -U postgres -XAtqc "SELECT pg_reload_conf()" >/dev/null || return 1
+	sleep 0.5
+	psql "host=127.0.0.1 user=postgres dbname=postgres replication=database" -XAtqc "IDENTIFY_SYSTEM" >/dev/null 2>&1 || {
+		echo "services: PostgreSQL still refuses replication connections; check $hba" >&2
+		return 1
+	}
+	echo "services: PostgreSQL accepts replication connections"
+}
+pg_replication || status=1
 exit $status

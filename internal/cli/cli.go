@@ -47,6 +47,7 @@ func commands() []command {
 		{"version", "the module version and VCS revision of this build", runVersion},
 		{"demo", "the embedded end-to-end story (SQLite + embedded NATS)", runDemo},
 		{"bench", "measure delivery against the raw SQL limit, in one run", runBench},
+		{"cdc", "the pgcdc source's replication slot: drop-slot, lag", runCDC},
 		{"torture", "soak: relays under a seeded fault schedule, checked for loss, phantoms, order", runTorture},
 	}
 }

@@ -72,11 +72,17 @@ func runRelay(ctx context.Context, e env, args []string) error {
 	dashHosts := f.String("dashboard-host", "", "host names the dashboard answers besides IP addresses and localhost, comma-separated (the name a reverse proxy uses; * for any)")
 	otlpEndpoint := f.String("otlp-endpoint", "", "send traces over OTLP/HTTP to this collector (a base URL, /v1/traces is appended, as for OTEL_EXPORTER_OTLP_ENDPOINT), e.g. http://127.0.0.1:4318; default OTEL_EXPORTER_OTLP_(TRACES_)ENDPOINT; neither: tracing off")
 	traceSpans := f.String("trace-spans", "event", "with tracing on: a publish span per sampled event (event, in the producer's trace) or one per publish call linked to the events' traces (wave, cheaper)")
+	src := f.String("source", "poll", "where events come from: poll (claim rows) or pgcdc (PostgreSQL logical replication)")
+	var cdc cdcFlags
+	cdc.register(f)
 	if err := f.parse(e, args); err != nil {
 		return err
 	}
 	if len(f.posArgs()) > 0 {
 		return fmt.Errorf("%w: unexpected argument %q", wire.ErrUsage, f.posArgs()[0])
+	}
+	if *src != "poll" && *src != "pgcdc" {
+		return fmt.Errorf("%w: --source must be poll or pgcdc, not %q", wire.ErrUsage, *src)
 	}
 	dashListen, err := loopbackAddr("dashboard-addr", *dashAddr)
 	if err != nil {
@@ -165,6 +171,9 @@ func runRelay(ctx context.Context, e env, args []string) error {
 
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	if *src == "pgcdc" {
+		return runCDCRelay(ctx, f, cdc, cfg, *brokerURL, listenAddr, log)
+	}
 	// The endpoints come first, so that a relay waiting for its database
 	// or broker is seen to be alive and not ready, and why.
 	var state *telemetry.State

@@ -1,0 +1,402 @@
+package source_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	outbox "github.com/outbox-go/outbox"
+	"github.com/outbox-go/outbox/broker"
+	"github.com/outbox-go/outbox/broker/membroker"
+	"github.com/outbox-go/outbox/source"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// memSource is a Source over transactions given up front.
+type memSource struct {
+	mu     sync.Mutex
+	txns   []source.Txn
+	acked  []source.Position
+	parked []source.Parked
+	wake   chan struct{}
+}
+
+func newMemSource(txns ...source.Txn) *memSource {
+	return &memSource{txns: txns, wake: make(chan struct{}, 1)}
+}
+
+func (s *memSource) add(txns ...source.Txn) {
+	s.mu.Lock()
+	s.txns = append(s.txns, txns...)
+	s.mu.Unlock()
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (s *memSource) Next(ctx context.Context) ([]source.Txn, error) {
+	for {
+		s.mu.Lock()
+		if len(s.txns) > 0 {
+			out := s.txns
+			s.txns = nil
+			s.mu.Unlock()
+			return out, nil
+		}
+		s.mu.Unlock()
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-s.wake:
+		}
+	}
+}
+
+func (s *memSource) Ack(_ context.Context, pos source.Position) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.acked = append(s.acked, pos)
+	return nil
+}
+
+func (s *memSource) Park(_ context.Context, p []source.Parked) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.parked = append(s.parked, p...)
+	return nil
+}
+
+func (s *memSource) lastAck() source.Position {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.acked) == 0 {
+		return 0
+	}
+	return s.acked[len(s.acked)-1]
+}
+
+func (s *memSource) parkedEvents() []source.Parked {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]source.Parked(nil), s.parked...)
+}
+
+var nextID int64
+
+// txn builds a transaction at pos with one event per key given.
+func txn(pos source.Position, keys ...string) source.Txn {
+	t := source.Txn{Pos: pos}
+	for _, k := range keys {
+		nextID++
+		t.Events = append(t.Events, outbox.Event{ID: nextID, Message: outbox.Message{
+			EventID: outbox.NewEventID(), Topic: "t", Key: k, Type: "T", Payload: []byte(fmt.Sprint(nextID)),
+			SchemaVersion: 1, ContentType: outbox.DefaultContentType}})
+	}
+	return t
+}
+
+func fast(cfg source.Config) source.Config {
+	if cfg.BackoffBase == 0 {
+		cfg.BackoffBase = 5 * time.Millisecond
+	}
+	if cfg.BackoffMax == 0 {
+		cfg.BackoffMax = 20 * time.Millisecond
+	}
+	return cfg
+}
+
+// start runs a Loop until the test ends.
+func start(t *testing.T, src source.Source, b broker.Broker, cfg source.Config) *source.Loop {
+	t.Helper()
+	l, err := source.New(src, b, fast(cfg))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- l.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	})
+	return l
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+// checkOrder fails unless, per key, the first deliveries come in id order.
+func checkOrder(t *testing.T, got []outbox.Event) {
+	t.Helper()
+	last := map[string]int64{}
+	seen := map[int64]bool{}
+	for _, e := range got {
+		if seen[e.ID] {
+			continue
+		}
+		seen[e.ID] = true
+		if e.Key != "" && e.ID < last[e.Key] {
+			t.Fatalf("key %s: event %d delivered after %d", e.Key, e.ID, last[e.Key])
+		}
+		last[e.Key] = e.ID
+	}
+}
+
+func newBroker(t *testing.T, cfg membroker.Config) *membroker.Broker {
+	b, err := membroker.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func TestOrderPerKeyWithRetries(t *testing.T) {
+	for _, keyOrdered := range []bool{false, true} {
+		t.Run(fmt.Sprint("keyOrdered=", keyOrdered), func(t *testing.T) {
+			b := newBroker(t, membroker.Config{KeyOrdered: keyOrdered})
+			var mu sync.Mutex
+			fails := map[string]int{} // event id → failures so far
+			b.SetHook(func(e outbox.Event) error {
+				mu.Lock()
+				defer mu.Unlock()
+				if e.ID%7 == 0 && fails[e.EventID] < 3 {
+					fails[e.EventID]++
+					return errors.New("transient")
+				}
+				return nil
+			})
+			src := newMemSource()
+			var want int
+			for p := 1; p <= 200; p++ {
+				src.add(txn(source.Position(p), fmt.Sprint("k", p%5), fmt.Sprint("k", (p+1)%5), ""))
+				want += 3
+			}
+			l := start(t, src, b, source.Config{BatchSize: 16})
+			waitFor(t, "all delivered", func() bool { return l.Totals().Delivered == int64(want) })
+			checkOrder(t, b.Events(""))
+			waitFor(t, "ack of the last position", func() bool { return src.lastAck() == 200 })
+			if n := len(src.parkedEvents()); n != 0 {
+				t.Fatalf("%d events parked", n)
+			}
+		})
+	}
+}
+
+func TestFailingKeyHoldsOnlyItself(t *testing.T) {
+	b := newBroker(t, membroker.Config{})
+	b.SetHook(func(e outbox.Event) error {
+		if e.Key == "poison" {
+			return errors.New("always fails")
+		}
+		return nil
+	})
+	src := newMemSource(txn(1, "poison", "a"), txn(2, "poison", "b"), txn(3, "c"))
+	l := start(t, src, b, source.Config{MaxAttempts: 1000, BackoffBase: 50 * time.Millisecond, BackoffMax: 50 * time.Millisecond})
+	waitFor(t, "the other keys", func() bool { return l.Totals().Delivered == 3 })
+	time.Sleep(100 * time.Millisecond)
+	if a := src.lastAck(); a != 0 {
+		t.Fatalf("acked %d past the unsettled poison events", a)
+	}
+	if got := len(b.Events("")); got != 3 {
+		t.Fatalf("%d delivered, want 3", got)
+	}
+}
+
+func TestPermanentAndOutOfAttemptsArePark(t *testing.T) {
+	b := newBroker(t, membroker.Config{})
+	b.SetHook(func(e outbox.Event) error {
+		switch string(e.Payload) {
+		case "1":
+			return broker.Permanentf("rejected for good")
+		case "3":
+			return errors.New("transient")
+		}
+		return nil
+	})
+	nextID = 0
+	src := newMemSource(txn(10, "k", "k"), txn(20, "j", "j"))
+	l := start(t, src, b, source.Config{MaxAttempts: 3})
+	waitFor(t, "settled", func() bool { return src.lastAck() == 20 })
+	p := src.parkedEvents()
+	if len(p) != 2 || p[0].Event.ID != 1 || p[0].Attempts != 1 || p[1].Event.ID != 3 || p[1].Attempts != 3 || p[0].Pos != 10 || p[1].Pos != 20 {
+		t.Fatalf("parked %+v", p)
+	}
+	if tot := l.Totals(); tot.Delivered != 2 || tot.Dead != 2 || tot.Retried != 2 {
+		t.Fatalf("totals %+v", tot)
+	}
+	// a DEAD event does not hold its key: 2 and 4 were delivered after it
+	got := b.Events("")
+	if len(got) != 2 || got[0].ID+got[1].ID != 6 {
+		t.Fatalf("delivered %v", got)
+	}
+}
+
+func TestUnavailableCostsNoAttempts(t *testing.T) {
+	b := newBroker(t, membroker.Config{})
+	b.SetDown(true)
+	src := newMemSource(txn(1, "a", "b", ""), txn(2, "a"))
+	l := start(t, src, b, source.Config{MaxAttempts: 2})
+	time.Sleep(300 * time.Millisecond) // many rounds of backoff at 5-20 ms
+	if tot := l.Totals(); tot.Dead != 0 || tot.Retried != 0 || tot.Delivered != 0 {
+		t.Fatalf("during the outage: %+v", tot)
+	}
+	b.SetDown(false)
+	waitFor(t, "delivery after the outage", func() bool { return src.lastAck() == 2 })
+	for _, e := range b.Events("") {
+		if e.Attempts != 0 {
+			t.Fatalf("event %d carries %d attempts", e.ID, e.Attempts)
+		}
+	}
+}
+
+// On a key-ordered broker the loop sends a key's events in one call; the
+// ones after a failure are held back and must not be charged an attempt.
+func TestHeldBehindFailureNotCounted(t *testing.T) {
+	b := newBroker(t, membroker.Config{KeyOrdered: true})
+	var mu sync.Mutex
+	failed := 0
+	nextID = 0
+	b.SetHook(func(e outbox.Event) error {
+		mu.Lock()
+		defer mu.Unlock()
+		if e.ID == 1 && failed < 2 {
+			failed++
+			return errors.New("transient")
+		}
+		return nil
+	})
+	src := newMemSource(txn(1, "k", "k", "k"))
+	l := start(t, src, b, source.Config{MaxAttempts: 3})
+	waitFor(t, "delivered", func() bool { return src.lastAck() == 1 })
+	got := b.Events("")
+	if len(got) != 3 {
+		t.Fatalf("delivered %d", len(got))
+	}
+	for i, e := range got {
+		if e.ID != int64(i+1) {
+			t.Fatalf("order %v", got)
+		}
+		want := 0
+		if e.ID == 1 {
+			want = 2
+		}
+		if e.Attempts != want {
+			t.Fatalf("event %d went out with %d attempts, want %d", e.ID, e.Attempts, want)
+		}
+	}
+	if tot := l.Totals(); tot.Retried != 2 || tot.Dead != 0 {
+		t.Fatalf("totals %+v", tot)
+	}
+}
+
+// The acknowledged position never passes an unsettled transaction, and
+// empty transactions advance it.
+func TestAckStopsAtUnsettled(t *testing.T) {
+	b := newBroker(t, membroker.Config{})
+	var mu sync.Mutex
+	block := true
+	b.SetHook(func(e outbox.Event) error {
+		mu.Lock()
+		defer mu.Unlock()
+		if e.Key == "slow" && block {
+			return errors.New("not yet")
+		}
+		return nil
+	})
+	src := newMemSource(txn(1, "a"), txn(2), txn(3, "slow"), txn(4, "b"), txn(5))
+	l := start(t, src, b, source.Config{MaxAttempts: 1000})
+	waitFor(t, "ack of 2", func() bool { return src.lastAck() == 2 })
+	waitFor(t, "b", func() bool { return l.Totals().Delivered == 2 })
+	time.Sleep(100 * time.Millisecond)
+	if a := src.lastAck(); a != 2 {
+		t.Fatalf("acked %d", a)
+	}
+	mu.Lock()
+	block = false
+	mu.Unlock()
+	waitFor(t, "ack of 5", func() bool { return src.lastAck() == 5 })
+}
+
+// A delayed event (AvailableAt) waits for its time and holds its key; the
+// other keys flow.
+func TestAvailableAtDelaysAndHoldsKey(t *testing.T) {
+	b := newBroker(t, membroker.Config{})
+	src := newMemSource()
+	late := txn(1, "k", "k")
+	late.Events[0].AvailableAt = time.Now().Add(400 * time.Millisecond)
+	src.add(late, txn(2, "j"))
+	l := start(t, src, b, source.Config{})
+	waitFor(t, "the other key", func() bool { return l.Totals().Delivered == 1 })
+	if got := b.Events(""); got[0].Key != "j" {
+		t.Fatalf("delivered %v first", got[0])
+	}
+	time.Sleep(200 * time.Millisecond)
+	if n := l.Totals().Delivered; n != 1 {
+		t.Fatalf("%d delivered before the delayed event's time", n)
+	}
+	waitFor(t, "the delayed key", func() bool { return src.lastAck() == 2 })
+	got := b.Events("")
+	if len(got) != 3 || got[1].ID > got[2].ID {
+		t.Fatalf("delivered %v", got)
+	}
+}
+
+func TestConfigRefusesNegative(t *testing.T) {
+	if _, err := (source.Config{BatchSize: -1}).WithDefaults(); err == nil {
+		t.Fatal("accepted BatchSize -1")
+	}
+	if _, err := (source.Config{BackoffBase: time.Minute, BackoffMax: time.Second}).WithDefaults(); err == nil {
+		t.Fatal("accepted BackoffMax < BackoffBase")
+	}
+}
+
+// BenchmarkLoop: the loop's own cost per event, 100,000 events of 5,000
+// keys in transactions of 100, through membroker.
+//
+//	go test -run XXX -bench Loop -benchmem ./source/
+func BenchmarkLoop(b *testing.B) {
+	const n, perTxn = 100_000, 100
+	txns := make([]source.Txn, 0, n/perTxn)
+	for i := 0; i < n; i += perTxn {
+		t := source.Txn{Pos: source.Position(i + 1)}
+		for j := i; j < i+perTxn; j++ {
+			t.Events = append(t.Events, outbox.Event{ID: int64(j + 1), Message: outbox.Message{EventID: outbox.NewEventID(), Topic: "t",
+				Key: fmt.Sprint("k", j%5000), Type: "T", Payload: make([]byte, 200), SchemaVersion: 1, ContentType: outbox.DefaultContentType}})
+		}
+		txns = append(txns, t)
+	}
+	for i := 0; i < b.N; i++ {
+		mb, _ := membroker.New(membroker.Config{})
+		src := newMemSource(txns...)
+		l, err := source.New(src, mb, source.Config{BatchSize: 1000})
+		if err != nil {
+			b.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- l.Run(ctx) }()
+		for src.lastAck() != source.Position(n-perTxn+1) {
+			time.Sleep(time.Millisecond)
+		}
+		cancel()
+		<-done
+	}
+	b.ReportMetric(float64(n)*float64(b.N)/b.Elapsed().Seconds(), "ev/s")
+}

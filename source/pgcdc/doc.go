@@ -1,0 +1,73 @@
+// Package pgcdc is a PostgreSQL logical replication source: it streams the
+// outbox table's inserts (table mode) or pg_logical_emit_message records
+// (table-less mode) from a replication slot with the pgoutput plugin
+// (protocol 1), and implements source.Source, so source.Loop (and later the
+// relay engine) delivers them.
+//
+// Set-up: the server needs wal_level = logical (Start refuses anything
+// else, naming the fix); the role needs REPLICATION and, for Setup, to own
+// the table. Start runs Setup (publication on the table, <table>_cdc for
+// the lease and the slot's history) and creates the slot when it is
+// missing; `outbox migrate --cdc` does the same ahead of time.
+//
+// # What is delivered, and when
+//
+// The source buffers each transaction until its Commit record and hands
+// committed transactions out in commit order; an aborted transaction is
+// never seen (pgoutput sends nothing of it), and with protocol 1 the
+// server decodes a transaction only once it committed, spilling large ones
+// to disk. Rows are decoded through the Relation message (column
+// positions), by the table contract's column names; a row that breaks the
+// contract (headers that are not an object of strings, an empty topic, …)
+// is parked DEAD with the reason, never a crash. An UPDATE that turns a row
+// back to NEW (`outbox dead retry`) delivers it again.
+//
+// A transaction's Position is its commit's end LSN. Ack deletes the
+// delivered rows (table mode; in batches, after the broker confirmed them)
+// and only then lets the slot's confirmed flush LSN advance to it; so a
+// crash replays at most what was not acknowledged, with the same event ids.
+// With nothing outstanding, the source reports the server's sent position
+// from its keepalives, and a heartbeat (pg_logical_emit_message(false,
+// prefix||'hb', ”)) gives an idle database WAL to move past, so an idle
+// slot retains no WAL. Lag reads pg_current_wal_lsn() - confirmed_flush_lsn;
+// NewLagCollector exposes it as outbox_cdc_lag_bytes.
+//
+// # Parking
+//
+// Table mode: the row becomes DEAD with last_error, as the polling relay
+// does, so `outbox dead list` shows it and `outbox dead retry` requeues
+// it. Table-less mode: the event is inserted, DEAD, into <table>_parked, an
+// outbox table of its own: `outbox dead list --table <table>_parked` shows
+// it; a requeued one becomes NEW there and is delivered by a polling relay
+// on that table (`outbox relay --table <table>_parked`).
+//
+// # Slot safety
+//
+// A slot that vanished (dropped behind the source's back) or was
+// invalidated (wal_status lost) is detected when streaming (re)starts. In
+// table mode the source creates a new slot with an exported snapshot and
+// reads, in that snapshot, the rows still NEW: exactly those committed
+// before the new slot's start, which the stream will not carry; they are
+// delivered first, then streaming goes on. (The same happens when a slot is
+// first created on a table that already holds rows.) In table-less mode the
+// events live only in the WAL, so a lost slot cannot be recovered: Start
+// fails with ErrSlotLost, naming `outbox cdc drop-slot --force`. DropSlot
+// refuses while events are undelivered unless forced.
+//
+// # One streamer at a time
+//
+// A lease row per slot in <table>_cdc (owner, fencing epoch, expiry on the
+// database clock, renewed every third of Config.LeaseFor). Other processes
+// wait in Start and take over once it expired; the new holder terminates a
+// stale walsender of the slot. Every write (the deletes of Ack, Park)
+// locks the lease row and checks owner and epoch first, so a process that
+// stalled past its lease changes nothing; it stops with source.ErrFenced.
+//
+// # Protocol 2 streaming
+//
+// Not enabled: with protocol 1 the server sends a transaction at its
+// commit, which is what the source needs anyway (it delivers nothing
+// before the commit). Streaming in-progress transactions would save the
+// server's spill files for very large transactions but not change what is
+// delivered.
+package pgcdc

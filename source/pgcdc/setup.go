@@ -1,0 +1,279 @@
+package pgcdc
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/outbox-go/outbox/store"
+	"github.com/outbox-go/outbox/store/pgstore"
+)
+
+// ErrWALLevel: the server's wal_level is not logical.
+var ErrWALLevel = errors.New("pgcdc: wal_level is not logical")
+
+// ErrSlotLost: the table-less mode's slot was lost or dropped, and with it
+// the events it had not delivered.
+var ErrSlotLost = errors.New("pgcdc: replication slot lost")
+
+// CheckWALLevel refuses a server whose wal_level is not logical, naming the
+// fix.
+func CheckWALLevel(ctx context.Context, pool *pgxpool.Pool) error {
+	var level string
+	if err := pool.QueryRow(ctx, "SHOW wal_level").Scan(&level); err != nil {
+		return fmt.Errorf("pgcdc: reading wal_level: %w", err)
+	}
+	if level != "logical" {
+		return fmt.Errorf("%w (it is %q): run `ALTER SYSTEM SET wal_level = logical` as a superuser and restart PostgreSQL (scripts/services.sh does both), or use the polling relay (outbox relay without --source pgcdc)", ErrWALLevel, level)
+	}
+	return nil
+}
+
+// Setup creates what the source needs, when missing: the publication (on
+// the outbox table in table mode, on no table in table-less mode), the
+// state table <table>_cdc (the streaming lease and the slot's history) and,
+// in table-less mode, the parked-events table <table>_parked. Idempotent;
+// `outbox migrate --publication` runs it. In table mode the outbox table
+// must exist (outbox migrate creates it).
+func Setup(ctx context.Context, pool *pgxpool.Pool, cfg Config) error {
+	cfg, err := cfg.WithDefaults()
+	if err != nil {
+		return err
+	}
+	n := cfg.names()
+	if !cfg.TableLess {
+		var exists bool
+		if err := pool.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", n.table).Scan(&exists); err != nil {
+			return fmt.Errorf("pgcdc: setup: %w", err)
+		}
+		if !exists {
+			return fmt.Errorf("pgcdc: setup: %w", store.ErrNotMigrated)
+		}
+	}
+	if _, err := pool.Exec(ctx, `CREATE TABLE IF NOT EXISTS `+n.state+` (
+	slot        TEXT        PRIMARY KEY,
+	owner       TEXT        NOT NULL DEFAULT '',
+	epoch       BIGINT      NOT NULL DEFAULT 0,
+	lease_until TIMESTAMPTZ,
+	slot_lsn    TEXT        NOT NULL DEFAULT ''
+)`); err != nil {
+		return fmt.Errorf("pgcdc: setup: creating %s: %w", n.state, err)
+	}
+	if err := ensurePublication(ctx, pool, cfg, n); err != nil {
+		return err
+	}
+	if cfg.TableLess {
+		ps, err := pgstore.New(pool, pgstore.Config{Options: store.Options{Table: cfg.Table + "_parked", Schema: cfg.Schema}, DisableNotify: true, VacuumAfter: -1})
+		if err != nil {
+			return fmt.Errorf("pgcdc: setup: %w", err)
+		}
+		defer ps.Close()
+		if err := ps.Migrate(ctx); err != nil {
+			return fmt.Errorf("pgcdc: setup: the parked-events table: %w", err)
+		}
+	}
+	return nil
+}
+
+// ensurePublication creates the publication unless it exists, and checks
+// that an existing one publishes the table (table mode).
+func ensurePublication(ctx context.Context, pool *pgxpool.Pool, cfg Config, n names) error {
+	var exists bool
+	if err := pool.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_publication WHERE pubname = $1)", cfg.Publication).Scan(&exists); err != nil {
+		return fmt.Errorf("pgcdc: setup: %w", err)
+	}
+	if !exists {
+		stmt := "CREATE PUBLICATION " + pgx.Identifier{cfg.Publication}.Sanitize()
+		if !cfg.TableLess {
+			// updates too: `outbox dead retry` turns a DEAD row back to
+			// NEW with an UPDATE; the source's own DELETEs need not come
+			stmt += " FOR TABLE " + n.table + " WITH (publish = 'insert, update')"
+		}
+		if _, err := pool.Exec(ctx, stmt); err != nil {
+			var pgErr *pgconn.PgError
+			if !errors.As(err, &pgErr) || pgErr.Code != "42710" { // created meanwhile by another process
+				return fmt.Errorf("pgcdc: setup: creating publication %s: %w", cfg.Publication, err)
+			}
+		}
+	}
+	if cfg.TableLess {
+		return nil
+	}
+	var has bool
+	if err := pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_publication_tables WHERE pubname = $1 AND schemaname = COALESCE(NULLIF($2, ''), current_schema()) AND tablename = $3)`,
+		cfg.Publication, cfg.Schema, cfg.Table).Scan(&has); err != nil {
+		return fmt.Errorf("pgcdc: setup: %w", err)
+	}
+	if !has {
+		return fmt.Errorf("pgcdc: publication %s exists but does not publish the table %s: `ALTER PUBLICATION %s ADD TABLE %s`, or name another publication", cfg.Publication, n.table, cfg.Publication, n.table)
+	}
+	return nil
+}
+
+// slotInfo is a row of pg_replication_slots.
+type slotInfo struct {
+	exists    bool
+	plugin    string
+	database  string
+	active    bool
+	activePID int32
+	walStatus string
+	confirmed string
+}
+
+func readSlot(ctx context.Context, pool *pgxpool.Pool, slot string) (slotInfo, error) {
+	var si slotInfo
+	var pid *int32
+	var plugin, db, ws, conf *string
+	err := pool.QueryRow(ctx, `SELECT plugin, database, active, active_pid, wal_status, confirmed_flush_lsn::text
+FROM pg_replication_slots WHERE slot_name = $1`, slot).Scan(&plugin, &db, &si.active, &pid, &ws, &conf)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return si, nil
+	}
+	if err != nil {
+		return si, fmt.Errorf("pgcdc: reading slot %s: %w", slot, err)
+	}
+	si.exists = true
+	str := func(p *string) string {
+		if p == nil {
+			return ""
+		}
+		return *p
+	}
+	si.plugin, si.database, si.walStatus, si.confirmed = str(plugin), str(db), str(ws), str(conf)
+	if pid != nil {
+		si.activePID = *pid
+	}
+	return si, nil
+}
+
+// Lag is how far a slot is behind the server's WAL.
+type Lag struct {
+	// Bytes is pg_current_wal_lsn() - confirmed_flush_lsn: WAL written
+	// since the last position the source acknowledged.
+	Bytes int64
+	// RetainedBytes is pg_current_wal_lsn() - restart_lsn: WAL the server
+	// keeps for the slot.
+	RetainedBytes int64
+	// WALStatus is the slot's wal_status (reserved, extended, unreserved,
+	// lost).
+	WALStatus string
+}
+
+// SlotLag reads the lag of slot; an error wrapping ErrSlotLost when the
+// slot does not exist.
+func SlotLag(ctx context.Context, pool *pgxpool.Pool, slot string) (Lag, error) {
+	var l Lag
+	var ws *string
+	var b, r *int64
+	err := pool.QueryRow(ctx, `SELECT (pg_current_wal_lsn() - confirmed_flush_lsn)::bigint, (pg_current_wal_lsn() - restart_lsn)::bigint, wal_status
+FROM pg_replication_slots WHERE slot_name = $1`, slot).Scan(&b, &r, &ws)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return l, fmt.Errorf("%w: slot %s does not exist", ErrSlotLost, slot)
+	}
+	if err != nil {
+		return l, fmt.Errorf("pgcdc: reading the lag of slot %s: %w", slot, err)
+	}
+	if b != nil {
+		l.Bytes = *b
+	}
+	if r != nil {
+		l.RetainedBytes = *r
+	}
+	if ws != nil {
+		l.WALStatus = *ws
+	}
+	return l, nil
+}
+
+// ErrUndelivered: DropSlot refused because events are not delivered yet.
+var ErrUndelivered = errors.New("pgcdc: events are not delivered yet")
+
+// DropSlot drops the source's replication slot. It refuses while a process
+// streams from it, and, unless force is set, while events are undelivered:
+// in table mode rows still NEW in the table (a later start would deliver
+// them by its recovery poll, but nothing streams them meanwhile), in
+// table-less mode messages of the prefix after the slot's confirmed
+// position (dropping the slot loses them for good). It forgets the slot in
+// the state table, so the next start creates a new one without reporting
+// a lost slot. Dropping a missing slot is not an error.
+func DropSlot(ctx context.Context, pool *pgxpool.Pool, cfg Config, force bool) error {
+	cfg, err := cfg.WithDefaults()
+	if err != nil {
+		return err
+	}
+	n := cfg.names()
+	si, err := readSlot(ctx, pool, cfg.Slot)
+	if err != nil {
+		return err
+	}
+	if !si.exists {
+		_, _ = pool.Exec(ctx, "UPDATE "+n.state+" SET slot_lsn = '' WHERE slot = $1", cfg.Slot)
+		return nil
+	}
+	if si.active {
+		return fmt.Errorf("pgcdc: slot %s is in use by the server process %d (a running relay): stop it first", cfg.Slot, si.activePID)
+	}
+	if !force {
+		undelivered, err := countUndelivered(ctx, pool, cfg, n)
+		if err != nil {
+			return err
+		}
+		if undelivered > 0 {
+			what := "rows of " + n.table + " are still NEW"
+			if cfg.TableLess {
+				what = "table-less events are still in the slot's WAL; dropping the slot loses them for good"
+			}
+			return fmt.Errorf("%w: %d %s: run the relay until they are delivered (outbox status), or drop anyway with --force", ErrUndelivered, undelivered, what)
+		}
+	}
+	if _, err := pool.Exec(ctx, "SELECT pg_drop_replication_slot($1)", cfg.Slot); err != nil {
+		return fmt.Errorf("pgcdc: dropping slot %s: %w", cfg.Slot, err)
+	}
+	if _, err := pool.Exec(ctx, "UPDATE "+n.state+" SET slot_lsn = '' WHERE slot = $1", cfg.Slot); err != nil {
+		var pgErr *pgconn.PgError
+		if !errors.As(err, &pgErr) || pgErr.Code != "42P01" { // no state table: never streamed
+			return fmt.Errorf("pgcdc: slot %s dropped, but forgetting it in %s failed: %w", cfg.Slot, n.state, err)
+		}
+	}
+	return nil
+}
+
+// countUndelivered counts what DropSlot would leave behind.
+func countUndelivered(ctx context.Context, pool *pgxpool.Pool, cfg Config, n names) (int64, error) {
+	if !cfg.TableLess {
+		var c int64
+		err := pool.QueryRow(ctx, "SELECT count(*) FROM "+n.table+" WHERE status = 'NEW'").Scan(&c)
+		if err != nil {
+			return 0, fmt.Errorf("pgcdc: counting undelivered rows: %w", err)
+		}
+		return c, nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	rows, err := pool.Query(ctx, `SELECT data FROM pg_logical_slot_peek_binary_changes($1, NULL, NULL,
+	'proto_version', '1', 'publication_names', $2, 'messages', 'true')`, cfg.Slot, cfg.Publication)
+	if err != nil {
+		return 0, fmt.Errorf("pgcdc: reading the slot's pending changes: %w", err)
+	}
+	defer rows.Close()
+	var c int64
+	for rows.Next() {
+		var data []byte
+		if err := rows.Scan(&data); err != nil {
+			return 0, err
+		}
+		if isEventMessage(data, cfg.Prefix) {
+			c++
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return 0, fmt.Errorf("pgcdc: reading the slot's pending changes: %w", err)
+	}
+	return c, nil
+}

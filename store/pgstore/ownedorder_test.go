@@ -57,7 +57,7 @@ func testClaimKeyOrderAcrossClaimStart(t *testing.T, owned bool) {
 
 	// Something holds the claim back after its transaction began: a
 	// lock on the shard rows (a Balance holds them) or, for the exclusion
-	// claim, its advisory lock (another claimer holds it).
+	// claim, on an expired claim it takes over.
 	blocker, err := pool.Begin(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -68,7 +68,13 @@ func testClaimKeyOrderAcrossClaimStart(t *testing.T, owned bool) {
 			t.Fatal(err)
 		}
 	} else {
-		if _, err := blocker.Exec(ctx, "LOCK TABLE "+table+"_claims IN EXCLUSIVE MODE"); err != nil {
+		// an expired claim the claim's takeover must delete, locked (a
+		// table lock would stop the statements' preparation, before the
+		// transaction begins)
+		if _, err := pool.Exec(ctx, "INSERT INTO "+table+"_claims (owner, epoch, lease_until, ids, n, keys) VALUES ('other', 1, now() - interval '1 hour', '{}', 0, '{}')"); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := blocker.Exec(ctx, "SELECT 1 FROM "+table+"_claims WHERE owner = 'other' FOR UPDATE"); err != nil {
 			t.Fatal(err)
 		}
 	}

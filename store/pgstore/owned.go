@@ -112,7 +112,12 @@ const maxOwnedSQL = 4096
 // shard index in id order (a Merge Append under the LIMIT: it reads only
 // as far as the batch needs, whatever the backlog), skipping the owner's
 // own claimed ids and rows not due; a branch whose shard is not ok is cut
-// off by a one-time filter. judged: each candidate held or not by an
+// off by a one-time filter. A row never delayed (next_attempt_at at most
+// created_at) is due whatever now() says: now() is the transaction's start,
+// and the statement's snapshot comes later (after the lock waits above), so
+// it can see a key's earlier row written by a transaction that began after
+// it; "not due" must be exactly what holdSQL counts as a delayed earlier
+// row, or a key's later row would be claimed without the earlier one. judged: each candidate held or not by an
 // earlier row of its key; held ones are parked, the others claimed.
 func (s *Store) ownedClaimSQL(shards []int) string {
 	var kb strings.Builder
@@ -142,7 +147,7 @@ func (s *Store) ownedClaimSQL(shards []int) string {
 		}
 		n := strconv.Itoa(sh)
 		b.WriteString(`(SELECT o.id, o.event_key, ` + n + ` AS shard FROM ` + s.table + ` o WHERE ` + expr + ` = ` + n +
-			` AND o.status = 'NEW' AND NOT o.parked AND o.next_attempt_at <= now() AND NOT (o.id <@ (SELECT r FROM mine)) AND (SELECT ` + n + ` = ANY(a) FROM ok) ORDER BY o.id)`)
+			` AND o.status = 'NEW' AND NOT o.parked AND (o.next_attempt_at <= now() OR o.next_attempt_at <= o.created_at) AND NOT (o.id <@ (SELECT r FROM mine)) AND (SELECT ` + n + ` = ANY(a) FROM ok) ORDER BY o.id)`)
 	}
 	b.WriteString(`) u ORDER BY u.id LIMIT $4
 ), judged AS (

@@ -1,0 +1,144 @@
+package pgstore_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	outbox "github.com/outbox-go/outbox"
+	"github.com/outbox-go/outbox/store"
+	"github.com/outbox-go/outbox/store/pgstore"
+)
+
+// A claim's now() is its transaction's start, and the claim waits for the
+// shard rows' locks (a Balance of its owner holds them) before its
+// statement takes a snapshot. A key's later row can then be visible and due
+// (its writer began before the claim) while the key's earlier row, whose
+// writer began after the claim but committed first, is visible and not
+// "due" by the claim's now(). The claim must not hand out the later row
+// alone: that let a key's events be published out of order (torture cell
+// postgres_nats_poll_keys3, seed 1090828571, versions 175 before 174).
+func TestClaimOwnedKeyOrderAcrossClaimStart(t *testing.T) {
+	for _, owned := range []bool{true, false} {
+		name := "exclusion"
+		if owned {
+			name = "owned"
+		}
+		t.Run(name, func(t *testing.T) { testClaimKeyOrderAcrossClaimStart(t, owned) })
+	}
+}
+
+func testClaimKeyOrderAcrossClaimStart(t *testing.T, owned bool) {
+	ctx := context.Background()
+	pool, _ := openPool(t)
+	st, table := migratedStore(t, pool, "ordstart_", pgstore.Config{})
+	const owner = "relay-a"
+	own, err := st.Balance(ctx, store.BalanceRequest{Owner: owner, LeaseFor: 30 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(own.Held) != 64 {
+		t.Fatalf("held %d shards, want 64", len(own.Held))
+	}
+	msg := func(v string) outbox.Message {
+		return outbox.Message{Topic: "t", Key: "k", Type: "T", Payload: []byte(`{"v":` + v + `}`)}
+	}
+
+	// The later row's writer begins first (its now() is earliest).
+	late, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer late.Rollback(ctx) //nolint:errcheck // a no-op after Commit
+	if _, err := late.Exec(ctx, "SELECT now()"); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(20 * time.Millisecond)
+
+	// Something holds the claim back after its transaction began: a
+	// lock on the shard rows (a Balance holds them) or, for the exclusion
+	// claim, on an expired claim it takes over.
+	blocker, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer blocker.Rollback(ctx) //nolint:errcheck // released below
+	if owned {
+		if _, err := blocker.Exec(ctx, "SELECT shard FROM "+table+"_shards FOR UPDATE"); err != nil {
+			t.Fatal(err)
+		}
+	} else {
+		// an expired claim the claim's takeover must delete, locked (a
+		// table lock would stop the statements' preparation, before the
+		// transaction begins)
+		if _, err := pool.Exec(ctx, "INSERT INTO "+table+"_claims (owner, epoch, lease_until, ids, n, keys) VALUES ('other', 1, now() - interval '1 hour', '{}', 0, '{}')"); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := blocker.Exec(ctx, "SELECT 1 FROM "+table+"_claims WHERE owner = 'other' FOR UPDATE"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	type result struct {
+		c   store.Claim
+		err error
+	}
+	done := make(chan result, 1)
+	lease := store.Lease{Owner: owner, Epoch: 1}
+	go func() {
+		req := store.ClaimRequest{Lease: lease, Limit: 10, LeaseFor: 30 * time.Second}
+		var c store.Claim
+		var err error
+		if owned {
+			c, err = st.ClaimOwned(ctx, store.OwnedClaimRequest{ClaimRequest: req, Shards: own.Held})
+		} else {
+			c, err = st.Claim(ctx, req)
+		}
+		done <- result{c, err}
+	}()
+	// Wait until the claim waits for the lock (its transaction has begun).
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		var n int
+		if err := pool.QueryRow(ctx, "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%'||$1||'%' AND pid <> pg_backend_pid()", table).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		if n > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the claim never waited for the lock")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	time.Sleep(20 * time.Millisecond)
+	// The earlier row: its writer begins after the claim, commits first.
+	if err := st.Enqueue(ctx, msg("1")); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.EnqueuePgxTx(ctx, late, msg("2")); err != nil {
+		t.Fatal(err)
+	}
+	if err := late.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := blocker.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	r := <-done
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	var ids []int64
+	if err := pool.QueryRow(ctx, "SELECT array_agg(id ORDER BY id) FROM "+table).Scan(&ids); err != nil {
+		t.Fatal(err)
+	}
+	got := make([]int64, len(r.c.Events))
+	for i, e := range r.c.Events {
+		got[i] = e.ID
+	}
+	// Either both rows, in order, or none: never the later one alone.
+	if len(got) == 1 || (len(got) == 2 && (got[0] != ids[0] || got[1] != ids[1])) {
+		t.Fatalf("claim took %v of the key's rows %v: the later row without the earlier one", got, ids)
+	}
+	t.Logf("claim took %v of %v", got, ids)
+}

@@ -74,8 +74,7 @@ type Config struct {
 	// the exclusion engine (Store.Claim), which the fault-injection matrix
 	// has proven. Engine v2 is experimental in this version: under a
 	// loaded database its shard heartbeats can time out and leave shards
-	// unclaimed, and one torture run delivered two events of a key out of
-	// order while relays joined and left (see the relay package doc).
+	// unclaimed (see the relay package doc).
 	Ownership bool
 	// Hooks observe the relay: each implements one or more of the Hook…
 	// interfaces (HookClaim, HookPublishStart, HookPublishEnd, HookSettle,

@@ -342,7 +342,16 @@ func TestOverview(t *testing.T) {
 		}
 		h := relays[0].(map[string]any)["health"].(map[string]any)
 		b, _ := rp.json["backlog"].(map[string]any)
-		return h["delivered"] == 50.0 && b != nil && b["pending"] == 0.0
+		// the sample after the deliveries carries their rate: wait for it
+		// too (the deliveries may all fall before the second sample)
+		series, _ := rp.json["series"].([]any)
+		rated := false
+		for _, p := range series {
+			if v, ok := p.(map[string]any)["delivered_per_second"].(float64); ok && v > 0 {
+				rated = true
+			}
+		}
+		return h["delivered"] == 50.0 && b != nil && b["pending"] == 0.0 && len(series) >= 2 && rated
 	})
 	series := rp.json["series"].([]any)
 	var delivered float64

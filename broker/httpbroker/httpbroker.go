@@ -10,7 +10,6 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/outbox-go/outbox/broker"
@@ -143,10 +142,7 @@ type Broker struct {
 	source string // percent-encoded Config.Source
 	slots  chan struct{}
 
-	mu       sync.Mutex
-	closed   bool
-	inflight sync.WaitGroup
-	done     chan struct{}
+	gate broker.Gate // Publish calls in progress; Close
 }
 
 // template is a parsed URL template.
@@ -220,7 +216,6 @@ func New(client *http.Client, urlTemplate string, cfg Config) (*Broker, error) {
 		client: client, owned: owned, target: t, cfg: cfg, key: key,
 		source: broker.PercentEncode(cfg.Source),
 		slots:  make(chan struct{}, cfg.MaxInFlight),
-		done:   make(chan struct{}),
 	}, nil
 }
 
@@ -301,33 +296,12 @@ func (b *Broker) Features() broker.Features {
 // requests in progress until ctx ends, then closes the idle connections of
 // the client Dial built. Safe to call more than once.
 func (b *Broker) Close(ctx context.Context) error {
-	b.mu.Lock()
-	first := !b.closed
-	b.closed = true
-	b.mu.Unlock()
-	if !first {
-		select {
-		case <-b.done:
-		case <-ctx.Done():
+	return b.gate.Close(ctx, "httpbroker: closing with requests still in flight", func() error {
+		if b.owned {
+			b.client.CloseIdleConnections()
 		}
 		return nil
-	}
-	defer close(b.done)
-	idle := make(chan struct{})
-	go func() {
-		b.inflight.Wait()
-		close(idle)
-	}()
-	var err error
-	select {
-	case <-idle:
-	case <-ctx.Done():
-		err = fmt.Errorf("httpbroker: closing with requests still in flight (they fail and will be retried): %w", ctx.Err())
-	}
-	if b.owned {
-		b.client.CloseIdleConnections()
-	}
-	return err
+	})
 }
 
 // isDialError reports whether err happened before any byte of the request

@@ -44,14 +44,10 @@ func (b *Broker) Publish(ctx context.Context, events []outbox.Event) []error {
 	if len(events) == 0 {
 		return results
 	}
-	b.mu.Lock()
-	if b.closed {
-		b.mu.Unlock()
+	if !b.gate.Enter() {
 		return broker.Fill(len(events), ErrClosed)
 	}
-	b.inflight.Add(1)
-	b.mu.Unlock()
-	defer b.inflight.Done()
+	defer b.gate.Leave()
 	if err := ctx.Err(); err != nil {
 		return broker.Fill(len(events), fmt.Errorf("httpbroker: not sent: %w", err))
 	}

@@ -116,10 +116,7 @@ type Broker struct {
 	limitsMu sync.Mutex
 	limits   map[string]topicLimit // topics' max.message.bytes, learned on MESSAGE_TOO_LARGE
 
-	mu       sync.Mutex
-	closed   bool
-	inflight sync.WaitGroup // Publish calls in progress
-	done     chan struct{}  // closed when Close has finished
+	gate broker.Gate // Publish calls in progress; Close
 }
 
 var (
@@ -156,7 +153,7 @@ func newBroker(cl *kgo.Client, cfg Config, owned bool) (*Broker, error) {
 	if cfg.MaxMessage == 0 {
 		cfg.MaxMessage = DefaultMaxMessage
 	}
-	return &Broker{cl: cl, adm: kadm.NewClient(cl), cfg: cfg, owned: owned, done: make(chan struct{})}, nil
+	return &Broker{cl: cl, adm: kadm.NewClient(cl), cfg: cfg, owned: owned}, nil
 }
 
 // checkClient refuses a client whose producer cannot keep the adapter's
@@ -348,42 +345,10 @@ func (b *Broker) Features() broker.Features {
 // Publish calls in progress until ctx ends, then closes the client if Dial
 // built it. Safe to call more than once.
 func (b *Broker) Close(ctx context.Context) error {
-	b.mu.Lock()
-	first := !b.closed
-	b.closed = true
-	b.mu.Unlock()
-	if !first {
-		select {
-		case <-b.done:
-		case <-ctx.Done():
+	return b.gate.Close(ctx, "kafkabroker: closing with publishes still waiting for acknowledgements", func() error {
+		if b.owned {
+			b.cl.Close()
 		}
 		return nil
-	}
-	defer close(b.done)
-	idle := make(chan struct{})
-	go func() {
-		b.inflight.Wait()
-		close(idle)
-	}()
-	var err error
-	select {
-	case <-idle:
-	case <-ctx.Done():
-		err = fmt.Errorf("kafkabroker: closing with publishes still waiting for acknowledgements (they fail and will be retried): %w", ctx.Err())
-	}
-	if b.owned {
-		b.cl.Close()
-	}
-	return err
-}
-
-// enter registers a Publish call; false after Close.
-func (b *Broker) enter() bool {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.closed {
-		return false
-	}
-	b.inflight.Add(1)
-	return true
+	})
 }

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -89,10 +88,7 @@ type Broker struct {
 	source string
 	window *window // Config.MaxPending
 
-	mu       sync.Mutex
-	closed   bool
-	inflight sync.WaitGroup // Publish calls in progress
-	done     chan struct{}  // closed when Close has finished
+	gate broker.Gate // Publish calls in progress; Close
 }
 
 var _ broker.Broker = (*Broker)(nil)
@@ -122,7 +118,6 @@ func newBroker(nc *nats.Conn, cfg Config, owned bool) (*Broker, error) {
 		nc: nc, js: js, cfg: cfg, owned: owned,
 		source: broker.PercentEncode(cfg.Source),
 		window: &window{free: cfg.MaxPending},
-		done:   make(chan struct{}),
 	}, nil
 }
 
@@ -250,32 +245,10 @@ func (e noStreamError) Is(target error) bool {
 // Dial opened it. Safe to call more than once; later calls wait for the
 // first to finish or ctx to end.
 func (b *Broker) Close(ctx context.Context) error {
-	b.mu.Lock()
-	first := !b.closed
-	b.closed = true
-	b.mu.Unlock()
-	if !first {
-		select {
-		case <-b.done:
-		case <-ctx.Done():
+	return b.gate.Close(ctx, "natsbroker: closing with publishes still waiting for PubAcks", func() error {
+		if b.owned {
+			b.nc.Close()
 		}
 		return nil
-	}
-	defer close(b.done)
-
-	idle := make(chan struct{})
-	go func() {
-		b.inflight.Wait()
-		close(idle)
-	}()
-	var err error
-	select {
-	case <-idle:
-	case <-ctx.Done():
-		err = fmt.Errorf("natsbroker: closing with publishes still waiting for PubAcks (they fail and will be retried): %w", ctx.Err())
-	}
-	if b.owned {
-		b.nc.Close()
-	}
-	return err
+	})
 }

@@ -148,15 +148,11 @@ func (b *Broker) PublishResults(ctx context.Context, events []outbox.Event) []br
 	if len(events) == 0 {
 		return res
 	}
-	b.mu.Lock()
-	if b.closed {
-		b.mu.Unlock()
+	if !b.gate.Enter() {
 		fillResults(res, ErrClosed)
 		return res
 	}
-	b.inflight.Add(1)
-	b.mu.Unlock()
-	defer b.inflight.Done()
+	defer b.gate.Leave()
 	if err := ctx.Err(); err != nil {
 		fillResults(res, fmt.Errorf("redisbroker: not published: %w", err))
 		return res

@@ -7,7 +7,6 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -122,10 +121,7 @@ type Broker struct {
 	// maxLenArg and sourceArg are MaxLen and Source boxed once, for XADD
 	maxLenArg, sourceArg any
 
-	mu       sync.Mutex
-	closed   bool
-	inflight sync.WaitGroup
-	done     chan struct{}
+	gate broker.Gate // Publish calls in progress; Close
 }
 
 // New returns a Broker that publishes through rdb, a client the caller owns
@@ -149,7 +145,6 @@ func newBroker(rdb redis.UniversalClient, cfg Config, owned bool) *Broker {
 		slice:     max(int64((cfg.DedupWindow+time.Second-1)/time.Second)/dedupBuckets, 1),
 		maxLen:    strconv.FormatInt(cfg.MaxLen, 10),
 		maxLenArg: cfg.MaxLen, sourceArg: cfg.Source,
-		done: make(chan struct{}),
 	}
 }
 
@@ -268,33 +263,12 @@ func (b *Broker) Features() broker.Features {
 // Publish calls in progress until ctx ends, then closes the client if Dial
 // made it. Safe to call more than once.
 func (b *Broker) Close(ctx context.Context) error {
-	b.mu.Lock()
-	first := !b.closed
-	b.closed = true
-	b.mu.Unlock()
-	if !first {
-		select {
-		case <-b.done:
-		case <-ctx.Done():
+	return b.gate.Close(ctx, "redisbroker: closing with publishes still waiting for replies", func() error {
+		if b.owned {
+			if err := b.rdb.Close(); err != nil {
+				return fmt.Errorf("redisbroker: close: %w", err)
+			}
 		}
 		return nil
-	}
-	defer close(b.done)
-	idle := make(chan struct{})
-	go func() {
-		b.inflight.Wait()
-		close(idle)
-	}()
-	var err error
-	select {
-	case <-idle:
-	case <-ctx.Done():
-		err = fmt.Errorf("redisbroker: closing with publishes still waiting for replies (they fail and will be retried): %w", ctx.Err())
-	}
-	if b.owned {
-		if cerr := b.rdb.Close(); cerr != nil && err == nil {
-			err = fmt.Errorf("redisbroker: close: %w", cerr)
-		}
-	}
-	return err
+	})
 }

@@ -40,13 +40,13 @@ func (b *Broker) PublishResults(ctx context.Context, events []outbox.Event) []br
 	if len(events) == 0 {
 		return out
 	}
-	if !b.enter() {
+	if !b.gate.Enter() {
 		for i := range out {
 			out[i].Err = ErrClosed
 		}
 		return out
 	}
-	defer b.inflight.Done()
+	defer b.gate.Leave()
 	ctx, cancel := context.WithTimeout(ctx, b.cfg.Timeout)
 	defer cancel()
 

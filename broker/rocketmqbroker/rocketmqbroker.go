@@ -7,7 +7,6 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/apache/rocketmq-client-go/v2"
@@ -114,10 +113,7 @@ type Broker struct {
 	shutdown func() error // Dial's producer; nil for New
 	cfg      Config
 
-	mu       sync.Mutex
-	closed   bool
-	inflight sync.WaitGroup
-	done     chan struct{}
+	gate broker.Gate // Publish calls in progress; Close
 }
 
 var (
@@ -137,7 +133,7 @@ func New(s Sender, cfg Config) (*Broker, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Broker{s: s, cfg: cfg, done: make(chan struct{})}, nil
+	return &Broker{s: s, cfg: cfg}, nil
 }
 
 // Dial starts a producer for the name servers rawURL names and returns a
@@ -273,43 +269,12 @@ func (b *Broker) Features() broker.Features {
 // Publish calls in progress until ctx ends, then shuts the producer down
 // if Dial started it. Safe to call more than once.
 func (b *Broker) Close(ctx context.Context) error {
-	b.mu.Lock()
-	first := !b.closed
-	b.closed = true
-	b.mu.Unlock()
-	if !first {
-		select {
-		case <-b.done:
-		case <-ctx.Done():
+	return b.gate.Close(ctx, "rocketmqbroker: closing with sends still waiting for the broker", func() error {
+		if b.shutdown != nil {
+			if err := b.shutdown(); err != nil {
+				return fmt.Errorf("rocketmqbroker: shut the producer down: %w", err)
+			}
 		}
 		return nil
-	}
-	defer close(b.done)
-	idle := make(chan struct{})
-	go func() {
-		b.inflight.Wait()
-		close(idle)
-	}()
-	var err error
-	select {
-	case <-idle:
-	case <-ctx.Done():
-		err = fmt.Errorf("rocketmqbroker: closing with sends still waiting for the broker (they fail and will be retried): %w", ctx.Err())
-	}
-	if b.shutdown != nil {
-		if serr := b.shutdown(); serr != nil && err == nil {
-			err = fmt.Errorf("rocketmqbroker: shut the producer down: %w", serr)
-		}
-	}
-	return err
-}
-
-func (b *Broker) enter() bool {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.closed {
-		return false
-	}
-	b.inflight.Add(1)
-	return true
+	})
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"net"
 	"net/url"
 	"strings"
@@ -16,6 +15,7 @@ import (
 	outbox "github.com/outbox-go/outbox"
 	"github.com/outbox-go/outbox/broker"
 	"github.com/outbox-go/outbox/internal/redact"
+	"github.com/outbox-go/outbox/internal/redial"
 )
 
 // Defaults for Config fields left at zero.
@@ -301,40 +301,24 @@ func (b *Broker) maintain(s *session) {
 			b.lastErr = s.err
 		}
 		b.mu.Unlock()
-		for attempt := 0; ; attempt++ {
-			select {
-			case <-time.After(reconnectDelay(attempt)):
-			case <-b.closing:
-				return
-			}
-			next, err := b.open()
-			if err != nil {
-				b.mu.Lock()
-				b.lastErr = err
-				b.mu.Unlock()
-				continue
-			}
+		next, ok := redial.Until(b.closing, b.open, func(err error) {
 			b.mu.Lock()
-			if b.closed {
-				b.mu.Unlock()
-				next.shut()
-				return
-			}
-			b.sess = next
+			b.lastErr = err
 			b.mu.Unlock()
-			s = next
-			break
+		})
+		if !ok {
+			return
 		}
+		b.mu.Lock()
+		if b.closed {
+			b.mu.Unlock()
+			next.shut()
+			return
+		}
+		b.sess = next
+		b.mu.Unlock()
+		s = next
 	}
-}
-
-// reconnectDelay is the wait before reconnect attempt n (from 0): 100ms
-// doubling up to 5s, plus up to 20% jitter so relays do not reconnect in
-// lockstep.
-func reconnectDelay(n int) time.Duration {
-	d := 100 * time.Millisecond << min(n, 6)
-	d = min(d, 5*time.Second)
-	return d + rand.N(d/5+1)
 }
 
 // current returns the live session, or the error every event gets while

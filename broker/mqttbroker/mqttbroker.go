@@ -7,7 +7,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	mrand "math/rand/v2"
 	"net"
 	"net/url"
 	"strings"
@@ -19,6 +18,7 @@ import (
 	outbox "github.com/outbox-go/outbox"
 	"github.com/outbox-go/outbox/broker"
 	"github.com/outbox-go/outbox/internal/redact"
+	"github.com/outbox-go/outbox/internal/redial"
 )
 
 // Defaults for Config fields left at zero.
@@ -334,39 +334,24 @@ func (b *Broker) maintain(c *link) {
 			b.client, b.lastErr = nil, why
 		}
 		b.mu.Unlock()
-		for attempt := 0; ; attempt++ {
-			select {
-			case <-time.After(reconnectDelay(attempt)):
-			case <-b.closing:
-				return
-			}
-			next, err := b.connect()
-			if err != nil {
-				b.mu.Lock()
-				b.lastErr = err
-				b.mu.Unlock()
-				continue
-			}
+		next, ok := redial.Until(b.closing, b.connect, func(err error) {
 			b.mu.Lock()
-			if b.closed {
-				b.mu.Unlock()
-				next.disconnect()
-				return
-			}
-			b.client = next
+			b.lastErr = err
 			b.mu.Unlock()
-			c = next
-			break
+		})
+		if !ok {
+			return
 		}
+		b.mu.Lock()
+		if b.closed {
+			b.mu.Unlock()
+			next.disconnect()
+			return
+		}
+		b.client = next
+		b.mu.Unlock()
+		c = next
 	}
-}
-
-// reconnectDelay is the wait before reconnect attempt n (from 0): 100ms
-// doubling up to 5s, plus up to 20% jitter.
-func reconnectDelay(n int) time.Duration {
-	d := 100 * time.Millisecond << min(n, 6)
-	d = min(d, 5*time.Second)
-	return d + mrand.N(d/5+1)
 }
 
 // disconnect ends a Dial connection with a DISCONNECT.

@@ -104,6 +104,10 @@ func TestText(t *testing.T) {
 		{"pgx connect", "pgstore: cannot reach 127.0.0.1:1: failed to connect to `user=postgres database=test`: 127.0.0.1:1 (127.0.0.1): dial error: dial tcp 127.0.0.1:1: connect: connection refused",
 			[]string{"postgres://postgres:post@127.0.0.1:1/test"},
 			"pgstore: cannot reach 127.0.0.1:1: failed to connect to `user=postgres database=test`: 127.0.0.1:1 (127.0.0.1): dial error: dial tcp 127.0.0.1:1: connect: connection refused"},
+		// A URL right after a ':' (no space), as some libraries print it.
+		{"URL after a colon", "dial:postgres://u:sekret@h/db failed", nil, "dial:postgres://u:xxxxx@h/db failed"},
+		{"AMQP URL after a colon", "error:amqp://guest:sekret@h:5672/", nil, "error:amqp://guest:xxxxx@h:5672/"},
+		{"a password that looks like a scheme", "postgres://u:pw://x@h/db", nil, "postgres://u:xxxxx@h/db"},
 		{"password 1 leaves 127.0.0.1", "dial tcp 127.0.0.1:1: connect: connection refused", []string{"postgres://u:1@127.0.0.1:1/db"}, "dial tcp 127.0.0.1:1: connect: connection refused"},
 		{"pgx parse error", "cannot parse `postgres://postgres:xxxxxx@127.0.0.1:1/test`: invalid port", nil, "cannot parse `postgres://postgres:xxxxx@127.0.0.1:1/test`: invalid port"},
 		{"mysql access denied", "Error 1045 (28000): Access denied for user 'root'@'127.0.0.1' (using password: YES)", []string{"mysql://root:YES@h/db"},

@@ -94,7 +94,12 @@ func urlStarts(s, after string) [][]int {
 	for _, m := range schemeStart.FindAllStringIndex(s, -1) {
 		if m[0] > 0 {
 			c := s[m[0]-1]
-			if after != "" && strings.IndexByte(after, c) < 0 || after == "" && strings.IndexByte(":/@%", c) >= 0 {
+			if after != "" && strings.IndexByte(after, c) < 0 || after == "" && strings.IndexByte("/@%", c) >= 0 {
+				continue
+			}
+			// After a ':' a scheme starts a URL of its own ("dial:redis://…"),
+			// unless the ':' is inside a URL already ("u:pw://…" as a password).
+			if after == "" && c == ':' && strings.Contains(s[strings.LastIndexAny(s[:m[0]], " \t\r\n\"'`<>(")+1:m[0]], "://") {
 				continue
 			}
 		}

@@ -5,6 +5,7 @@ import (
 	"io"
 	"log/slog"
 
+	"github.com/outbox-go/outbox/broker/redisbroker"
 	"github.com/outbox-go/outbox/internal/redact"
 	"github.com/outbox-go/outbox/internal/wire"
 )
@@ -28,5 +29,8 @@ func newLogger(w io.Writer, format, level string, raws ...string) (*slog.Logger,
 	default:
 		return nil, fmt.Errorf("%w: --log-format must be text or json, not %q", wire.ErrUsage, format)
 	}
-	return slog.New(redact.Handler(h, raws...)), nil
+	l := slog.New(redact.Handler(h, raws...))
+	// go-redis prints its pool's dial failures on its own; route them here.
+	redisbroker.LogTo(l)
+	return l, nil
 }

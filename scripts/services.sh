@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Makes sure the local servers the tests need answer (README.md, "Two
-# commands": PostgreSQL on 5432 with wal_level = logical, MariaDB on 3306,
+# commands": PostgreSQL on 5432 with wal_level = logical and 300 connections, MariaDB on 3306,
 # NATS JetStream on 4222, Redis on 6379, RabbitMQ on 5672, Mosquitto on 1883),
 # starting any that is installed (Debian packages) but down, and waits for
 # them. Idempotent. Exits non-zero, naming the server, when one cannot be
@@ -42,21 +42,25 @@ ensure RabbitMQ 5672 rabbitmq-server -detached || status=1
 ensure Mosquitto 1883 mosquitto -d -c /etc/mosquitto/mosquitto.conf || status=1
 
 # PostgreSQL logical replication (the pgcdc source) needs wal_level =
-# logical; the default is replica. Set it once and restart the cluster,
-# then wait until it answers again.
-pg_logical() {
-	local cluster level
+# logical; the default is replica. The tests run many relays and pools at
+# once (torture, several relay processes per test), more than the default
+# 100 connections leave room for: ask for 300. Set both once and restart
+# the cluster (one restart), then wait until it answers again.
+pg_settings() {
+	local cluster level conns
 	cluster=$(ls /etc/postgresql 2>/dev/null | head -1)
-	level=$(psql -h 127.0.0.1 -U postgres -XAtc "SHOW wal_level" 2>/dev/null) || {
+	level=$(psql -h 127.0.0.1 -U postgres -XAtc "SHOW wal_level" 2>/dev/null) &&
+		conns=$(psql -h 127.0.0.1 -U postgres -XAtc "SHOW max_connections" 2>/dev/null) || {
 		echo "services: PostgreSQL does not answer psql; cannot check wal_level" >&2
 		return 1
 	}
-	if [ "$level" = logical ]; then
-		echo "services: PostgreSQL wal_level is logical"
+	if [ "$level" = logical ] && [ "$conns" -ge 300 ]; then
+		echo "services: PostgreSQL wal_level is logical, max_connections $conns"
 		return 0
 	fi
-	echo "services: setting PostgreSQL wal_level = logical (was $level) and restarting it"
+	echo "services: setting PostgreSQL wal_level = logical (was $level), max_connections = 300 (was $conns) and restarting it"
 	psql -h 127.0.0.1 -U postgres -XAtqc "ALTER SYSTEM SET wal_level = logical" || return 1
+	[ "$conns" -ge 300 ] || psql -h 127.0.0.1 -U postgres -XAtqc "ALTER SYSTEM SET max_connections = 300" || return 1
 	pg_ctlcluster --skip-systemctl-redirect "$cluster" main restart || return 1
 	wait_for PostgreSQL 5432 60 || return 1
 	local i
@@ -70,7 +74,7 @@ pg_logical() {
 	fi
 	echo "services: PostgreSQL wal_level is logical"
 }
-pg_logical || status=1
+pg_settings || status=1
 
 # The pgcdc source streams over a replication connection (replication=
 # database), which pg_hba.conf must allow for postgres over loopback. A

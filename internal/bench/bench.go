@@ -41,8 +41,12 @@ type Config struct {
 	Workers   int           // relay workers; default 3
 	Rate      int           // events/s for the latency run; default 1,000
 	Duration  time.Duration // latency run length; default 10s
-	Payload   int           // payload bytes; default 200
-	Out       io.Writer     // progress and results
+	// Warmup is load at Rate before the measured Duration, so that relay
+	// start-up (and, with ownership, the shards' first hand-over to a
+	// relay that joined) is reported apart from the steady state; 0: none.
+	Warmup  time.Duration
+	Payload int       // payload bytes; default 200
+	Out     io.Writer // progress and results
 	// CPUProfile, when set, receives a pprof CPU profile of the drain phase
 	// (this process only: the relay, the adapter and the database driver).
 	CPUProfile io.Writer
@@ -86,6 +90,14 @@ type Result struct {
 	// another process; receipt from JetStream comes just after it, so
 	// this is an upper bound of commit → ack).
 	LatencyAt string
+	// FloorP50 and FloorP99 are the machine's floor for that latency,
+	// sampled every 5 ms during the latency run: one database round trip
+	// (SELECT 1) followed by one JetStream publish and its ack. A relay
+	// needs at least that (a claim, a publish) after it learned of a
+	// commit, so on a loaded machine LatencyP99 is read against FloorP99.
+	FloorP50, FloorP99 time.Duration
+	// WarmupP99 and WarmupMax are the latency of the Warmup's events.
+	WarmupP99, WarmupMax time.Duration
 }
 
 // Summary is the one-line form, ratios included.
@@ -94,9 +106,9 @@ func (r Result) Summary(c Config) string {
 	if c.Relays > 0 {
 		relays = fmt.Sprintf("%d relay processes", c.Relays)
 	}
-	return fmt.Sprintf("bench: %s, %d keys, %s producer: drain %.0f ev/s = %.0f%% of raw SQL claim+delete (%.0f rows/s) and %.0f%% of raw broker publish (%.0f msgs/s); latency commit→%s at %.0f ev/s: p50 %s p99 %s max %s (n=%d)",
+	return fmt.Sprintf("bench: %s, %d keys, %s producer: drain %.0f ev/s = %.0f%% of raw SQL claim+delete (%.0f rows/s) and %.0f%% of raw broker publish (%.0f msgs/s); latency commit→%s at %.0f ev/s: p50 %s p99 %s max %s (n=%d); floor (1 SQL round trip + 1 JetStream publish, same minutes): p50 %s p99 %s; warm-up p99 %s",
 		relays, c.Keys, c.Producer, r.DrainRate, 100*r.DrainRate/r.RawSQLRate, r.RawSQLRate, 100*r.DrainRate/r.RawBrokerRate, r.RawBrokerRate,
-		r.LatencyAt, r.AchievedRate, r.LatencyP50.Round(10*time.Microsecond), r.LatencyP99.Round(10*time.Microsecond), r.LatencyMax.Round(10*time.Microsecond), r.LatencyCount)
+		r.LatencyAt, r.AchievedRate, r.LatencyP50.Round(10*time.Microsecond), r.LatencyP99.Round(10*time.Microsecond), r.LatencyMax.Round(10*time.Microsecond), r.LatencyCount, r.FloorP50.Round(10*time.Microsecond), r.FloorP99.Round(10*time.Microsecond), r.WarmupP99.Round(10*time.Microsecond))
 }
 
 func (c *Config) defaults() error {
@@ -261,15 +273,22 @@ func Run(ctx context.Context, c Config) (Result, error) {
 	if c.Producer == "sql" {
 		produce = plainSQLProducer(db, dialect, opts.Table)
 	}
+	fctx, stopFloor := context.WithCancel(ctx)
+	floorDone := make(chan []time.Duration, 1)
+	go func() { floorDone <- sampleFloor(fctx, db, js, subject+".floor") }()
 	if c.Relays > 0 {
 		err = latencyByProcesses(ctx, nc, c, opts.Table, subject+".latency", produce, &res)
 	} else {
 		err = latency(ctx, st, produce, br, c, subject+".latency", &res)
 	}
+	stopFloor()
+	if floor := <-floorDone; len(floor) > 0 {
+		res.FloorP50, res.FloorP99 = floor[len(floor)/2], floor[len(floor)*99/100]
+	}
 	if err != nil {
 		return res, err
 	}
-	fmt.Fprintf(c.Out, "bench: latency commit→%s at %.0f ev/s: p50 %s, p99 %s, max %s\n", res.LatencyAt, res.AchievedRate, res.LatencyP50, res.LatencyP99, res.LatencyMax)
+	fmt.Fprintf(c.Out, "bench: latency commit→%s at %.0f ev/s: p50 %s, p99 %s, max %s; floor p50 %s, p99 %s; warm-up (%s before) p99 %s, max %s\n", res.LatencyAt, res.AchievedRate, res.LatencyP50, res.LatencyP99, res.LatencyMax, res.FloorP50, res.FloorP99, c.Warmup, res.WarmupP99, res.WarmupMax)
 	return res, nil
 }
 
@@ -469,15 +488,15 @@ func latency(ctx context.Context, st store.Store, produce func(context.Context, 
 	<-done
 	clock.mu.Lock()
 	defer clock.mu.Unlock()
-	return percentiles(ids, committed, clock.acked, res)
+	return percentiles(c, ids, committed, clock.acked, res)
 }
 
 // steadyLoad commits c.Rate events a second for c.Duration, one event per
 // transaction from several writers paced on a shared schedule, and returns
-// each event's id and commit time.
+// each event's id and commit time (the first warmed(c) are the Warmup's).
 func steadyLoad(ctx context.Context, c Config, topic string, produce func(context.Context, outbox.Message) error, res *Result) ([]string, []time.Time, error) {
 	const writers = 8
-	total := int(float64(c.Rate) * c.Duration.Seconds())
+	total := int(float64(c.Rate) * (c.Warmup + c.Duration).Seconds())
 	committed := make([]time.Time, total)
 	ids := make([]string, total)
 	interval := time.Second / time.Duration(c.Rate)
@@ -511,9 +530,26 @@ func steadyLoad(ctx context.Context, c Config, topic string, produce func(contex
 	return ids, committed, nil
 }
 
+// warmed is how many of steadyLoad's events belong to the Warmup.
+func warmed(c Config) int { return int(float64(c.Rate) * c.Warmup.Seconds()) }
+
 // percentiles fills res's latency figures from the commit times and the
-// times each event was confirmed (or received).
-func percentiles(ids []string, committed []time.Time, acked map[string]time.Time, res *Result) error {
+// times each event was confirmed (or received): the Warmup's first events
+// apart, then the measured ones.
+func percentiles(c Config, ids []string, committed []time.Time, acked map[string]time.Time, res *Result) error {
+	if w := min(warmed(c), len(ids)); w > 0 {
+		var warm Result
+		if err := latencies(ids[:w], committed[:w], acked, &warm); err != nil {
+			return err
+		}
+		res.WarmupP99, res.WarmupMax = warm.LatencyP99, warm.LatencyMax
+		ids, committed = ids[w:], committed[w:]
+	}
+	return latencies(ids, committed, acked, res)
+}
+
+// latencies fills res's latency percentiles for the given events.
+func latencies(ids []string, committed []time.Time, acked map[string]time.Time, res *Result) error {
 	lat := make([]time.Duration, 0, len(ids))
 	for i, id := range ids {
 		if t, ok := acked[id]; ok {
@@ -529,4 +565,31 @@ func percentiles(ids []string, committed []time.Time, acked map[string]time.Time
 	res.LatencyP99 = lat[len(lat)*99/100]
 	res.LatencyMax = lat[len(lat)-1]
 	return nil
+}
+
+// sampleFloor measures, every 5 ms until ctx ends, one database round trip
+// followed by one JetStream publish and its ack, and returns the sorted
+// durations: the least a relay spends between learning of a commit and the
+// broker's ack, under the machine's load of the moment.
+func sampleFloor(ctx context.Context, db *sql.DB, js jetstream.JetStream, subject string) []time.Duration {
+	var out []time.Duration
+	t := time.NewTicker(5 * time.Millisecond)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			sort.Slice(out, func(i, j int) bool { return out[i] < out[j] })
+			return out
+		case <-t.C:
+		}
+		start := time.Now()
+		var one int
+		if err := db.QueryRowContext(ctx, "SELECT 1").Scan(&one); err != nil {
+			continue
+		}
+		if _, err := js.Publish(ctx, subject, []byte("x")); err != nil {
+			continue
+		}
+		out = append(out, time.Since(start))
+	}
 }

@@ -157,7 +157,7 @@ func latencyByProcesses(ctx context.Context, nc *nats.Conn, c Config, table, top
 	}
 	mu.Lock()
 	defer mu.Unlock()
-	return percentiles(ids, committed, got, res)
+	return percentiles(c, ids, committed, got, res)
 }
 
 // plainSQLProducer enqueues as a producer in another language would: one

@@ -23,6 +23,7 @@ func runBench(ctx context.Context, e env, args []string) error {
 	f.intFlag(&c.Workers, "workers", 3, 1, noMax, "relay workers")
 	f.intFlag(&c.Rate, "rate", 1000, 1, noMax, "events/s for the latency measurement")
 	f.durationFlag(&c.Duration, "duration", 10*time.Second, time.Second, "length of the latency measurement")
+	f.durationFlag(&c.Warmup, "warmup", 2*time.Second, 0, "load at --rate before the measured --duration, reported apart (relay start-up, the first rebalance)")
 	f.intFlag(&c.Payload, "payload", 200, 1, noMax, "payload size in bytes")
 	f.intFlag(&c.Keys, "keys", 5000, 1, noMax, "distinct event keys in the backlog and the latency run (try 1, 10, 100, 1000, 100000)")
 	f.intFlag(&c.Relays, "relays", 0, 0, noMax, "run the drain and latency phases with this many separate `outbox relay` processes (0: one relay in this process)")

@@ -38,6 +38,19 @@
 // that carry no notification (plain SQL from any language) every few
 // milliseconds while a relay listens, so those are found quickly too.
 //
+// The probe interval (store.Options.ProbeInterval, `outbox relay --probe`)
+// trades a plain-SQL commit's wait against the cost of an idle relay.
+// Measured over 60 s with one idle relay on PostgreSQL (the CPU of its
+// database backends, then of the relay process): every 1 ms, 5 % and 12 %
+// of a core; every 2 ms, 4 % and 9 %; every 5 ms (the default), 2 % and
+// 5 %; every 10 ms, 1.3 % and 3.4 %; off, under 0.3 % each, and such
+// commits then wait for the next poll (PollInterval, 500 ms). Polling
+// instead (PollInterval 10 ms, probe off) costs more than the probe, 8 %
+// and 7 %, because each poll is a claim. Most of the relay's share is the
+// wake-up of an idle process, not the query. MariaDB and SQLite cost the
+// relay the same. Events enqueued through a Store (NOTIFY on PostgreSQL,
+// in-process signals) do not wait for the probe.
+//
 // # Ordering by ownership
 //
 // Experimental in this version, and off by default (Config.Ownership,

@@ -46,10 +46,14 @@
 // 5 %; every 10 ms, 1.3 % and 3.4 %; off, under 0.3 % each, and such
 // commits then wait for the next poll (PollInterval, 500 ms). Polling
 // instead (PollInterval 10 ms, probe off) costs more than the probe, 8 %
-// and 7 %, because each poll is a claim. Most of the relay's share is the
-// wake-up of an idle process, not the query. MariaDB and SQLite cost the
-// relay the same. Events enqueued through a Store (NOTIFY on PostgreSQL,
-// in-process signals) do not wait for the probe.
+// and 7 %, because each poll is a claim. On MariaDB and SQLite the probe
+// costs the relay process about the same (3.6 % at 5 ms). At 20 events/s
+// the median commit → receipt latency was 1.6, 2.3, 2.9 and 4.7 ms with
+// the probe every 1, 2, 5 and 10 ms, and 22 ms with it off (BENCHMARKS.md
+// §11, on a loaded machine whose tail hid the rest): 5 ms keeps
+// the wait within a few milliseconds for a few percent of a core. Events
+// enqueued through a Store (NOTIFY on PostgreSQL, in-process signals) do
+// not wait for the probe.
 //
 // # Ordering by ownership
 //

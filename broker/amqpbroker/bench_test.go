@@ -167,7 +167,33 @@ func BenchmarkRelayDrain(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer br.Close(context.Background()) //nolint:errcheck
-	drainbench.Run(b, drainbench.Harness{Topic: queue, Broker: br, Server: "beam.smp", Raw: func(batch []outbox.Message) error {
+	confirm := func(dcs []*amqp.DeferredConfirmation) error {
+		for _, dc := range dcs {
+			if ok, err := dc.WaitContext(context.Background()); !ok || err != nil {
+				return fmt.Errorf("raw publish not acked: %v", err)
+			}
+		}
+		return nil
+	}
+	// same: the properties and cloudEvents: headers the adapter sends
+	same := func(batch []outbox.Message) error {
+		dcs := make([]*amqp.DeferredConfirmation, 0, len(batch))
+		now := time.Now()
+		stamp := now.UTC().Format(time.RFC3339Nano)
+		for _, m := range batch {
+			id := outbox.NewEventID()
+			dc, err := raw.PublishWithDeferredConfirm("", queue, true, false, amqp.Publishing{
+				DeliveryMode: amqp.Persistent, MessageId: id, Type: m.Type, ContentType: "application/json", Timestamp: now, Body: m.Payload,
+				Headers: amqp.Table{"cloudEvents:id": id, "cloudEvents:source": "outbox", "cloudEvents:specversion": "1.0", "cloudEvents:type": m.Type,
+					"cloudEvents:time": stamp, "cloudEvents:partitionkey": m.Key, "cloudEvents:schemaversion": "1"}})
+			if err != nil {
+				return err
+			}
+			dcs = append(dcs, dc)
+		}
+		return confirm(dcs)
+	}
+	drainbench.Run(b, drainbench.Harness{Topic: queue, Broker: br, Server: "beam.smp", Same: same, Raw: func(batch []outbox.Message) error {
 		dcs := make([]*amqp.DeferredConfirmation, 0, len(batch))
 		for _, m := range batch {
 			dc, err := raw.PublishWithDeferredConfirm("", queue, true, false, amqp.Publishing{DeliveryMode: amqp.Persistent, MessageId: outbox.NewEventID(), Body: m.Payload})
@@ -176,11 +202,6 @@ func BenchmarkRelayDrain(b *testing.B) {
 			}
 			dcs = append(dcs, dc)
 		}
-		for _, dc := range dcs {
-			if ok, err := dc.WaitContext(context.Background()); !ok || err != nil {
-				return fmt.Errorf("raw publish not acked: %v", err)
-			}
-		}
-		return nil
+		return confirm(dcs)
 	}})
 }

@@ -58,6 +58,11 @@ type Harness struct {
 	// consecutive batches of Batch messages, one at a time, then from
 	// Workers goroutines at once: it must be safe for concurrent use.
 	Raw func(batch []outbox.Message) error
+	// Same, when set, is Raw carrying everything the adapter sends (its
+	// properties and headers), built by hand: the broker's rate for the
+	// same messages, which Raw's bare ones may overstate. Run calls it for
+	// consecutive batches, one at a time.
+	Same func(batch []outbox.Message) error
 	// Server is the command name of the broker's server process on this
 	// machine (as in /proc/PID/comm: "beam.smp", "redis-server"), whose
 	// CPU time Run reports per event; "" when the server runs in this
@@ -105,7 +110,8 @@ func since(m cpuMark, server string) phase {
 
 // Run measures, for h's broker, one after another: the raw client
 // publishing the backlog's messages in consecutive batches of Batch (raw),
-// the same from Workers goroutines at once (rawpar: the broker's rate with
+// the same with the adapter's properties (same, when h.Same is set), the
+// same from Workers goroutines at once (rawpar: the broker's rate with
 // as many batches in flight as the relay may have), the relay draining
 // the backlog from a fresh PostgreSQL table through h.Broker (drain), and
 // the same backlog drained into membroker (mem: PostgreSQL and the relay
@@ -117,7 +123,7 @@ func Run(b *testing.B, h Harness) {
 	n := envInt(b, "OUTBOX_BENCH_EVENTS", DefaultEvents)
 	workers := envInt(b, "OUTBOX_BENCH_WORKERS", DefaultWorkers)
 	msgs := Messages(h.Topic, n)
-	var raw, rawPar, drained, mem phase
+	var raw, same, rawPar, drained, mem phase
 	for i := 0; i < b.N; i++ {
 		b.StopTimer()
 		o := fill(b, msgs)
@@ -130,6 +136,16 @@ func Run(b *testing.B, h Harness) {
 			}
 		}
 		raw = add(raw, since(m, h.Server))
+
+		if h.Same != nil {
+			m = mark(h.Server)
+			for j := 0; j < n; j += Batch {
+				if err := h.Same(msgs[j:min(j+Batch, n)]); err != nil {
+					b.Fatalf("raw publish with the adapter's properties: %v", err)
+				}
+			}
+			same = add(same, since(m, h.Server))
+		}
 
 		m = mark(h.Server)
 		var next atomic.Int64
@@ -183,15 +199,22 @@ func Run(b *testing.B, h Harness) {
 	b.ReportMetric(rate(drained)/rate(raw), "drain/raw")
 	b.ReportMetric(rate(drained)/rate(rawPar), "drain/rawpar")
 	b.ReportMetric(rate(drained)/rate(mem), "drain/mem")
-	for _, p := range []struct {
+	phases := []struct {
 		name string
 		ph   phase
-	}{{"raw", raw}, {"drain", drained}, {"mem", mem}} {
+	}{{"raw", raw}, {"drain", drained}, {"mem", mem}}
+	if h.Same != nil {
+		b.ReportMetric(rate(same), "same-msgs/s")
+		b.ReportMetric(rate(drained)/rate(same), "drain/same")
+		phases = append(phases, phases[0])
+		phases[len(phases)-1].name, phases[len(phases)-1].ph = "same", same
+	}
+	for _, p := range phases {
 		b.ReportMetric(us(p.ph.self), p.name+"-self-µs/ev")
 		if h.Server != "" {
 			b.ReportMetric(us(p.ph.server), p.name+"-server-µs/ev")
 		}
-		if p.name != "raw" {
+		if p.name == "drain" || p.name == "mem" {
 			b.ReportMetric(us(p.ph.pgCPU), p.name+"-pg-µs/ev")
 		}
 	}

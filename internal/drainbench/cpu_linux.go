@@ -21,11 +21,11 @@ func selfCPU() time.Duration {
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
-// procCPU is the user and system CPU time used so far by every process
-// whose command name is comm (0 when none can be read).
-func procCPU(comm string) time.Duration {
+// procCPU is the user and system CPU time used so far by each process
+// whose command name is comm, by pid.
+func procCPU(comm string) map[string]time.Duration {
 	dirs, _ := filepath.Glob("/proc/[0-9]*")
-	var total time.Duration
+	out := map[string]time.Duration{}
 	for _, d := range dirs {
 		name, err := os.ReadFile(d + "/comm")
 		if err != nil || strings.TrimSpace(string(name)) != comm {
@@ -43,7 +43,7 @@ func procCPU(comm string) time.Duration {
 		}
 		utime, _ := strconv.ParseInt(f[11], 10, 64)
 		stime, _ := strconv.ParseInt(f[12], 10, 64)
-		total += time.Duration(utime+stime) * clockTick
+		out[filepath.Base(d)] = time.Duration(utime+stime) * clockTick
 	}
-	return total
+	return out
 }

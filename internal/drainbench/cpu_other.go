@@ -8,4 +8,4 @@ import "time"
 func selfCPU() time.Duration { return 0 }
 
 // procCPU is not measured on this system.
-func procCPU(string) time.Duration { return 0 }
+func procCPU(string) map[string]time.Duration { return nil }

@@ -90,8 +90,9 @@ type phase struct {
 }
 
 type cpuMark struct {
-	at                  time.Time
-	self, server, pgCPU time.Duration
+	at             time.Time
+	self           time.Duration
+	server, pgProc map[string]time.Duration
 }
 
 func mark(server string) cpuMark {
@@ -99,13 +100,23 @@ func mark(server string) cpuMark {
 	if server != "" {
 		m.server = procCPU(server)
 	}
-	m.pgCPU = procCPU("postgres")
+	m.pgProc = procCPU("postgres")
 	return m
+}
+
+// grown is the CPU time the processes of end used since start: all of a
+// process that started meanwhile; one that ended meanwhile is not counted.
+func grown(start, end map[string]time.Duration) time.Duration {
+	var d time.Duration
+	for pid, t := range end {
+		d += t - start[pid]
+	}
+	return d
 }
 
 func since(m cpuMark, server string) phase {
 	e := mark(server)
-	return phase{wall: e.at.Sub(m.at), self: e.self - m.self, server: e.server - m.server, pgCPU: e.pgCPU - m.pgCPU}
+	return phase{wall: e.at.Sub(m.at), self: e.self - m.self, server: grown(m.server, e.server), pgCPU: grown(m.pgProc, e.pgProc)}
 }
 
 // Run measures, for h's broker, one after another: the raw client
@@ -117,8 +128,9 @@ func since(m cpuMark, server string) phase {
 // the same backlog drained into membroker (mem: PostgreSQL and the relay
 // with no broker). It reports each rate, the drain's ratios to them, and
 // the CPU time per event of this process (client and relay), of the
-// broker's server and of all PostgreSQL processes (the shared server:
-// other work on it is counted too) in each run.
+// broker's server and of the PostgreSQL processes (the shared server:
+// other work on it is counted too; a backend that exits during a run is
+// not) in each run.
 func Run(b *testing.B, h Harness) {
 	n := envInt(b, "OUTBOX_BENCH_EVENTS", DefaultEvents)
 	workers := envInt(b, "OUTBOX_BENCH_WORKERS", DefaultWorkers)

@@ -133,10 +133,18 @@ func (s *Source) ensureSlot(ctx context.Context, conn *pgconn.PgConn) error {
 		return errFatal{fmt.Errorf("pgcdc: slot %s exists for plugin %q in database %q, not pgoutput in %q: name another slot", s.cfg.Slot, si.plugin, si.database, db)}
 	}
 	if si.exists && si.active {
-		s.log.Warn("outbox cdc: the slot is streamed by a process that lost the lease; terminating its walsender", "slot", s.cfg.Slot, "pid", si.activePID)
-		if _, err := s.pool.Exec(ctx, "SELECT pg_terminate_backend($1)", si.activePID); err != nil {
+		// Only the lease holder may end a walsender, and it checks that it
+		// holds the lease in the same transaction (the lease row locked):
+		// a process that stalled past its lease and reconnects on waking
+		// must not end the stream of the process that holds it now. It
+		// stops with source.ErrFenced instead.
+		if err := s.fenced(ctx, "SELECT pg_terminate_backend($1)", si.activePID); err != nil {
+			if errors.Is(err, source.ErrFenced) {
+				s.log.Error("outbox cdc: the slot is streamed by the process that took the lease over; stopping", "slot", s.cfg.Slot, "pid", si.activePID, "epoch", s.epoch)
+			}
 			return err
 		}
+		s.log.Warn("outbox cdc: the slot was streamed by a process that lost the lease; terminated its walsender", "slot", s.cfg.Slot, "pid", si.activePID)
 		for i := 0; i < 100 && si.exists && si.active; i++ {
 			time.Sleep(100 * time.Millisecond)
 			if si, err = readSlot(ctx, s.pool, s.cfg.Slot); err != nil {

@@ -47,7 +47,7 @@ func TestStaleHolderLeavesTheNewStreamAlone(t *testing.T) {
 		t.Fatal(err)
 	}
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	cfg := Config{Table: table, LeaseFor: 600 * time.Millisecond, Heartbeat: -1, Logger: quiet}
+	cfg := Config{Table: table, LeaseFor: 5 * time.Second, Heartbeat: -1, Logger: quiet}
 	a, err := New(pool, withOwner(cfg, "holder-a"))
 	if err != nil {
 		t.Fatal(err)
@@ -75,7 +75,8 @@ func TestStaleHolderLeavesTheNewStreamAlone(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	// A takes the lease and streams, then stalls: it renews nothing.
+	// A takes the lease and streams, then stalls past its lease (it renews
+	// nothing; its lease is made to expire).
 	if err := a.acquireLease(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -84,6 +85,10 @@ func TestStaleHolderLeavesTheNewStreamAlone(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer aConn.Close(context.Background())
+	// the stall outlasts the lease
+	if _, err := pool.Exec(ctx, "UPDATE "+a.n.state+" SET lease_until = now() - interval '1 second' WHERE owner = 'holder-a'"); err != nil {
+		t.Fatal(err)
+	}
 
 	// B takes the lease over once it expired, ends A's walsender and streams.
 	bSrc, err := New(pool, withOwner(cfg, "holder-b"))

@@ -41,6 +41,7 @@ type Source struct {
 	inTxn     bool
 	curXid    uint32 // the open transaction's id; the stream's goroutine only
 	failed    error  // fatal: Next returns it
+	polled    bool   // a recovery poll's rows are handed out (or there were none)
 	started   bool
 	closed    bool
 
@@ -54,6 +55,9 @@ type emitted struct {
 	pos pglogrepl.LSN
 	xid uint32 // the streamed transaction's id (0: the recovery poll)
 	ids []int64
+	// recovery: the recovery poll's rows; once they are acknowledged the
+	// state's recover_lsn is cleared
+	recovery bool
 }
 
 var _ source.Source = (*Source)(nil)
@@ -209,7 +213,9 @@ func (s *Source) Ack(ctx context.Context, pos source.Position) error {
 	s.mu.Lock()
 	n := 0
 	var ids, xids []int64
+	recovery := false
 	for n < len(s.emitted) && s.emitted[n].pos <= pglogrepl.LSN(pos) {
+		recovery = recovery || s.emitted[n].recovery
 		if x := s.emitted[n].xid; x != 0 && len(s.emitted[n].ids) > 0 {
 			xids = append(xids, int64(x))
 		}
@@ -233,6 +239,11 @@ func (s *Source) Ack(ctx context.Context, pos source.Position) error {
 			return fmt.Errorf("pgcdc: deleting %d delivered rows: %w", len(chunk), err)
 		}
 	}
+	if recovery {
+		if err := s.recovered(ctx); err != nil {
+			return err
+		}
+	}
 	s.mu.Lock()
 	for _, e := range s.emitted[:n] {
 		for _, id := range e.ids {
@@ -244,6 +255,15 @@ func (s *Source) Ack(ctx context.Context, pos source.Position) error {
 		s.acked = pglogrepl.LSN(pos)
 	}
 	s.mu.Unlock()
+	return nil
+}
+
+// recovered records that the rows committed before the slot's start are
+// delivered (fenced): the next holder need not poll for them.
+func (s *Source) recovered(ctx context.Context) error {
+	if err := s.fenced(ctx, "UPDATE "+s.n.state+" SET recover_lsn = '' WHERE slot = $1", s.cfg.Slot); err != nil {
+		return fmt.Errorf("pgcdc: recording that the slot's first rows are delivered: %w", err)
+	}
 	return nil
 }
 

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
 
 	outbox "github.com/outbox-go/outbox"
@@ -215,6 +216,18 @@ func benchLatency(b *testing.B, tableLess bool, rate int, d time.Duration) {
 	sent := make([]atomic.Int64, n+1)      // by payload number: UnixNano before COMMIT
 	committed := make([]atomic.Int64, n+1) // … and after COMMIT returned
 	confirmed := make([]atomic.Int64, n+1) // … and at the broker's confirmation
+	received := make([]atomic.Int64, n+1)  // … and when the source decoded its commit
+	pgcdc.SetPushHook(func(evs []outbox.Event) {
+		now := time.Now().UnixNano()
+		for _, e := range evs {
+			var i int
+			fmt.Sscan(string(e.Payload), &i)
+			if i > 0 && i <= n {
+				received[i].Store(now)
+			}
+		}
+	})
+	defer pgcdc.SetPushHook(nil)
 	lat := make(chan int, n)
 	src, err := pgcdc.New(f.pool, f.cfg)
 	if err != nil {
@@ -240,6 +253,12 @@ func benchLatency(b *testing.B, tableLess bool, rate int, d time.Duration) {
 	go func() { done <- loop.Run(runCtx) }()
 	defer func() { stop(); <-done; src.Close() }()
 	ins := "INSERT INTO " + f.tableName() + " (topic, event_key, event_type, payload) VALUES ($1, $2, 'T', $3)"
+	// the server's WAL rate (every database: the walsender reads it all, in
+	// order, to find this one's commits)
+	var walStart, walEnd pglogrepl.LSN
+	if err := f.pool.QueryRow(ctx, "SELECT pg_current_wal_lsn()::text").Scan(&walStart); err != nil {
+		b.Fatal(err)
+	}
 	// 4 producers, each paced to rate/4
 	const producers = 4
 	errs := make(chan error, producers)
@@ -279,6 +298,10 @@ func benchLatency(b *testing.B, tableLess bool, rate int, d time.Duration) {
 		}
 	}
 	achieved := float64(n) / time.Since(start).Seconds()
+	if err := f.pool.QueryRow(ctx, "SELECT pg_current_wal_lsn()::text").Scan(&walEnd); err != nil {
+		b.Fatal(err)
+	}
+	walRate := float64(walEnd-walStart) / time.Since(start).Seconds() / 1e6
 	got := 0
 	timeout := time.After(60 * time.Second)
 	for got < n {
@@ -289,14 +312,16 @@ func benchLatency(b *testing.B, tableLess bool, rate int, d time.Duration) {
 			b.Fatalf("%d of %d delivered", got, n)
 		}
 	}
-	var after, before, commit []time.Duration
+	var after, before, commit, wal, relay []time.Duration
 	for i := 1; i <= n; i++ {
-		c, s0, done := committed[i].Load(), sent[i].Load(), confirmed[i].Load()
+		c, s0, done, rec := committed[i].Load(), sent[i].Load(), confirmed[i].Load(), received[i].Load()
 		after = append(after, time.Duration(max(done-c, 0)))
 		before = append(before, time.Duration(done-s0))
 		commit = append(commit, time.Duration(c-s0))
+		wal = append(wal, time.Duration(rec-s0))
+		relay = append(relay, time.Duration(done-rec))
 	}
-	for _, l := range [][]time.Duration{after, before, commit} {
+	for _, l := range [][]time.Duration{after, before, commit, wal, relay} {
 		slices.Sort(l)
 	}
 	q := func(l []time.Duration, p float64) time.Duration { return l[min(len(l)-1, int(p*float64(len(l))))] }
@@ -306,9 +331,13 @@ func benchLatency(b *testing.B, tableLess bool, rate int, d time.Duration) {
 	b.ReportMetric(ms(after[n-1]), "max_ms")
 	b.ReportMetric(ms(q(before, 0.99)), "p99_from_before_commit_ms")
 	b.ReportMetric(ms(q(commit, 0.99)), "commit_p99_ms")
+	b.ReportMetric(ms(q(wal, 0.99)), "p99_to_decoded_ms")
+	b.ReportMetric(ms(q(relay, 0.99)), "p99_decoded_to_confirmed_ms")
 	b.ReportMetric(achieved, "ev/s")
-	b.Logf("%d events at %.0f ev/s (target %d): commit returned → broker confirmation p50 %s, p99 %s, max %s; from before COMMIT p50 %s, p99 %s; COMMIT itself p50 %s, p99 %s, max %s",
-		n, achieved, rate, q(after, 0.5), q(after, 0.99), after[n-1], q(before, 0.5), q(before, 0.99), q(commit, 0.5), q(commit, 0.99), commit[n-1])
+	b.ReportMetric(walRate, "server_wal_MB/s")
+	b.Logf("server WAL %.1f MB/s; %d events at %.0f ev/s (target %d): commit returned → broker confirmation p50 %s, p99 %s, max %s; from before COMMIT p50 %s, p99 %s; COMMIT itself p50 %s, p99 %s, max %s; before COMMIT → decoded by the source p50 %s, p99 %s; decoded → confirmed p50 %s, p99 %s",
+		walRate, n, achieved, rate, q(after, 0.5), q(after, 0.99), after[n-1], q(before, 0.5), q(before, 0.99), q(commit, 0.5), q(commit, 0.99), commit[n-1],
+		q(wal, 0.5), q(wal, 0.99), q(relay, 0.5), q(relay, 0.99))
 }
 
 // newBenchFixture is newFixture for a benchmark.

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pglogrepl"
@@ -61,6 +62,11 @@ type emitted struct {
 }
 
 var _ source.Source = (*Source)(nil)
+
+// pushHook, set by benchmarks only, sees each streamed transaction's
+// events as the source buffers them (the latency benchmark's middle
+// timestamp: decoded, not yet delivered).
+var pushHook atomic.Pointer[func([]outbox.Event)]
 
 // New returns a Source reading through pool (which stays the caller's to
 // close); the replication connection uses the pool's connection settings
@@ -195,6 +201,9 @@ func (s *Source) Next(ctx context.Context) ([]source.Txn, error) {
 
 // push buffers one committed transaction for Next.
 func (s *Source) push(t source.Txn, end pglogrepl.LSN, xid uint32, ids []int64) {
+	if h := pushHook.Load(); h != nil {
+		(*h)(t.Events)
+	}
 	s.mu.Lock()
 	s.buf = append(s.buf, t)
 	s.bufEvents += len(t.Events)

@@ -233,7 +233,7 @@ func benchLatency(b *testing.B, tableLess bool, rate int, d time.Duration) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	loop, err := source.New(src, br, source.Config{Logger: quietLogger(),
+	loop, err := source.New(src, br, source.Config{Logger: quietLogger(), InFlight: benchInFlight(),
 		OnDelivered: func(e outbox.Event, _ broker.Result) {
 			var i int
 			fmt.Sscan(string(e.Payload), &i)

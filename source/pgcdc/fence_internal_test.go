@@ -31,7 +31,7 @@ func TestStaleHolderLeavesTheNewStreamAlone(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer pool.Close()
+	t.Cleanup(pool.Close) // after the drops below (cleanups run last first)
 	if err := pool.Ping(ctx); err != nil {
 		testenv.Unavailable(t, testenv.Postgres, err)
 	}
@@ -67,7 +67,7 @@ func TestStaleHolderLeavesTheNewStreamAlone(t *testing.T) {
 			_, _ = pool.Exec(ctx, "SELECT pg_drop_replication_slot($1)", a.cfg.Slot)
 		}
 		_, _ = pool.Exec(ctx, "DROP PUBLICATION IF EXISTS "+pgx.Identifier{a.cfg.Publication}.Sanitize())
-		for _, suffix := range []string{"", "_cdc", "_parked", "_archive", "_claims", "_migrations"} {
+		for _, suffix := range []string{"", "_cdc", "_parked", "_archive", "_claims", "_migrations", "_relays", "_shards"} {
 			_, _ = pool.Exec(ctx, "DROP TABLE IF EXISTS "+pgx.Identifier{table + suffix}.Sanitize()+" CASCADE")
 		}
 	})

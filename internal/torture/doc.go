@@ -43,7 +43,21 @@
 // read from <table>_claims and a per-transaction log of claim rows),
 // and workload errors (the ledger contradicting the client). Self-recovery:
 // within 60 s of the last fault healing, nothing is pending and no lease is
-// expired. (The CDC slot check joins once a CDC source exists.)
+// expired.
+//
+// # The source=pgcdc cell
+//
+// Three `outbox relay --source pgcdc` processes share a replication slot and
+// publication of the run's own (dropped with the tables): one streams, the
+// others wait on its lease. Kill and Stop aim at the one that streams (the
+// holder of the lease in <table>_cdc); Stop continues it right after
+// another relay took the lease over. pg_terminate_backend ends the relays'
+// walsenders with their other sessions. The fencing probe records any
+// change to an outbox row (the deletes after delivery) by a relay session
+// whose owner did not hold the lease. The checker is the same; the slot
+// check follows the final drain: within 30 s the slot's confirmed flush LSN
+// reaches the WAL position read once everything was delivered, and no row
+// is left in the outbox table (the summary's cdc_slot).
 //
 // Each run ends with one summary line holding every figure and the seed;
 // a failed run also writes a JSON history file whose path is in the

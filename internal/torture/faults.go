@@ -32,6 +32,9 @@ func (r *run) inject(ctx context.Context, plan []Fault) {
 // apply injects f and heals it; it returns a note for the history.
 func (r *run) apply(ctx context.Context, f Fault, rec *FaultRecord) string {
 	slot := f.Relay % len(r.relays.procs)
+	if r.cdc() && (f.Kind == Kill || f.Kind == Stop) {
+		return r.applyCDC(ctx, f, rec)
+	}
 	switch f.Kind {
 	case Kill:
 		held := r.waitHolding(ctx, slot, time.Second)

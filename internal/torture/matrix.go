@@ -33,7 +33,9 @@ var Matrix = []Cell{
 	{Store: "sqlite", Broker: "nats", Keys: 1, Faults: []Kind{Leave, Kill, Stop, Leave, BrokerReset}},
 	{Store: "postgres", Broker: "nats", Keys: 3, Faults: []Kind{Leave, Kill, Leave, Stop, PGTerminate, Leave}},
 	// {Store: "postgres", Broker: "kafka"},
-	// {Store: "postgres", Broker: "nats", Source: "pgcdc"},
+	// CDC: one relay streams the slot, two wait on its lease; the faults
+	// aim at the one that streams.
+	{Store: "postgres", Broker: "nats", Source: "pgcdc", Faults: []Kind{Kill, Stop, PGTerminate, BrokerReset, CommitTimeout, Stop, Kill}},
 	// {Store: "mysql", Broker: "nats", Source: "binlog"},
 }
 

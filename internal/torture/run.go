@@ -34,7 +34,8 @@ type Config struct {
 	// BrokerKind names the transport; default "nats".
 	BrokerKind string
 	// Source is passed to the relays as --source when set; empty: the
-	// poller. (No other source exists yet.)
+	// poller. pgcdc (PostgreSQL only) runs the logical replication source
+	// on a slot and publication of the run's own.
 	Source string
 	// Seed makes the fault schedule and the workload's choices
 	// reproducible; 0 picks a random one (printed in the summary).
@@ -160,6 +161,7 @@ type Result struct {
 	RelayExits  int      // relays that exited by themselves and were restarted
 	Failures    []string // empty when the run passed
 	HistoryFile string   // the JSON history, when written
+	CDCSlot     string   // source=pgcdc: the slot check's outcome
 }
 
 // Passed reports whether every check held.
@@ -247,7 +249,17 @@ func (r *run) setup(ctx context.Context) error {
 	if err := r.t.create(octx, r.admin, cfg.Keys); err != nil {
 		return err
 	}
-	if err := r.t.installFence(octx, r.admin, r.t.outbox); err != nil {
+	if cfg.Source != "" && cfg.Source != "pgcdc" {
+		return fmt.Errorf("torture: unknown source %q (poll or pgcdc)", cfg.Source)
+	}
+	if cfg.Source == "pgcdc" && kind != "postgres" {
+		return fmt.Errorf("torture: the pgcdc source needs a PostgreSQL database, not %s", kind)
+	}
+	if cfg.Source == "pgcdc" {
+		if err := r.t.installCDCFence(octx, r.admin, r.t.outbox); err != nil {
+			return err
+		}
+	} else if err := r.t.installFence(octx, r.admin, r.t.outbox); err != nil {
 		return err
 	}
 	dir, err := os.MkdirTemp("", "outbox-torture-broker-")
@@ -301,6 +313,9 @@ func (r *run) setup(ctx context.Context) error {
 		if cfg.Source != "" {
 			args = append(args, "--source", cfg.Source)
 		}
+		if cfg.Source == "pgcdc" {
+			args = append(args, r.t.cdcArgs()...)
+		}
 		args = append(args, cfg.RelayArgs...)
 		if cfg.RelayCommand != nil {
 			return cfg.RelayCommand(args)
@@ -335,6 +350,9 @@ func (r *run) cleanup() {
 	if r.admin != nil {
 		if !r.cfg.Keep && r.t.outbox != "" {
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			if r.cdc() {
+				r.t.dropCDC(ctx, r.admin)
+			}
 			r.t.drop(ctx, r.admin)
 			cancel()
 		}
@@ -348,6 +366,7 @@ func (r *run) cleanup() {
 func (r *run) execute(ctx context.Context) (*Result, error) {
 	cfg := r.cfg
 	res := &Result{Seed: cfg.Seed, Store: r.kind}
+	var err error
 	plan := cfg.Schedule
 	if plan == nil {
 		kinds, repeat := cfg.Faults, cfg.Repeat
@@ -458,13 +477,21 @@ func (r *run) execute(ctx context.Context) (*Result, error) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
+	if r.cdc() {
+		sctx, cancel := context.WithTimeout(ctx, 40*time.Second)
+		res.CDCSlot, err = r.slotCheck(sctx)
+		cancel()
+		if err != nil {
+			res.CDCSlot = "NOT-caught-up"
+			res.Failures = append(res.Failures, err.Error())
+		}
+	}
 	res.Failures = append(res.Failures, r.relays.close()...)
 	stopConsumer()
 
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 60*time.Second)
 	defer cancel()
 	h := History{Lease: cfg.Lease, Faults: r.faultRecords(), StaleProbed: r.kind == "postgres"}
-	var err error
 	if h.Ledger, err = r.t.readLedger(rctx, r.admin); err != nil {
 		return nil, fmt.Errorf("torture: read the ledger: %w", err)
 	}
@@ -522,11 +549,15 @@ func (r *run) summary(res *Result) string {
 	if res.Recovered {
 		rec = res.RecoveredIn.Round(100 * time.Millisecond).String()
 	}
-	return fmt.Sprintf("torture: store=%s broker=%s source=%s seed=%d duration=%s committed=%d rolled_back=%d unknown=%d (committed %d) deliveries=%d delivered=%d lost=%d phantom=%d order_violations=%d duplicates=%d (near faults %d) redelivered=%d double_applied=%d stale_writes=%s relay_exits=%d faults=%d (%s) recovered_in=%s",
+	slot := ""
+	if res.CDCSlot != "" {
+		slot = " cdc_slot=" + res.CDCSlot
+	}
+	return fmt.Sprintf("torture: store=%s broker=%s source=%s seed=%d duration=%s committed=%d rolled_back=%d unknown=%d (committed %d) deliveries=%d delivered=%d lost=%d phantom=%d order_violations=%d duplicates=%d (near faults %d) redelivered=%d double_applied=%d stale_writes=%s relay_exits=%d faults=%d (%s) recovered_in=%s%s",
 		r.kind, r.tr.Name(), source, res.Seed, r.cfg.Duration.Round(100*time.Millisecond), rep.Committed, rep.ClientOutcomes[string(RolledBack)],
 		rep.ClientOutcomes[string(Unknown)], rep.UnknownCommits, rep.Deliveries, rep.Delivered, rep.Lost, rep.Phantom,
 		rep.OrderViolations, rep.Duplicates, rep.DupsNearFaults, rep.Redelivered, rep.DoubleApplied, stale,
-		res.RelayExits, len(res.Faults), faultCounts(res.Faults), rec)
+		res.RelayExits, len(res.Faults), faultCounts(res.Faults), rec, slot)
 }
 
 // handle records one delivery in the history table and applies it through

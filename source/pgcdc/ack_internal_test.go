@@ -32,7 +32,7 @@ func TestAckWaitsForTheCommitToBeVisible(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer pool.Close()
+	t.Cleanup(pool.Close) // after the drops below (cleanups run last first)
 	if err := pool.Ping(ctx); err != nil {
 		testenv.Unavailable(t, testenv.Postgres, err)
 	}

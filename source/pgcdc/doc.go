@@ -49,7 +49,13 @@
 // reads, in that snapshot, the rows still NEW: exactly those committed
 // before the new slot's start, which the stream will not carry; they are
 // delivered first, then streaming goes on. (The same happens when a slot is
-// first created on a table that already holds rows.) In table-less mode the
+// first created on a table that already holds rows.) Those rows are held in
+// memory only by the process that created the slot, so <table>_cdc marks
+// them (recover_lsn, set before the slot is created, cleared once they are
+// acknowledged): a process that takes the slot over while the mark is set
+// reads the NEW rows again, in a snapshot of its own, and delivers them
+// before it streams (rows committed after the slot's start come again from
+// the stream, as duplicates with the same event ids). In table-less mode the
 // events live only in the WAL, so a lost slot cannot be recovered: Start
 // fails with ErrSlotLost, naming `outbox cdc drop-slot --force`. DropSlot
 // refuses while events are undelivered unless forced.
@@ -59,9 +65,24 @@
 // A lease row per slot in <table>_cdc (owner, fencing epoch, expiry on the
 // database clock, renewed every third of Config.LeaseFor). Other processes
 // wait in Start and take over once it expired; the new holder terminates a
-// stale walsender of the slot. Every write (the deletes of Ack, Park)
-// locks the lease row and checks owner and epoch first, so a process that
-// stalled past its lease changes nothing; it stops with source.ErrFenced.
+// stale walsender of the slot. Every write (the deletes of Ack, Park, and
+// that termination) locks the lease row and checks owner, epoch and expiry
+// in the same transaction first, so a process that stalled past its lease
+// changes nothing, and when it wakes and reconnects it cannot end the new
+// holder's stream either; it stops with source.ErrFenced. (Starting to
+// stream is not fenced: a stale process that gets the slot in the moment
+// between the new holder's check and its START_REPLICATION is terminated by
+// the new holder's retry, and confirms only what it delivered itself.)
+//
+// Relays that start at the same moment may run Setup together; the
+// creations it loses to another process are not errors. A relay that
+// waits for the lease rides out a lost connection (the server restarted,
+// its session terminated).
+//
+// The lost-slot path (wal_status lost) is tested on a real slot by making
+// the source see the slot as invalidated (a test-only hook): making the
+// server invalidate it means lowering max_slot_wal_keep_size, a setting
+// of the whole server that would invalidate the other slots on it too.
 //
 // # Protocol 2 streaming
 //

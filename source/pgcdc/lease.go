@@ -4,9 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/outbox-go/outbox/source"
 )
@@ -48,7 +52,12 @@ RETURNING l.epoch`, s.cfg.Slot, s.cfg.Owner, s.cfg.LeaseFor.Milliseconds()).Scan
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
-			return fmt.Errorf("pgcdc: taking the streaming lease: %w", err)
+			if !transient(err) {
+				return fmt.Errorf("pgcdc: taking the streaming lease: %w", err)
+			}
+			// a connection ended under it (the server restarted, an
+			// administrator terminated the session): waiting goes on
+			s.log.Warn("outbox cdc: taking the streaming lease failed; retrying", "slot", s.cfg.Slot, "error", err.Error())
 		}
 		select {
 		case <-ctx.Done():
@@ -56,6 +65,18 @@ RETURNING l.epoch`, s.cfg.Slot, s.cfg.Owner, s.cfg.LeaseFor.Milliseconds()).Scan
 		case <-time.After(s.cfg.LeaseFor / 4):
 		}
 	}
+}
+
+// transient reports whether err is a lost connection or a server going
+// away (SQLSTATE classes 08 and 57), which a retry on a new connection can
+// cure.
+func transient(err error) bool {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		return strings.HasPrefix(pgErr.Code, "08") || strings.HasPrefix(pgErr.Code, "57")
+	}
+	var netErr net.Error
+	return errors.As(err, &netErr) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) || pgconn.SafeToRetry(err)
 }
 
 // renewLease renews the lease every third of LeaseFor. When the lease is

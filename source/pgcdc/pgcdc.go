@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pglogrepl"
@@ -41,6 +42,7 @@ type Source struct {
 	inTxn     bool
 	curXid    uint32 // the open transaction's id; the stream's goroutine only
 	failed    error  // fatal: Next returns it
+	polled    bool   // a recovery poll's rows are handed out (or there were none)
 	started   bool
 	closed    bool
 
@@ -54,9 +56,17 @@ type emitted struct {
 	pos pglogrepl.LSN
 	xid uint32 // the streamed transaction's id (0: the recovery poll)
 	ids []int64
+	// recovery: the recovery poll's rows; once they are acknowledged the
+	// state's recover_lsn is cleared
+	recovery bool
 }
 
 var _ source.Source = (*Source)(nil)
+
+// pushHook, set by benchmarks only, sees each streamed transaction's
+// events as the source buffers them (the latency benchmark's middle
+// timestamp: decoded, not yet delivered).
+var pushHook atomic.Pointer[func([]outbox.Event)]
 
 // New returns a Source reading through pool (which stays the caller's to
 // close); the replication connection uses the pool's connection settings
@@ -191,6 +201,9 @@ func (s *Source) Next(ctx context.Context) ([]source.Txn, error) {
 
 // push buffers one committed transaction for Next.
 func (s *Source) push(t source.Txn, end pglogrepl.LSN, xid uint32, ids []int64) {
+	if h := pushHook.Load(); h != nil {
+		(*h)(t.Events)
+	}
 	s.mu.Lock()
 	s.buf = append(s.buf, t)
 	s.bufEvents += len(t.Events)
@@ -209,7 +222,9 @@ func (s *Source) Ack(ctx context.Context, pos source.Position) error {
 	s.mu.Lock()
 	n := 0
 	var ids, xids []int64
+	recovery := false
 	for n < len(s.emitted) && s.emitted[n].pos <= pglogrepl.LSN(pos) {
+		recovery = recovery || s.emitted[n].recovery
 		if x := s.emitted[n].xid; x != 0 && len(s.emitted[n].ids) > 0 {
 			xids = append(xids, int64(x))
 		}
@@ -233,6 +248,11 @@ func (s *Source) Ack(ctx context.Context, pos source.Position) error {
 			return fmt.Errorf("pgcdc: deleting %d delivered rows: %w", len(chunk), err)
 		}
 	}
+	if recovery {
+		if err := s.recovered(ctx); err != nil {
+			return err
+		}
+	}
 	s.mu.Lock()
 	for _, e := range s.emitted[:n] {
 		for _, id := range e.ids {
@@ -244,6 +264,15 @@ func (s *Source) Ack(ctx context.Context, pos source.Position) error {
 		s.acked = pglogrepl.LSN(pos)
 	}
 	s.mu.Unlock()
+	return nil
+}
+
+// recovered records that the rows committed before the slot's start are
+// delivered (fenced): the next holder need not poll for them.
+func (s *Source) recovered(ctx context.Context) error {
+	if err := s.fenced(ctx, "UPDATE "+s.n.state+" SET recover_lsn = '' WHERE slot = $1", s.cfg.Slot); err != nil {
+		return fmt.Errorf("pgcdc: recording that the slot's first rows are delivered: %w", err)
+	}
 	return nil
 }
 

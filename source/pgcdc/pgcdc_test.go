@@ -9,7 +9,9 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -641,4 +643,111 @@ func TestDropSlotRefusesUndelivered(t *testing.T) {
 	if _, err := b.Wait(waitCtx(t), "t", 1); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// A slot the server invalidated (wal_status lost: it removed WAL the slot
+// had not confirmed, past max_slot_wal_keep_size) is dropped and created
+// again, and the rows it had not delivered are delivered by polling the
+// table. The server's invalidation itself is simulated (MarkSlotLost: the
+// source sees wal_status = lost on its next start), since making a shared
+// server remove WAL means lowering max_slot_wal_keep_size for every slot on
+// it; what the server does is drop nothing, so this exercises the source's
+// whole path on the real slot.
+func TestLostSlotRecreated(t *testing.T) {
+	f := newFixture(t, false)
+	b := newBroker(t)
+	ins := "INSERT INTO " + f.table() + " (topic, event_key, event_type, payload) VALUES ('t', 'k', 'T', $1)"
+	r := f.start(b, source.Config{})
+	f.exec(ins, []byte("1"))
+	if _, err := b.Wait(waitCtx(t), "t", 1); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.stop(); err != nil {
+		t.Fatal(err)
+	}
+	cfg := r.src.Config()
+	before := slotConfirmed(t, f.pool, cfg.Slot)
+	f.exec(ins, []byte("2"))
+	f.exec(ins, []byte("3"))
+	pgcdc.MarkSlotLost(cfg.Slot)
+	defer pgcdc.ClearSlotHook()
+	f.start(b, source.Config{})
+	f.exec(ins, []byte("4"))
+	if _, err := b.Wait(waitCtx(t), "t", 4); err != nil {
+		t.Fatalf("%v: delivered %v", err, payloads(b.Events("t")))
+	}
+	got := payloads(b.Events("t"))
+	if !slices.Equal(got[:4], []string{"1", "2", "3", "4"}) {
+		t.Fatalf("delivered %v, want 1 2 3 4 in order", got)
+	}
+	waitFor(t, "the table drained", 10*time.Second, func() bool { return f.count("true") == 0 })
+	var slotLSN string
+	if err := f.pool.QueryRow(context.Background(), "SELECT slot_lsn FROM "+pgx.Identifier{cfg.Table + "_cdc"}.Sanitize()+" WHERE slot = $1", cfg.Slot).Scan(&slotLSN); err != nil {
+		t.Fatal(err)
+	}
+	if lsn, err := pglogrepl.ParseLSN(slotLSN); err != nil || lsn <= before {
+		t.Fatalf("the slot was not created again: created at %s, confirmed %s before (%v)", slotLSN, before, err)
+	}
+}
+
+// In table-less mode the events of a lost slot lived only in its WAL: the
+// source refuses to start, naming ErrSlotLost and the fix.
+func TestTableLessInvalidatedSlotRefused(t *testing.T) {
+	f := newFixture(t, true)
+	b := newBroker(t)
+	r := f.start(b, source.Config{})
+	if err := r.stop(); err != nil {
+		t.Fatal(err)
+	}
+	cfg := r.src.Config()
+	pgcdc.MarkSlotLost(cfg.Slot)
+	defer pgcdc.ClearSlotHook()
+	src, err := pgcdc.New(f.pool, f.cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = src.Start(waitCtx(t))
+	if !errors.Is(err, pgcdc.ErrSlotLost) || !strings.Contains(err.Error(), "drop-slot") {
+		t.Fatalf("Start: %v", err)
+	}
+}
+
+// Rows already in the table when the slot is created (the recovery poll's
+// rows) are delivered before the streamed rows of the same keys, also when
+// writers go on committing while the slot is being created.
+func TestPolledRowsBeforeStreamedOnes(t *testing.T) {
+	f := newFixture(t, false)
+	b := newBroker(t)
+	ins := "INSERT INTO " + f.table() + " (topic, event_key, event_type, payload) VALUES ('t', $1, 'T', $2)"
+	var seq atomic.Int64
+	write := func() {
+		n := seq.Add(1)
+		f.exec(ins, fmt.Sprint("k", n%16), []byte(fmt.Sprint(n)))
+	}
+	for range 100 {
+		write()
+	}
+	stop := make(chan struct{})
+	wrote := make(chan struct{})
+	go func() {
+		defer close(wrote)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+				write()
+				time.Sleep(2 * time.Millisecond)
+			}
+		}
+	}()
+	f.start(b, source.Config{BatchSize: 50})
+	time.Sleep(500 * time.Millisecond)
+	close(stop)
+	<-wrote
+	total := int(seq.Load())
+	if _, err := b.Wait(waitCtx(t), "t", total); err != nil {
+		t.Fatalf("%v: delivered %d of %d", err, len(b.Events("t")), total)
+	}
+	checkKeyOrder(t, b.Events("t"))
 }

@@ -60,9 +60,15 @@ func Setup(ctx context.Context, pool *pgxpool.Pool, cfg Config) error {
 	owner       TEXT        NOT NULL DEFAULT '',
 	epoch       BIGINT      NOT NULL DEFAULT 0,
 	lease_until TIMESTAMPTZ,
-	slot_lsn    TEXT        NOT NULL DEFAULT ''
-)`); err != nil {
+	slot_lsn    TEXT        NOT NULL DEFAULT '',
+	recover_lsn TEXT        NOT NULL DEFAULT ''
+)`); err != nil && !createdMeanwhile(err) {
 		return fmt.Errorf("pgcdc: setup: creating %s: %w", n.state, err)
+	}
+	// recover_lsn (added after the first release): set while the rows
+	// committed before the slot's start are not all delivered
+	if _, err := pool.Exec(ctx, `ALTER TABLE `+n.state+` ADD COLUMN IF NOT EXISTS recover_lsn TEXT NOT NULL DEFAULT ''`); err != nil && !createdMeanwhile(err) {
+		return fmt.Errorf("pgcdc: setup: upgrading %s: %w", n.state, err)
 	}
 	if err := ensurePublication(ctx, pool, cfg, n); err != nil {
 		return err
@@ -78,6 +84,15 @@ func Setup(ctx context.Context, pool *pgxpool.Pool, cfg Config) error {
 		}
 	}
 	return nil
+}
+
+// createdMeanwhile reports whether a CREATE … IF NOT EXISTS failed because
+// another process created the same object at the same moment (relays that
+// start together): IF NOT EXISTS does not cover a concurrent creation,
+// which fails on the catalog's unique index instead.
+func createdMeanwhile(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && (pgErr.Code == "23505" || pgErr.Code == "42P07" || pgErr.Code == "42710")
 }
 
 // ensurePublication creates the publication unless it exists, and checks

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"regexp"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pglogrepl"
@@ -113,6 +114,11 @@ func (s *Source) startStreaming(ctx context.Context, conn *pgconn.PgConn) error 
 
 var snapshotName = regexp.MustCompile(`^[0-9A-Fa-f-]+$`)
 
+// slotInfoHook, set by tests only, sees (and may change) what ensureSlot
+// read of a slot: the way to test an invalidated slot (wal_status lost)
+// without making the server remove WAL.
+var slotInfoHook atomic.Pointer[func(slot string, si *slotInfo)]
+
 // ensureSlot makes the slot ready to stream: it terminates a stale
 // holder's walsender (this process holds the lease), detects a lost or
 // vanished slot, and creates the slot when needed. A slot is created with
@@ -125,6 +131,9 @@ func (s *Source) ensureSlot(ctx context.Context, conn *pgconn.PgConn) error {
 	if err != nil {
 		return err
 	}
+	if h := slotInfoHook.Load(); h != nil {
+		(*h)(s.cfg.Slot, &si)
+	}
 	var db string
 	if err := s.pool.QueryRow(ctx, "SELECT current_database()").Scan(&db); err != nil {
 		return err
@@ -133,10 +142,18 @@ func (s *Source) ensureSlot(ctx context.Context, conn *pgconn.PgConn) error {
 		return errFatal{fmt.Errorf("pgcdc: slot %s exists for plugin %q in database %q, not pgoutput in %q: name another slot", s.cfg.Slot, si.plugin, si.database, db)}
 	}
 	if si.exists && si.active {
-		s.log.Warn("outbox cdc: the slot is streamed by a process that lost the lease; terminating its walsender", "slot", s.cfg.Slot, "pid", si.activePID)
-		if _, err := s.pool.Exec(ctx, "SELECT pg_terminate_backend($1)", si.activePID); err != nil {
+		// Only the lease holder may end a walsender, and it checks that it
+		// holds the lease in the same transaction (the lease row locked):
+		// a process that stalled past its lease and reconnects on waking
+		// must not end the stream of the process that holds it now. It
+		// stops with source.ErrFenced instead.
+		if err := s.fenced(ctx, "SELECT pg_terminate_backend($1)", si.activePID); err != nil {
+			if errors.Is(err, source.ErrFenced) {
+				s.log.Error("outbox cdc: the slot is streamed by the process that took the lease over; stopping", "slot", s.cfg.Slot, "pid", si.activePID, "epoch", s.epoch)
+			}
 			return err
 		}
+		s.log.Warn("outbox cdc: the slot was streamed by a process that lost the lease; terminated its walsender", "slot", s.cfg.Slot, "pid", si.activePID)
 		for i := 0; i < 100 && si.exists && si.active; i++ {
 			time.Sleep(100 * time.Millisecond)
 			if si, err = readSlot(ctx, s.pool, s.cfg.Slot); err != nil {
@@ -153,6 +170,10 @@ func (s *Source) ensureSlot(ctx context.Context, conn *pgconn.PgConn) error {
 		}
 		si.exists = false
 	}
+	var had, recovering string
+	if err := s.pool.QueryRow(ctx, "SELECT slot_lsn, recover_lsn FROM "+s.n.state+" WHERE slot = $1", s.cfg.Slot).Scan(&had, &recovering); err != nil && !errors.Is(err, pgx.ErrNoRows) {
+		return err
+	}
 	if si.exists {
 		confirmed, err := pglogrepl.ParseLSN(si.confirmed)
 		if err != nil {
@@ -160,12 +181,22 @@ func (s *Source) ensureSlot(ctx context.Context, conn *pgconn.PgConn) error {
 		}
 		s.mu.Lock()
 		s.acked = max(s.acked, confirmed)
+		polled := s.polled
 		s.mu.Unlock()
+		if recovering != "" && !s.cfg.TableLess && !polled {
+			// The process that created the slot had read the rows
+			// committed before its start (which the stream does not
+			// carry) and stopped before they were all delivered: read
+			// the NEW rows again, now, and deliver them first. Those
+			// committed after the slot's start come again from the
+			// stream (duplicates, with the same event ids).
+			n, err := s.recoveryPoll(ctx, "", confirmed)
+			if err != nil {
+				return fmt.Errorf("pgcdc: reading the rows committed before slot %s started again: %w", s.cfg.Slot, err)
+			}
+			s.log.Warn("outbox cdc: the slot's first rows were not all delivered by the process that created it; polling the table again", "slot", s.cfg.Slot, "rows", n)
+		}
 		return nil
-	}
-	var had string
-	if err := s.pool.QueryRow(ctx, "SELECT slot_lsn FROM "+s.n.state+" WHERE slot = $1", s.cfg.Slot).Scan(&had); err != nil && !errors.Is(err, pgx.ErrNoRows) {
-		return err
 	}
 	if had != "" && !lost {
 		lost = true
@@ -173,6 +204,14 @@ func (s *Source) ensureSlot(ctx context.Context, conn *pgconn.PgConn) error {
 	}
 	if lost && s.cfg.TableLess {
 		return errFatal{fmt.Errorf("%w: slot %s (created at %s) was lost or dropped, and with it the table-less events it had not delivered, which live only in the WAL: nothing can recover them. After checking with the producers, run `outbox cdc drop-slot --slot %s --table-less --force` to start over with a new slot", ErrSlotLost, s.cfg.Slot, had, s.cfg.Slot)}
+	}
+	if !s.cfg.TableLess {
+		// Marked before the slot exists: whoever streams it next polls
+		// the table again until the rows committed before its start are
+		// delivered (see Ack).
+		if err := s.fenced(ctx, "UPDATE "+s.n.state+" SET recover_lsn = 'creating' WHERE slot = $1", s.cfg.Slot); err != nil {
+			return err
+		}
 	}
 	res, err := pglogrepl.CreateReplicationSlot(ctx, conn, s.cfg.Slot, "pgoutput", pglogrepl.CreateReplicationSlotOptions{Mode: pglogrepl.LogicalReplication, SnapshotAction: "EXPORT_SNAPSHOT"})
 	if err != nil {
@@ -198,7 +237,7 @@ func (s *Source) ensureSlot(ctx context.Context, conn *pgconn.PgConn) error {
 			s.log.Warn("outbox cdc: delivering the rows committed before the slot started by polling the table", "slot", s.cfg.Slot, "rows", n, "slot_was_lost", lost)
 		}
 	}
-	if err := s.fenced(ctx, "UPDATE "+s.n.state+" SET slot_lsn = $1 WHERE slot = $2", cp.String(), s.cfg.Slot); err != nil {
+	if err := s.fenced(ctx, "UPDATE "+s.n.state+" SET slot_lsn = $1, recover_lsn = CASE WHEN recover_lsn = '' THEN '' ELSE $1 END WHERE slot = $2", cp.String(), s.cfg.Slot); err != nil {
 		return err
 	}
 	s.mu.Lock()
@@ -244,18 +283,24 @@ func scanRow(row pgx.Row) (decodedRow, error) {
 	return decodeRow(identity, cols)
 }
 
-// recoveryPoll reads the NEW rows of the exported snapshot and buffers them
-// as one transaction at the slot's consistent point.
+// recoveryPoll reads the NEW rows of the exported snapshot (or, with
+// snapshot "", of a new one) and buffers them as one transaction at the
+// slot's consistent (or confirmed) position cp. Its acknowledgement clears
+// the state's recover_lsn. With no row, it clears it at once.
 func (s *Source) recoveryPoll(ctx context.Context, snapshot string, cp pglogrepl.LSN) (int, error) {
 	tx, err := s.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
 	if err != nil {
 		return 0, err
 	}
 	defer tx.Rollback(ctx) //nolint:errcheck // read-only
-	if _, err := tx.Exec(ctx, "SET TRANSACTION SNAPSHOT '"+snapshot+"'"); err != nil {
-		return 0, err
+	if snapshot != "" {
+		if _, err := tx.Exec(ctx, "SET TRANSACTION SNAPSHOT '"+snapshot+"'"); err != nil {
+			return 0, err
+		}
 	}
-	rows, err := tx.Query(ctx, "SELECT "+rowColumns+" FROM "+s.n.table+" WHERE status = 'NEW' ORDER BY id")
+	// ORDER BY o.id, not id: the output column id::text is named id too,
+	// and an unqualified name sorts by it, as text (107 before 11)
+	rows, err := tx.Query(ctx, "SELECT "+rowColumns+" FROM "+s.n.table+" AS o WHERE status = 'NEW' ORDER BY o.id")
 	if err != nil {
 		return 0, err
 	}
@@ -277,10 +322,23 @@ func (s *Source) recoveryPoll(ctx context.Context, snapshot string, cp pglogrepl
 	if err := s.parkBad(ctx, got, cp); err != nil {
 		return 0, err
 	}
-	if len(got) > 0 {
-		evs := eventsOf(got)
-		s.push(source.Txn{Pos: source.Position(cp), Events: evs}, cp, 0, idsOf(evs))
+	evs := eventsOf(got)
+	s.mu.Lock()
+	s.polled = true
+	s.mu.Unlock()
+	if len(evs) == 0 {
+		if err := s.recovered(ctx); err != nil {
+			return 0, err
+		}
+		return len(got), nil
 	}
+	s.mu.Lock()
+	s.buf = append(s.buf, source.Txn{Pos: source.Position(cp), Events: evs})
+	s.bufEvents += len(evs)
+	s.emitted = append(s.emitted, emitted{pos: cp, ids: idsOf(evs), recovery: true})
+	s.lastEnd = max(s.lastEnd, cp)
+	s.mu.Unlock()
+	signal(s.wake)
 	return len(got), nil
 }
 

@@ -1,0 +1,195 @@
+package torture
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// The source=pgcdc cell: the relays stream the outbox table's inserts from
+// a replication slot of their own (one streams, the others wait on its
+// lease), so the faults aim at the process that streams, the fencing probe
+// checks the lease of <table>_cdc instead of claims, and the run ends with
+// the slot check.
+
+// cdc reports whether the relays run the pgcdc source.
+func (r *run) cdc() bool { return r.cfg.Source == "pgcdc" }
+
+// slot and publication are the run's replication slot and publication,
+// named after its outbox table (unique per run) and dropped by cleanup.
+func (t tables) slot() string        { return "outbox_" + t.outbox }
+func (t tables) publication() string { return "outbox_" + t.outbox + "_pub" }
+func (t tables) cdcState() string    { return t.outbox + "_cdc" }
+
+// cdcArgs are the relays' extra arguments for the pgcdc source.
+func (t tables) cdcArgs() []string {
+	// --log info: the source's state changes (lease, slot, recovery) are
+	// few, and a failed run's history shows them
+	return []string{"--slot", t.slot(), "--publication", t.publication(), "--log", "info"}
+}
+
+// installCDCFence adds the fencing probe of the pgcdc source: a trigger
+// that records every change to an outbox row (the deletes after delivery,
+// parking) made by a relay session whose owner did not hold the slot's
+// lease at that moment. The source locks the lease row and checks it in
+// the same transaction as each write, so now() is the instant it checked.
+// (The function names <table>_cdc, which the relays create; PL/pgSQL
+// resolves it when it runs.)
+func (t tables) installCDCFence(ctx context.Context, db *sql.DB, prefix string) error {
+	state := t.cdcState()
+	stmts := []string{
+		"CREATE TABLE " + t.stale() + " (id BIGINT NOT NULL, op TEXT NOT NULL, holder TEXT NOT NULL, writer TEXT NOT NULL, at TIMESTAMPTZ NOT NULL DEFAULT clock_timestamp())",
+		`CREATE FUNCTION ` + t.fence() + `() RETURNS trigger LANGUAGE plpgsql AS $$
+DECLARE app text := coalesce(current_setting('application_name', true), '');
+BEGIN
+	IF left(app, ` + fmt.Sprint(len(prefix)+7) + `) = '` + prefix + `-relay-'
+	   AND NOT EXISTS (SELECT 1 FROM ` + state + ` WHERE slot = '` + t.slot() + `' AND owner = app AND lease_until > now()) THEN
+		INSERT INTO ` + t.stale() + ` (id, op, holder, writer)
+		VALUES (OLD.id, TG_OP, coalesce((SELECT owner FROM ` + state + ` WHERE slot = '` + t.slot() + `' AND lease_until > now()), ''), app);
+	END IF;
+	RETURN NULL;
+END $$`,
+		"CREATE TRIGGER " + t.fence() + " AFTER UPDATE OR DELETE ON " + t.outbox + " FOR EACH ROW EXECUTE FUNCTION " + t.fence() + "()",
+	}
+	for _, s := range stmts {
+		if _, err := db.ExecContext(ctx, s); err != nil {
+			return fmt.Errorf("torture: install the fencing probe: %w", err)
+		}
+	}
+	return nil
+}
+
+// dropCDC removes the slot, the publication and the source's tables. The
+// relays are stopped by then; a walsender of the run's slot that lingers
+// is terminated first.
+func (t tables) dropCDC(ctx context.Context, db *sql.DB) {
+	for i := 0; i < 50; i++ {
+		var pid sql.NullInt64
+		err := db.QueryRowContext(ctx, "SELECT active_pid FROM pg_replication_slots WHERE slot_name = $1", t.slot()).Scan(&pid)
+		if err != nil {
+			break // gone (or never made)
+		}
+		if pid.Valid {
+			_, _ = db.ExecContext(ctx, "SELECT pg_terminate_backend($1)", pid.Int64)
+			time.Sleep(100 * time.Millisecond)
+			continue
+		}
+		if _, err := db.ExecContext(ctx, "SELECT pg_drop_replication_slot($1)", t.slot()); err == nil {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	_, _ = db.ExecContext(ctx, "DROP PUBLICATION IF EXISTS "+t.publication())
+	for _, n := range []string{t.cdcState(), t.outbox + "_parked", t.outbox + "_parked_migrations"} {
+		_, _ = db.ExecContext(ctx, "DROP TABLE IF EXISTS "+n)
+	}
+}
+
+// streamer returns the relay slot whose process holds the streaming lease
+// now and the lease's epoch; -1 when none holds it.
+func (r *run) streamer(ctx context.Context) (int, int64) {
+	var owner string
+	var epoch int64
+	err := r.admin.QueryRowContext(ctx, "SELECT owner, epoch FROM "+r.t.cdcState()+" WHERE slot = $1 AND lease_until > now()", r.t.slot()).Scan(&owner, &epoch)
+	if err != nil {
+		return -1, 0
+	}
+	for i := range r.relays.procs {
+		if r.relays.owner(i) == owner {
+			return i, epoch
+		}
+	}
+	return -1, epoch
+}
+
+// waitStreamer waits up to d for a relay to hold the lease and returns its
+// slot and the lease's epoch; fallback when none does by then.
+func (r *run) waitStreamer(ctx context.Context, d time.Duration, fallback int) (int, int64) {
+	until := time.Now().Add(d)
+	for {
+		if i, epoch := r.streamer(ctx); i >= 0 {
+			return i, epoch
+		}
+		if time.Now().After(until) || ctx.Err() != nil {
+			return fallback, 0
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// epoch is the lease's epoch now (0 when unknown).
+func (r *run) epoch(ctx context.Context) int64 {
+	var e int64
+	_ = r.admin.QueryRowContext(ctx, "SELECT epoch FROM "+r.t.cdcState()+" WHERE slot = $1", r.t.slot()).Scan(&e)
+	return e
+}
+
+// applyCDC injects the faults that aim at the streaming relay.
+func (r *run) applyCDC(ctx context.Context, f Fault, rec *FaultRecord) string {
+	slot, epoch := r.waitStreamer(ctx, 3*time.Second, f.Relay%len(r.relays.procs))
+	switch f.Kind {
+	case Kill:
+		rec.StartMs = r.since()
+		owner := r.relays.kill(slot, f.For)
+		return fmt.Sprintf("SIGKILL %s, the streaming relay (lease epoch %d); restarted after %s", owner, epoch, f.For)
+	case Stop:
+		// somewhere mid-stream
+		sleep(ctx, f.For%(400*time.Millisecond))
+		rec.StartMs = r.since()
+		owner := r.relays.pause(slot)
+		stopped := time.Now()
+		// Wake it right after another relay took the lease over (the
+		// moment fencing exists for); at the latest after f.For.
+		sleep(ctx, r.cfg.Lease)
+		takenOver := false
+		for time.Since(stopped) < f.For && ctx.Err() == nil {
+			if e := r.epoch(ctx); e > epoch && epoch > 0 {
+				takenOver = true
+				break
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		r.relays.resume(slot)
+		note := fmt.Sprintf("SIGSTOP %s, the streaming relay (lease epoch %d), SIGCONT after %s (lease %s)", owner, epoch, time.Since(stopped).Round(10*time.Millisecond), r.cfg.Lease)
+		if takenOver {
+			note += ", right after another relay took the lease over"
+		}
+		return note
+	}
+	return "unknown fault"
+}
+
+// slotCheck is the CDC slot check after the final drain, while the relays
+// still run: within 30 s the slot's confirmed flush LSN reaches the WAL
+// position read once everything was delivered (the source acknowledged
+// every transaction and then moved past the idle WAL), and no row is left
+// in the outbox table (every delivered row deleted, none undelivered).
+func (r *run) slotCheck(ctx context.Context) (string, error) {
+	var target string
+	if err := r.admin.QueryRowContext(ctx, "SELECT pg_current_wal_lsn()::text").Scan(&target); err != nil {
+		return "", fmt.Errorf("CDC slot check: %w", err)
+	}
+	began := time.Now()
+	var rows int64
+	var confirmed sql.NullString
+	var caught bool
+	for {
+		err := r.admin.QueryRowContext(ctx, "SELECT confirmed_flush_lsn::text, confirmed_flush_lsn >= $2::pg_lsn FROM pg_replication_slots WHERE slot_name = $1", r.t.slot(), target).Scan(&confirmed, &caught)
+		if errors.Is(err, sql.ErrNoRows) {
+			return "", fmt.Errorf("CDC slot check: the slot %s does not exist after the final drain", r.t.slot())
+		}
+		if err == nil {
+			err = r.admin.QueryRowContext(ctx, "SELECT count(*) FROM "+r.t.outbox).Scan(&rows)
+		}
+		if err == nil && caught && rows == 0 {
+			return fmt.Sprintf("caught-up(%s>=%s in %s)", confirmed.String, target, time.Since(began).Round(100*time.Millisecond)), nil
+		}
+		if time.Since(began) > 30*time.Second || ctx.Err() != nil {
+			return "", fmt.Errorf("CDC slot check: 30 s after the final drain the slot %s confirmed %s (wanted >= %s) and %d rows remain in %s (want none; error: %v)",
+				r.t.slot(), confirmed.String, target, rows, r.t.outbox, err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}

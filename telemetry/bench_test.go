@@ -135,7 +135,7 @@ func drainOnce(b *testing.B, st store.Store, variant, topic string, n int) (rate
 	var reg *prometheus.Registry
 	if hooksOn {
 		metrics := telemetry.NewMetrics()
-		hooks = append(hooks, metrics, telemetry.NewTracing(telemetry.TracingConfig{TracerProvider: tp, System: "nats", PerWave: strings.HasSuffix(variant, "-wave")}))
+		hooks = append(hooks, metrics, telemetry.NewTracing(telemetry.TracingConfig{TracerProvider: tp, System: "nats", PerEvent: !strings.HasSuffix(variant, "-wave")}))
 		reg = prometheus.NewRegistry()
 		reg.MustRegister(metrics)
 	}

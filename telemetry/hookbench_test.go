@@ -44,7 +44,7 @@ func BenchmarkTracingHook(b *testing.B) {
 				events[i] = outbox.Event{ID: int64(i), Message: m}
 			}
 			results := make([]broker.Result, len(events))
-			h := telemetry.NewTracing(telemetry.TracingConfig{TracerProvider: tp, System: "nats", PerWave: c.perWave})
+			h := telemetry.NewTracing(telemetry.TracingConfig{TracerProvider: tp, System: "nats", PerEvent: !c.perWave})
 			b.ReportAllocs()
 			b.ResetTimer()
 			for i := 0; i < b.N; i++ {

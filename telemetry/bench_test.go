@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/http"
+	"net/http/httptest"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -14,9 +16,11 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/trace"
 
 	outbox "github.com/outbox-go/outbox"
 	"github.com/outbox-go/outbox/broker/natsbroker"
+	"github.com/outbox-go/outbox/dashboard"
 	"github.com/outbox-go/outbox/internal/testnats"
 	"github.com/outbox-go/outbox/internal/teststores"
 	"github.com/outbox-go/outbox/relay"
@@ -37,55 +41,76 @@ type settled struct{ n atomic.Int64 }
 func (s *settled) OnSettle(_ context.Context, r relay.BatchReport) { s.n.Add(int64(r.Delivered)) }
 
 // BenchmarkTelemetryOverhead is the drain rate of a relay, PostgreSQL →
-// NATS JetStream (the machine's servers), with its metrics and tracing
-// hooks off and on, in rounds of the same run (the order rotated each
-// round, after a warm-up round that is not counted), so that every
-// variant sees the same machine:
+// NATS JetStream (the machine's servers), and the CPU its process spends
+// per event, with its metrics, tracing and dashboard off and on, in rounds
+// of the same run (the order rotated each round, after a warm-up round that
+// is not counted), so that every variant sees the same machine:
 //
 //	go test -run XXX -bench TelemetryOverhead -benchtime 1x ./telemetry/
 //
-// "on" is what `outbox relay --metrics-addr … --otlp-endpoint …` runs:
-// Metrics and State scraped every second, Tracing with the SDK's batch
-// processor (its default queue) into an exporter that drops the spans.
-// "off" and "on" drain events enqueued without a trace context (producers
-// that do not trace); "off-traced" and "on-traced" drain events that each
-// carry a sampled traceparent (every producer traced, 100 % sampled: a
-// recorded span per event), the worst case; "on-traced-wave" is that with
-// TracingConfig.PerWave (one span per publish call, linked to the events'
-// traces).
+// "all-on" is what `outbox relay --metrics-addr … --otlp-endpoint …
+// --dashboard-addr …` runs: Metrics, State scraped every second, Tracing
+// (its default, a span per publish call) with the SDK's batch processor
+// into an exporter that drops the spans, and the dashboard sampling at its
+// default rate with a client reading its overview and dead letters every
+// 500 ms (four open pages). "off" and "all-on" drain events enqueued
+// without a trace context (producers that do not trace); the "-traced"
+// variants drain events that each carry a sampled traceparent of a
+// producer span of their own (every producer traced, 100 % sampled), the
+// worst case: "off-traced" with no hook, "on-traced" with metrics and
+// tracing, "all-on-traced" with the dashboard too, "on-traced-event" with
+// TracingConfig.PerEvent (a recorded span per event). The overheads are
+// the medians of each round's on/off ratio (a pair measured minutes apart
+// on a shared machine says little); the rates and CPU figures the medians
+// of the rounds.
 func BenchmarkTelemetryOverhead(b *testing.B) {
 	const events = 50_000
 	const rounds = 5
 	url := testnats.Shared(b)
 	stream := testnats.NewStream(b, url)
 	st := teststores.Open(b, "postgres", store.Options{}).Store // one table: a drain leaves it empty
-	variants := []string{"off", "on", "off-traced", "on-traced", "on-traced-wave"}
+	variants := []string{"off", "all-on", "off-traced", "on-traced", "all-on-traced", "on-traced-event"}
+	pairs := [][2]string{{"off", "all-on"}, {"off-traced", "on-traced"}, {"off-traced", "all-on-traced"}, {"off-traced", "on-traced-event"}}
 	for i := 0; i < b.N; i++ {
 		rates, cpus := map[string][]float64{}, map[string][]float64{}
+		rateOver, cpuOver := map[string][]float64{}, map[string][]float64{}
 		for round := -1; round < rounds; round++ {
+			rate, cpu := map[string]float64{}, map[string]float64{}
 			for j := range variants {
 				v := variants[(j+max(round, 0))%len(variants)]
-				rate, cpu := drainOnce(b, st, v, stream.Topic(fmt.Sprintf("r%d%s", round+1, v)), events)
-				b.Logf("round %d %-10s %8.0f ev/s %6.2f µs CPU/event", round, v, rate, cpu)
-				if round >= 0 {
-					rates[v] = append(rates[v], rate)
-					cpus[v] = append(cpus[v], cpu)
-				}
+				rate[v], cpu[v] = drainOnce(b, st, v, stream.Topic(fmt.Sprintf("r%d%s", round+1, v)), events)
+				b.Logf("round %d %-15s %8.0f ev/s %6.2f µs CPU/event", round, v, rate[v], cpu[v])
+			}
+			if round < 0 {
+				continue
+			}
+			for _, v := range variants {
+				rates[v] = append(rates[v], rate[v])
+				cpus[v] = append(cpus[v], cpu[v])
+			}
+			for _, p := range pairs {
+				rateOver[p[1]] = append(rateOver[p[1]], 100*(rate[p[0]]-rate[p[1]])/rate[p[0]])
+				cpuOver[p[1]] = append(cpuOver[p[1]], 100*(cpu[p[1]]-cpu[p[0]])/cpu[p[0]])
 			}
 		}
-		// medians: the machine is shared, and a round that another
-		// process slowed should not count more than one that it did not
-		for _, pair := range [][2]string{{"off", "on"}, {"off-traced", "on-traced"}, {"off-traced", "on-traced-wave"}} {
-			off, on := median(rates[pair[0]]), median(rates[pair[1]])
-			b.ReportMetric(off, pair[0]+"-ev/s")
-			b.ReportMetric(on, pair[1]+"-ev/s")
-			b.ReportMetric(100*(off-on)/off, pair[1]+"-rate-overhead-%")
-			offCPU, onCPU := median(cpus[pair[0]]), median(cpus[pair[1]])
-			b.ReportMetric(offCPU, pair[0]+"-µs-cpu/ev")
-			b.ReportMetric(onCPU, pair[1]+"-µs-cpu/ev")
-			b.ReportMetric(100*(onCPU-offCPU)/offCPU, pair[1]+"-cpu-overhead-%")
+		for _, v := range variants {
+			b.ReportMetric(median(rates[v]), v+"-ev/s")
+			b.ReportMetric(median(cpus[v]), v+"-µs-cpu/ev")
+		}
+		for _, p := range pairs {
+			b.ReportMetric(median(rateOver[p[1]]), p[1]+"-rate-overhead-%")
+			b.ReportMetric(median(cpuOver[p[1]]), p[1]+"-cpu-overhead-%")
+			b.Logf("%-15s vs %-10s: rate overhead per round %v, CPU overhead per round %v", p[1], p[0], rounded(rateOver[p[1]]), rounded(cpuOver[p[1]]))
 		}
 	}
+}
+
+func rounded(xs []float64) []string {
+	out := make([]string, len(xs))
+	for i, x := range xs {
+		out[i] = fmt.Sprintf("%+.1f%%", x)
+	}
+	return out
 }
 
 func median(xs []float64) float64 {
@@ -104,22 +129,29 @@ func median(xs []float64) float64 {
 func drainOnce(b *testing.B, st store.Store, variant, topic string, n int) (rate, cpuPerEvent float64) {
 	b.Helper()
 	ctx := context.Background()
-	var tracedCtx context.Context
 	var tp *sdktrace.TracerProvider
 	traced := strings.Contains(variant, "-traced")
-	hooksOn := strings.HasPrefix(variant, "on")
+	hooksOn := strings.Contains(variant, "on")
+	withDashboard := strings.HasPrefix(variant, "all-on")
 	if traced || hooksOn {
 		tp = sdktrace.NewTracerProvider(sdktrace.WithBatcher(discard{}))
 		defer tp.Shutdown(ctx)
-		c, s := tp.Tracer("producer").Start(ctx, "produce")
-		defer s.End()
-		tracedCtx = c
+	}
+	producer := func() {}
+	tracedCtx := ctx
+	if traced {
+		producer = func() { // a producer span per event: each has a trace of its own
+			var s trace.Span
+			tracedCtx, s = tp.Tracer("producer").Start(ctx, "produce")
+			s.End()
+		}
 	}
 	msgs := make([]outbox.Message, 0, 1000)
 	for i := 0; i < n; i++ {
 		m := outbox.Message{Topic: topic, Key: fmt.Sprintf("k%d", i%5000), Type: "OrderPaid",
 			Payload: []byte(`{"order":"0000000000","amount":1999,"currency":"EUR","customer":"c-0000000000","lines":[{"sku":"sku-1","qty":1}]}`)}
 		if traced {
+			producer()
 			m = telemetry.WithTrace(tracedCtx, m)
 		}
 		msgs = append(msgs, m)
@@ -135,7 +167,7 @@ func drainOnce(b *testing.B, st store.Store, variant, topic string, n int) (rate
 	var reg *prometheus.Registry
 	if hooksOn {
 		metrics := telemetry.NewMetrics()
-		hooks = append(hooks, metrics, telemetry.NewTracing(telemetry.TracingConfig{TracerProvider: tp, System: "nats", PerEvent: !strings.HasSuffix(variant, "-wave")}))
+		hooks = append(hooks, metrics, telemetry.NewTracing(telemetry.TracingConfig{TracerProvider: tp, System: "nats", PerEvent: strings.HasSuffix(variant, "-event")}))
 		reg = prometheus.NewRegistry()
 		reg.MustRegister(metrics)
 	}
@@ -150,6 +182,10 @@ func drainOnce(b *testing.B, st store.Store, variant, topic string, n int) (rate
 	}
 	if reg != nil {
 		reg.MustRegister(telemetry.NewState(r, st))
+	}
+	stopPages := func() {}
+	if withDashboard {
+		stopPages = servePages(b, st, r)
 	}
 	rctx, stop := context.WithCancel(ctx)
 	finished := make(chan struct{})
@@ -171,7 +207,51 @@ func drainOnce(b *testing.B, st store.Store, variant, topic string, n int) (rate
 	took, cpu := time.Since(start), processCPU(b)-cpu0
 	stop()
 	<-finished
+	stopPages()
 	return float64(n) / took.Seconds(), float64(cpu.Microseconds()) / float64(n)
+}
+
+// servePages serves r's dashboard over HTTP on loopback, with a client that
+// reads what four open pages read (the overview and a page of dead letters
+// every 2 s each, so every 500 ms), until the returned stop.
+func servePages(b *testing.B, st store.Store, r *relay.Relay) (stop func()) {
+	b.Helper()
+	d, err := dashboard.New(dashboard.Config{Store: st, Relay: r, Token: "bench-token-0123456789", Logger: quiet()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	srv := httptest.NewServer(d)
+	quit, clientDone := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(clientDone)
+		t := time.NewTicker(500 * time.Millisecond)
+		defer t.Stop()
+		for {
+			for _, p := range []string{"/api/overview", "/api/dead?limit=25"} {
+				resp, err := http.Get(srv.URL + p)
+				if err != nil {
+					b.Error(err)
+					return
+				}
+				_, _ = io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				if resp.StatusCode != http.StatusOK {
+					b.Errorf("dashboard %s: %s", p, resp.Status)
+				}
+			}
+			select {
+			case <-quit:
+				return
+			case <-t.C:
+			}
+		}
+	}()
+	return func() {
+		close(quit)
+		<-clientDone
+		srv.Close()
+		_ = d.Close()
+	}
 }
 
 // processCPU is the user and system CPU time this process used so far.

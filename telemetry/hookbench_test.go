@@ -7,6 +7,7 @@ import (
 	"time"
 
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/trace"
 
 	outbox "github.com/outbox-go/outbox"
 	"github.com/outbox-go/outbox/broker"
@@ -15,17 +16,23 @@ import (
 )
 
 // BenchmarkTracingHook is the tracing hook's own cost per event (one wave
-// of 1,000), for events with a sampled traceparent, with an unsampled one,
-// with none, and with sampled ones in PerWave mode:
+// of 1,000), for events with a sampled traceparent, each from a producer
+// span of its own (a span per event, and the default span per wave), with
+// an unsampled one, with none, and sampled ones all from one producer span
+// (a wave links it once):
 //
 //	go test -run XXX -bench TracingHook ./telemetry/
 func BenchmarkTracingHook(b *testing.B) {
 	for _, c := range []struct {
-		name    string
-		sampled bool
-		traced  bool
-		perWave bool
-	}{{"sampled", true, true, false}, {"unsampled", false, true, false}, {"untraced", false, false, false}, {"sampled-per-wave", true, true, true}} {
+		name        string
+		sampled     bool
+		traced      bool
+		perWave     bool
+		oneProducer bool
+	}{
+		{"sampled-per-event", true, true, false, false}, {"unsampled", false, true, false, false}, {"untraced", false, false, false, false},
+		{"sampled-per-wave", true, true, true, false}, {"sampled-per-wave-one-producer", true, true, true, true},
+	} {
 		b.Run(c.name, func(b *testing.B) {
 			tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(discard{}))
 			defer tp.Shutdown(context.Background())
@@ -33,6 +40,11 @@ func BenchmarkTracingHook(b *testing.B) {
 			defer span.End()
 			events := make([]outbox.Event, 1000)
 			for i := range events {
+				if !c.oneProducer {
+					var s trace.Span
+					ctx, s = tp.Tracer("p").Start(context.Background(), "p")
+					s.End()
+				}
 				m := outbox.Message{Topic: "orders", EventID: outbox.NewEventID(), Type: "OrderPaid", Key: fmt.Sprint(i)}
 				if c.traced {
 					m = telemetry.WithTrace(ctx, m)

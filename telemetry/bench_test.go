@@ -16,7 +16,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
-	"go.opentelemetry.io/otel/trace"
 
 	outbox "github.com/outbox-go/outbox"
 	"github.com/outbox-go/outbox/broker/natsbroker"
@@ -64,21 +63,30 @@ func (s *settled) OnSettle(_ context.Context, r relay.BatchReport) { s.n.Add(int
 // on a shared machine says little); the rates and CPU figures the medians
 // of the rounds.
 func BenchmarkTelemetryOverhead(b *testing.B) {
-	const events = 50_000
-	const rounds = 5
+	const events = 30_000
+	const rounds = 9
 	url := testnats.Shared(b)
 	stream := testnats.NewStream(b, url)
-	st := teststores.Open(b, "postgres", store.Options{}).Store // one table: a drain leaves it empty
 	variants := []string{"off", "all-on", "off-traced", "on-traced", "all-on-traced", "on-traced-event"}
+	tables := map[string]store.Store{} // a table per variant: a drain leaves it empty
+	for _, v := range variants {
+		tables[v] = teststores.Open(b, "postgres", store.Options{}).Store
+	}
 	pairs := [][2]string{{"off", "all-on"}, {"off-traced", "on-traced"}, {"off-traced", "all-on-traced"}, {"off-traced", "on-traced-event"}}
 	for i := 0; i < b.N; i++ {
 		rates, cpus := map[string][]float64{}, map[string][]float64{}
 		rateOver, cpuOver := map[string][]float64{}, map[string][]float64{}
 		for round := -1; round < rounds; round++ {
 			rate, cpu := map[string]float64{}, map[string]float64{}
+			// fill every variant's table first, so that the drains of a
+			// round follow each other within seconds
+			order := make([]string, len(variants))
 			for j := range variants {
-				v := variants[(j+max(round, 0))%len(variants)]
-				rate[v], cpu[v] = drainOnce(b, st, v, stream.Topic(fmt.Sprintf("r%d%s", round+1, v)), events)
+				order[j] = variants[(j+max(round, 0))%len(variants)]
+				fill(b, tables[order[j]], order[j], stream.Topic(fmt.Sprintf("r%d%s", round+1, order[j])), events)
+			}
+			for _, v := range order {
+				rate[v], cpu[v] = drainOnce(b, tables[v], v, events)
 				b.Logf("round %d %-15s %8.0f ev/s %6.2f µs CPU/event", round, v, rate[v], cpu[v])
 			}
 			if round < 0 {
@@ -122,37 +130,22 @@ func median(xs []float64) float64 {
 	return (s[len(s)/2-1] + s[len(s)/2]) / 2
 }
 
-// drainOnce fills st with n events and drains them; it returns the drain
-// rate and the CPU this process (the relay: PostgreSQL and NATS run in
-// their own) spent per event meanwhile, in µs, which another process's
-// load on the machine moves much less than the rate.
-func drainOnce(b *testing.B, st store.Store, variant, topic string, n int) (rate, cpuPerEvent float64) {
+// fill enqueues n events on topic into st, each with a traceparent of a
+// sampled producer span of its own for a "-traced" variant.
+func fill(b *testing.B, st store.Store, variant, topic string, n int) {
 	b.Helper()
 	ctx := context.Background()
-	var tp *sdktrace.TracerProvider
 	traced := strings.Contains(variant, "-traced")
-	hooksOn := strings.Contains(variant, "on")
-	withDashboard := strings.HasPrefix(variant, "all-on")
-	if traced || hooksOn {
-		tp = sdktrace.NewTracerProvider(sdktrace.WithBatcher(discard{}))
-		defer tp.Shutdown(ctx)
-	}
-	producer := func() {}
-	tracedCtx := ctx
-	if traced {
-		producer = func() { // a producer span per event: each has a trace of its own
-			var s trace.Span
-			tracedCtx, s = tp.Tracer("producer").Start(ctx, "produce")
-			s.End()
-		}
-	}
+	tp := sdktrace.NewTracerProvider() // no processor: the producers' spans go nowhere
+	defer tp.Shutdown(ctx)
 	msgs := make([]outbox.Message, 0, 1000)
 	for i := 0; i < n; i++ {
 		m := outbox.Message{Topic: topic, Key: fmt.Sprintf("k%d", i%5000), Type: "OrderPaid",
 			Payload: []byte(`{"order":"0000000000","amount":1999,"currency":"EUR","customer":"c-0000000000","lines":[{"sku":"sku-1","qty":1}]}`)}
 		if traced {
-			producer()
-			m = telemetry.WithTrace(tracedCtx, m)
+			pctx, s := tp.Tracer("producer").Start(ctx, "produce")
+			s.End()
+			m = telemetry.WithTrace(pctx, m)
 		}
 		msgs = append(msgs, m)
 		if len(msgs) == cap(msgs) || i == n-1 {
@@ -161,6 +154,22 @@ func drainOnce(b *testing.B, st store.Store, variant, topic string, n int) (rate
 			}
 			msgs = msgs[:0]
 		}
+	}
+}
+
+// drainOnce drains the n events fill put in st; it returns the drain rate
+// and the CPU this process (the relay: PostgreSQL and NATS run in their
+// own) spent per event meanwhile, in µs, which another process's load on
+// the machine moves less than the rate.
+func drainOnce(b *testing.B, st store.Store, variant string, n int) (rate, cpuPerEvent float64) {
+	b.Helper()
+	ctx := context.Background()
+	var tp *sdktrace.TracerProvider
+	hooksOn := strings.Contains(variant, "on")
+	withDashboard := strings.HasPrefix(variant, "all-on")
+	if hooksOn {
+		tp = sdktrace.NewTracerProvider(sdktrace.WithBatcher(discard{}))
+		defer tp.Shutdown(ctx)
 	}
 	done := &settled{}
 	hooks := []relay.Hook{done}

@@ -89,3 +89,23 @@ func BenchmarkMetricsHook(b *testing.B) {
 	}
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*len(events)), "ns/event")
 }
+
+// BenchmarkSDKSpan is the floor under a span per event: the OpenTelemetry
+// SDK starting and ending one recorded span with no attributes, under a
+// remote parent, into its batch processor (what the tracing hook cannot
+// save):
+//
+//	go test -run XXX -bench SDKSpan ./telemetry/
+func BenchmarkSDKSpan(b *testing.B) {
+	tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(discard{}))
+	defer tp.Shutdown(context.Background())
+	ctx, span := tp.Tracer("p").Start(context.Background(), "p")
+	span.End()
+	parent := trace.ContextWithRemoteSpanContext(context.Background(), trace.SpanContextFromContext(ctx))
+	tr := tp.Tracer("relay")
+	b.ReportAllocs()
+	for i := 0; i < b.N; i++ {
+		_, s := tr.Start(parent, "publish orders")
+		s.End()
+	}
+}

@@ -42,10 +42,12 @@ func (s *settled) OnSettle(_ context.Context, r relay.BatchReport) { s.n.Add(int
 // BenchmarkTelemetryOverhead is the drain rate of a relay, PostgreSQL →
 // NATS JetStream (the machine's servers), and the CPU its process spends
 // per event, with its metrics, tracing and dashboard off and on, in rounds
-// of the same run (the order rotated each round, after a warm-up round that
-// is not counted), so that every variant sees the same machine:
+// of the same run (every variant's table filled first, then drained one
+// after the other, the order rotated each round, after a warm-up round
+// that is not counted), so that every variant sees the same machine:
 //
-//	go test -run XXX -bench TelemetryOverhead -benchtime 1x ./telemetry/
+//	go test -run XXX -bench TelemetryOverhead/all -benchtime 1x ./telemetry/
+//	go test -run XXX -bench TelemetryOverhead/traced -benchtime 1x ./telemetry/
 //
 // "all-on" is what `outbox relay --metrics-addr … --otlp-endpoint …
 // --dashboard-addr …` runs: Metrics, State scraped every second, Tracing
@@ -58,26 +60,34 @@ func (s *settled) OnSettle(_ context.Context, r relay.BatchReport) { s.n.Add(int
 // producer span of their own (every producer traced, 100 % sampled), the
 // worst case: "off-traced" with no hook, "on-traced" with metrics and
 // tracing, "all-on-traced" with the dashboard too, "on-traced-event" with
-// TracingConfig.PerEvent (a recorded span per event). The overheads are
-// the medians of each round's on/off ratio (a pair measured minutes apart
-// on a shared machine says little); the rates and CPU figures the medians
-// of the rounds.
+// TracingConfig.PerEvent (a recorded span per event). "all" runs the six;
+// "traced" only off-traced and all-on-traced, in more rounds. The
+// overheads are the medians of each round's on/off ratio; the rates and
+// CPU figures the medians of the rounds; "hooks-µs/ev" is the wall time
+// spent inside the metrics and tracing hooks per event (an upper bound of
+// their CPU: a preempted hook counts its wait).
 func BenchmarkTelemetryOverhead(b *testing.B) {
-	const events = 30_000
-	const rounds = 9
+	b.Run("all", func(b *testing.B) {
+		overhead(b, 30_000, 9, []string{"off", "all-on", "off-traced", "on-traced", "all-on-traced", "on-traced-event"},
+			[][2]string{{"off", "all-on"}, {"off-traced", "on-traced"}, {"off-traced", "all-on-traced"}, {"off-traced", "on-traced-event"}})
+	})
+	b.Run("traced", func(b *testing.B) {
+		overhead(b, 30_000, 15, []string{"off-traced", "all-on-traced"}, [][2]string{{"off-traced", "all-on-traced"}})
+	})
+}
+
+func overhead(b *testing.B, events, rounds int, variants []string, pairs [][2]string) {
 	url := testnats.Shared(b)
 	stream := testnats.NewStream(b, url)
-	variants := []string{"off", "all-on", "off-traced", "on-traced", "all-on-traced", "on-traced-event"}
 	tables := map[string]store.Store{} // a table per variant: a drain leaves it empty
 	for _, v := range variants {
 		tables[v] = teststores.Open(b, "postgres", store.Options{}).Store
 	}
-	pairs := [][2]string{{"off", "all-on"}, {"off-traced", "on-traced"}, {"off-traced", "all-on-traced"}, {"off-traced", "on-traced-event"}}
 	for i := 0; i < b.N; i++ {
-		rates, cpus := map[string][]float64{}, map[string][]float64{}
+		rates, cpus, inHooks := map[string][]float64{}, map[string][]float64{}, map[string][]float64{}
 		rateOver, cpuOver := map[string][]float64{}, map[string][]float64{}
 		for round := -1; round < rounds; round++ {
-			rate, cpu := map[string]float64{}, map[string]float64{}
+			rate, cpu, hooks := map[string]float64{}, map[string]float64{}, map[string]float64{}
 			// fill every variant's table first, so that the drains of a
 			// round follow each other within seconds
 			order := make([]string, len(variants))
@@ -86,8 +96,8 @@ func BenchmarkTelemetryOverhead(b *testing.B) {
 				fill(b, tables[order[j]], order[j], stream.Topic(fmt.Sprintf("r%d%s", round+1, order[j])), events)
 			}
 			for _, v := range order {
-				rate[v], cpu[v] = drainOnce(b, tables[v], v, events)
-				b.Logf("round %d %-15s %8.0f ev/s %6.2f µs CPU/event", round, v, rate[v], cpu[v])
+				rate[v], cpu[v], hooks[v] = drainOnce(b, tables[v], v, events)
+				b.Logf("round %d %-15s %8.0f ev/s %6.2f µs CPU/event %5.2f µs in hooks/event", round, v, rate[v], cpu[v], hooks[v])
 			}
 			if round < 0 {
 				continue
@@ -95,6 +105,7 @@ func BenchmarkTelemetryOverhead(b *testing.B) {
 			for _, v := range variants {
 				rates[v] = append(rates[v], rate[v])
 				cpus[v] = append(cpus[v], cpu[v])
+				inHooks[v] = append(inHooks[v], hooks[v])
 			}
 			for _, p := range pairs {
 				rateOver[p[1]] = append(rateOver[p[1]], 100*(rate[p[0]]-rate[p[1]])/rate[p[0]])
@@ -104,6 +115,9 @@ func BenchmarkTelemetryOverhead(b *testing.B) {
 		for _, v := range variants {
 			b.ReportMetric(median(rates[v]), v+"-ev/s")
 			b.ReportMetric(median(cpus[v]), v+"-µs-cpu/ev")
+			if strings.Contains(v, "on") {
+				b.ReportMetric(median(inHooks[v]), v+"-hooks-µs/ev")
+			}
 		}
 		for _, p := range pairs {
 			b.ReportMetric(median(rateOver[p[1]]), p[1]+"-rate-overhead-%")
@@ -161,7 +175,7 @@ func fill(b *testing.B, st store.Store, variant, topic string, n int) {
 // and the CPU this process (the relay: PostgreSQL and NATS run in their
 // own) spent per event meanwhile, in µs, which another process's load on
 // the machine moves less than the rate.
-func drainOnce(b *testing.B, st store.Store, variant string, n int) (rate, cpuPerEvent float64) {
+func drainOnce(b *testing.B, st store.Store, variant string, n int) (rate, cpuPerEvent, hooksPerEvent float64) {
 	b.Helper()
 	ctx := context.Background()
 	var tp *sdktrace.TracerProvider
@@ -174,11 +188,13 @@ func drainOnce(b *testing.B, st store.Store, variant string, n int) (rate, cpuPe
 	done := &settled{}
 	hooks := []relay.Hook{done}
 	var reg *prometheus.Registry
+	th := &timed{}
 	if hooksOn {
-		metrics := telemetry.NewMetrics()
-		hooks = append(hooks, metrics, telemetry.NewTracing(telemetry.TracingConfig{TracerProvider: tp, System: "nats", PerEvent: strings.HasSuffix(variant, "-event")}))
+		th.m = telemetry.NewMetrics()
+		th.t = telemetry.NewTracing(telemetry.TracingConfig{TracerProvider: tp, System: "nats", PerEvent: strings.HasSuffix(variant, "-event")})
+		hooks = append(hooks, th)
 		reg = prometheus.NewRegistry()
-		reg.MustRegister(metrics)
+		reg.MustRegister(th.m)
 	}
 	br, err := natsbroker.Dial(testnats.Shared(b), natsbroker.Config{})
 	if err != nil {
@@ -217,7 +233,38 @@ func drainOnce(b *testing.B, st store.Store, variant string, n int) (rate, cpuPe
 	stop()
 	<-finished
 	stopPages()
-	return float64(n) / took.Seconds(), float64(cpu.Microseconds()) / float64(n)
+	return float64(n) / took.Seconds(), float64(cpu.Microseconds()) / float64(n), float64(th.ns.Load()) / 1e3 / float64(n)
+}
+
+// timed passes the relay's hook calls on to the metrics and tracing hooks
+// and adds up the time spent in them.
+type timed struct {
+	m  *telemetry.Metrics
+	t  *telemetry.Tracing
+	ns atomic.Int64
+}
+
+func (h *timed) since(t time.Time) { h.ns.Add(int64(time.Since(t))) }
+
+func (h *timed) OnClaim(ctx context.Context, c relay.ClaimInfo) {
+	defer h.since(time.Now())
+	h.m.OnClaim(ctx, c)
+}
+
+func (h *timed) OnPublishStart(ctx context.Context, events []outbox.Event) context.Context {
+	defer h.since(time.Now())
+	return h.t.OnPublishStart(ctx, events)
+}
+
+func (h *timed) OnPublishEnd(ctx context.Context, p relay.PublishInfo) {
+	defer h.since(time.Now())
+	h.m.OnPublishEnd(ctx, p)
+	h.t.OnPublishEnd(ctx, p)
+}
+
+func (h *timed) OnSettle(ctx context.Context, r relay.BatchReport) {
+	defer h.since(time.Now())
+	h.m.OnSettle(ctx, r)
 }
 
 // servePages serves r's dashboard over HTTP on loopback, with a client that

@@ -350,3 +350,60 @@ func processCPU(b *testing.B) time.Duration {
 }
 
 func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+
+// BenchmarkDashboardAndScrapeCPU is what the dashboard (sampling at its
+// default rate, four open pages polling it) and a metrics scrape a second
+// cost the relay's process per second, fixed costs that do not grow with
+// the events: an idle relay over an empty PostgreSQL table with both on,
+// against the same relay with both off, 5 s each, alternated 3 times:
+//
+//	go test -run XXX -bench DashboardAndScrapeCPU -benchtime 1x -v ./telemetry/
+//
+// Divided by a drain rate, it is their cost per event.
+func BenchmarkDashboardAndScrapeCPU(b *testing.B) {
+	st := teststores.Open(b, "postgres", store.Options{}).Store
+	br, err := natsbroker.Dial(testnats.Shared(b), natsbroker.Config{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer br.Close(context.Background())
+	metrics := telemetry.NewMetrics()
+	r, err := relay.New(st, br, relay.Config{BatchSize: 1000, Hooks: []relay.Hook{metrics}, Logger: quiet(), PollInterval: 20 * time.Millisecond})
+	if err != nil {
+		b.Fatal(err)
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(metrics, telemetry.NewState(r, st))
+	rctx, stop := context.WithCancel(context.Background())
+	finished := make(chan struct{})
+	go func() { defer close(finished); _ = r.Run(rctx) }()
+	defer func() { stop(); <-finished }()
+	const window = 5 * time.Second
+	measure := func(on bool) float64 {
+		stopPages := func() {}
+		if on {
+			stopPages = servePages(b, st, r)
+		}
+		start, cpu0 := time.Now(), processCPU(b)
+		for time.Since(start) < window {
+			time.Sleep(time.Second)
+			if on {
+				if _, err := reg.Gather(); err != nil {
+					b.Fatal(err)
+				}
+			}
+		}
+		cpu, took := processCPU(b)-cpu0, time.Since(start)
+		stopPages()
+		return float64(cpu.Microseconds()) / took.Seconds() / 1e3 // ms of CPU per second
+	}
+	for i := 0; i < b.N; i++ {
+		var diffs []float64
+		for round := range 3 {
+			off, on := measure(false), measure(true)
+			b.Logf("round %d: off %.2f ms CPU/s, on %.2f ms CPU/s", round, off, on)
+			diffs = append(diffs, on-off)
+		}
+		b.ReportMetric(median(diffs), "ms-cpu/s")
+	}
+}

@@ -40,10 +40,14 @@
 // Tracing (OpenTelemetry): a producer stores the W3C trace context of its
 // span with the event, as the traceparent and tracestate headers
 // (WithTrace, or TraceHeaders for a producer that writes the headers
-// column itself); the Tracing hook publishes each such event in a span
-// that is a child of the producer's, with the messaging and CloudEvents
-// attributes of the semantic conventions and what the broker answered
-// (stream and sequence, partition and offset, the error). The headers
-// travel to the broker unchanged, so a consumer extracts the traceparent
-// and links its span to the producer's trace.
+// column itself). The headers travel to the broker unchanged, so a consumer
+// extracts the traceparent and links its span to the producer's span. The
+// Tracing hook records the relay's side, with the messaging attributes of
+// the semantic conventions: by default one span per publish call, the root
+// of a trace of its own, linked to the producers' spans (OpenTelemetry's
+// batch publishing), which costs the relay next to nothing; with
+// TracingConfig.PerEvent a span per event, a child of the producer's, with
+// its CloudEvents type and what the broker answered (stream and sequence,
+// partition and offset, the error), at the cost of a recorded span per
+// event.
 package telemetry

@@ -51,8 +51,10 @@ func ExampleHandler() {
 }
 
 // Tracing: the producer stores its trace context with the event
-// (WithTrace), and the relay's tracing hook publishes the event in a span
-// that continues that trace.
+// (WithTrace); the relay's tracing hook publishes the event in a span linked
+// to the producer's (one span per publish call; TracingConfig.PerEvent makes
+// it a child span per event), and the broker message carries the producer's
+// traceparent for the consumer.
 func ExampleNewTracing() {
 	ctx := context.Background()
 	dir, _ := os.MkdirTemp("", "example")
@@ -84,13 +86,14 @@ func ExampleNewTracing() {
 	<-done
 
 	for _, s := range exp.GetSpans() {
-		fmt.Println(s.Name, s.SpanContext.TraceID() == span.SpanContext().TraceID())
+		if s.Name == "publish orders" {
+			fmt.Println(s.Name, "linked to the producer's span:", len(s.Links) == 1 && s.Links[0].SpanContext.SpanID() == span.SpanContext().SpanID())
+		}
 	}
-	fmt.Println("traceparent delivered:", br.Events("orders")[0].Headers["traceparent"] != "")
+	fmt.Println("the producer's traceparent delivered:", br.Events("orders")[0].Headers["traceparent"] == telemetry.TraceHeaders(pctx)["traceparent"])
 	// Output:
-	// place order true
-	// publish orders true
-	// traceparent delivered: true
+	// publish orders linked to the producer's span: true
+	// the producer's traceparent delivered: true
 }
 
 // A producer that writes the outbox row with its own SQL stores the trace

@@ -73,10 +73,17 @@ func (m *Metrics) OnClaim(_ context.Context, c relay.ClaimInfo) {
 	m.batch.Observe(float64(len(c.Events)))
 }
 
-// OnPublishEnd implements relay.HookPublishEnd.
+// OnPublishEnd implements relay.HookPublishEnd. The published counter is
+// looked up once per run of events with the same topic, not per event.
 func (m *Metrics) OnPublishEnd(_ context.Context, p relay.PublishInfo) {
 	m.publish.Observe(p.Took.Seconds())
 	now := time.Now()
+	runTopic, run := "", 0
+	flush := func() {
+		if run > 0 {
+			m.published.WithLabelValues(runTopic).Add(float64(run))
+		}
+	}
 	for i := range p.Events {
 		e := &p.Events[i]
 		if i >= len(p.Results) {
@@ -86,11 +93,16 @@ func (m *Metrics) OnPublishEnd(_ context.Context, p relay.PublishInfo) {
 			m.failed.WithLabelValues(e.Topic, errorKind(err)).Inc()
 			continue
 		}
-		m.published.WithLabelValues(e.Topic).Inc()
+		if e.Topic != runTopic || run == 0 {
+			flush()
+			runTopic, run = e.Topic, 0
+		}
+		run++
 		if !e.CreatedAt.IsZero() {
 			m.latency.Observe(max(now.Sub(e.CreatedAt), 0).Seconds())
 		}
 	}
+	flush()
 }
 
 // OnSettle implements relay.HookSettle. A lost lease is counted here, once

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -15,6 +16,7 @@ import (
 	"go.uber.org/goleak"
 
 	outbox "github.com/outbox-go/outbox"
+	"github.com/outbox-go/outbox/broker"
 	"github.com/outbox-go/outbox/broker/membroker"
 	"github.com/outbox-go/outbox/internal/teststores"
 	"github.com/outbox-go/outbox/relay"
@@ -283,4 +285,36 @@ func TestReadyGaugeFollowsReadyz(t *testing.T) {
 	})
 	w.mb.SetDown(false)
 	waitFor(t, "outbox_ready 1 again", 10*time.Second, func() bool { _, m := get(t, w.srv.URL+"/metrics"); return strings.Contains(m, "outbox_ready 1\n") })
+}
+
+// The published counter adds a run of events of one topic at once: mixed
+// topics, a failure in a run and a missing result still count each event
+// under its own topic.
+func TestMetricsCountPublishedByTopic(t *testing.T) {
+	m := telemetry.NewMetrics()
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(m)
+	var events []outbox.Event
+	for _, topic := range []string{"a", "a", "b", "a", "a", "c", "c"} {
+		events = append(events, outbox.Event{Message: outbox.Message{Topic: topic, Type: "T"}, CreatedAt: time.Now()})
+	}
+	results := make([]broker.Result, len(events)-1) // no result for the last c
+	results[3].Err = broker.Permanentf("too large")
+	m.OnPublishEnd(context.Background(), relay.PublishInfo{Events: events, Results: results})
+	got := map[string]float64{}
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != "outbox_events_published_total" {
+			continue
+		}
+		for _, mt := range mf.GetMetric() {
+			got[mt.GetLabel()[0].GetValue()] = mt.GetCounter().GetValue()
+		}
+	}
+	if want := map[string]float64{"a": 3, "b": 1, "c": 1}; !maps.Equal(got, want) {
+		t.Errorf("published by topic = %v, want %v", got, want)
+	}
 }

@@ -84,29 +84,35 @@ type TracingConfig struct {
 	// published without a span (a relay draining a backlog of them would
 	// otherwise start a trace per event).
 	Untraced bool
-	// PerWave publishes each wave (one publish call, up to a batch) in one
-	// span instead of one span per event: the span is the root of a trace
-	// of its own, linked to the traces of the wave's sampled events (up to
-	// 128, the SDK's default link limit; the rest are counted in
-	// outbox.batch.unlinked), with messaging.batch.message_count and the
-	// number that failed (outbox.batch.failed). The producers' traces then show no publish span of their own,
-	// but cost the relay next to nothing (BENCHMARKS.md §6). Default false:
-	// a span per sampled event.
-	PerWave bool
+	// PerEvent publishes each sampled event in a span of its own, a child
+	// of the producer's span, so that the producer's trace shows its
+	// publish; it costs the OpenTelemetry SDK a recorded span per event
+	// (2–4 µs of CPU, about half of what the relay spends on an event;
+	// BENCHMARKS.md §6). Default false: one span per wave (one publish
+	// call, up to a batch), the root of a trace of its own, linked to the
+	// traces of the wave's sampled events (up to 128, the SDK's default
+	// link limit; the rest are counted in outbox.batch.unlinked), with
+	// messaging.batch.message_count and the number that failed
+	// (outbox.batch.failed), as OpenTelemetry's messaging conventions
+	// describe batch publishing. Either way the event's traceparent reaches
+	// the broker unchanged, so the consumer links to the producer's trace.
+	PerEvent bool
 }
 
-// Tracing continues each event's trace in a publish span: a child of the
-// span that enqueued it (the traceparent header stored with the event),
-// with the messaging attributes of OpenTelemetry's semantic conventions and
-// what the broker answered. Pass it in relay.Config.Hooks. The event's
-// traceparent travels to the broker unchanged, among its headers, so the
-// consumer's span can link to the producer's trace.
+// Tracing records the relay's publishing in the events' traces: by
+// default one span per publish call linked to the traces of its events,
+// with TracingConfig.PerEvent a span per event, a child of the span that
+// enqueued it (the traceparent header stored with the event); both with the
+// messaging attributes of OpenTelemetry's semantic conventions and what the
+// broker answered. Pass it in relay.Config.Hooks. The event's traceparent
+// travels to the broker unchanged, among its headers, so the consumer's
+// span can link to the producer's trace.
 type Tracing struct {
 	tracer   trace.Tracer
 	system   attribute.KeyValue
 	hasSys   bool
 	untraced bool
-	perWave  bool
+	perEvent bool
 }
 
 var (
@@ -123,7 +129,7 @@ func NewTracing(c TracingConfig) *Tracing {
 	t := &Tracing{
 		tracer:   tp.Tracer("github.com/outbox-go/outbox/relay", trace.WithSchemaURL(semconv.SchemaURL)),
 		untraced: c.Untraced,
-		perWave:  c.PerWave,
+		perEvent: c.PerEvent,
 	}
 	if c.System != "" {
 		t.system, t.hasSys = semconv.MessagingSystemKey.String(c.System), true
@@ -138,129 +144,158 @@ type (
 	waveKey  struct{}
 )
 
-// OnPublishStart implements relay.HookPublishStart: one span per event
-// whose stored trace context is sampled (an unsampled producer's trace is
-// not recorded, so a span under it would be thrown away), kept in the
-// returned context until OnPublishEnd ends them.
+// OnPublishStart implements relay.HookPublishStart: by default one span for
+// the wave (startWave); with PerEvent one span per event whose stored trace
+// context is sampled (an unsampled producer's trace is not recorded, so a
+// span under it would be thrown away), kept in the returned context until
+// OnPublishEnd ends them.
 func (t *Tracing) OnPublishStart(ctx context.Context, events []outbox.Event) context.Context {
-	if t.perWave {
+	if !t.perEvent {
 		return t.startWave(ctx, events)
 	}
 	var (
-		spans     []trace.Span
-		attrs     []attribute.KeyValue // reused: Start copies them
-		topic     string
-		spanName  string
-		bg        = context.Background()
-		spanKind  = trace.WithSpanKind(trace.SpanKindProducer)
-		anyTraced = false
+		spans    []trace.Span
+		topic    string
+		spanName string
+		bg       = context.Background()
 	)
 	for i := range events {
 		e := &events[i]
-		var parent context.Context
-		if tp := headerCarrier(e.Headers).Get(TraceParentHeader); tp != "" {
-			if unsampled(tp) {
-				continue // the cheap way out, before Extract allocates
-			}
-			parent = traceContext.Extract(bg, headerCarrier(e.Headers))
-			if sc := trace.SpanContextFromContext(parent); !sc.IsValid() {
-				parent = nil
-			} else if !sc.IsSampled() {
-				continue
-			}
+		parent, ok := t.parent(bg, e.Headers)
+		if !ok {
+			continue
 		}
-		if parent == nil {
-			if !t.untraced {
-				continue
-			}
-			parent = bg
-		}
-		if !anyTraced {
-			anyTraced = true
+		if spans == nil {
 			spans = make([]trace.Span, len(events))
-			attrs = make([]attribute.KeyValue, 0, 7)
 		}
 		if e.Topic != topic || spanName == "" {
 			topic, spanName = e.Topic, "publish "+e.Topic
 		}
-		attrs = attrs[:0]
-		if t.hasSys {
-			attrs = append(attrs, t.system)
-		}
-		attrs = append(attrs,
-			semconv.MessagingOperationTypeSend,
-			semconv.MessagingDestinationName(e.Topic),
-			semconv.MessagingMessageID(e.EventID),
-			semconv.CloudEventsEventType(e.Type),
-			attribute.Int("outbox.event.attempt", e.Attempts+1),
-		)
-		_, spans[i] = t.tracer.Start(parent, spanName, spanKind, trace.WithAttributes(attrs...))
+		// The attributes are set in OnPublishEnd, with the broker's answer,
+		// in one call: the SDK grows a span's attribute slice per call.
+		_, spans[i] = t.tracer.Start(parent, spanName, producerKind)
 	}
-	if !anyTraced {
+	if spans == nil {
 		return ctx
 	}
 	return context.WithValue(ctx, spansKey{}, spans)
 }
 
-// OnPublishEnd implements relay.HookPublishEnd: each span gets what the
-// broker answered for its event, and ends.
+// producerKind is the publish spans' kind.
+var producerKind = trace.WithSpanKind(trace.SpanKindProducer)
+
+// parent is the context in which an event with headers h gets its publish
+// span (PerEvent): the producer's, read from its traceparent; bg for an
+// event without a usable one when Untraced is set; ok is false when the
+// event gets no span.
+func (t *Tracing) parent(bg context.Context, h map[string]string) (ctx context.Context, ok bool) {
+	tp := headerCarrier(h).Get(TraceParentHeader)
+	if tp != "" {
+		if unsampled(tp) {
+			return nil, false // the cheap way out
+		}
+		if headerCarrier(h).Get(TraceStateHeader) == "" {
+			// the common case, read without the propagator's allocations
+			if sc, ok := parseTraceParent(tp); ok {
+				return trace.ContextWithRemoteSpanContext(bg, sc), sc.IsSampled()
+			}
+		}
+		parent := traceContext.Extract(bg, headerCarrier(h))
+		if sc := trace.SpanContextFromContext(parent); sc.IsValid() {
+			return parent, sc.IsSampled()
+		}
+	}
+	return bg, t.untraced
+}
+
+// OnPublishEnd implements relay.HookPublishEnd: each span gets its event's
+// attributes and what the broker answered for it, and ends.
 func (t *Tracing) OnPublishEnd(ctx context.Context, p relay.PublishInfo) {
 	if span, ok := ctx.Value(waveKey{}).(trace.Span); ok {
 		endWave(span, p)
 		return
 	}
 	spans, _ := ctx.Value(spansKey{}).([]trace.Span)
-	var attrs []attribute.KeyValue
+	var attrs []attribute.KeyValue // reused: SetAttributes copies them
 	for i, span := range spans {
 		if span == nil {
 			continue
 		}
+		if !span.IsRecording() {
+			span.End()
+			continue
+		}
+		if attrs == nil {
+			attrs = make([]attribute.KeyValue, 0, 11)
+		}
+		attrs = attrs[:0]
+		if t.hasSys {
+			attrs = append(attrs, t.system)
+		}
+		attrs = append(attrs, semconv.MessagingOperationTypeSend)
+		if i < len(p.Events) {
+			e := &p.Events[i]
+			attrs = append(attrs,
+				semconv.MessagingDestinationName(e.Topic),
+				semconv.MessagingMessageID(e.EventID),
+				semconv.CloudEventsEventType(e.Type),
+				attribute.Int("outbox.event.attempt", e.Attempts+1),
+			)
+		}
 		if i >= len(p.Results) {
+			span.SetAttributes(attrs...)
 			span.SetStatus(codes.Error, "the broker returned no result")
 			span.End()
 			continue
 		}
 		r := &p.Results[i]
-		if span.IsRecording() {
-			attrs = attrs[:0] // one SetAttributes call: each grows the span's slice
-			if r.Stream != "" {
-				attrs = append(attrs, attribute.String("outbox.broker.stream", r.Stream))
-			}
-			if r.Sequence != 0 {
-				attrs = append(attrs, attribute.Int64("outbox.broker.sequence", int64(r.Sequence)))
-			}
-			if r.Offset >= 0 {
-				attrs = append(attrs, semconv.MessagingDestinationPartitionID(strconv.Itoa(int(r.Partition))), semconv.MessagingKafkaOffset(int(r.Offset)))
-			}
-			if r.Duplicate {
-				attrs = append(attrs, attribute.Bool("outbox.broker.duplicate", true))
-			}
-			if r.Err != nil {
-				attrs = append(attrs, semconv.ErrorTypeKey.String(errorKind(r.Err)))
-				span.SetStatus(codes.Error, redact.Text(r.Err.Error()))
-			}
-			if len(attrs) > 0 {
-				span.SetAttributes(attrs...)
-			}
+		if r.Stream != "" {
+			attrs = append(attrs, attribute.String("outbox.broker.stream", r.Stream))
 		}
+		if r.Sequence != 0 {
+			attrs = append(attrs, attribute.Int64("outbox.broker.sequence", int64(r.Sequence)))
+		}
+		if r.Offset >= 0 {
+			attrs = append(attrs, semconv.MessagingDestinationPartitionID(strconv.Itoa(int(r.Partition))), semconv.MessagingKafkaOffset(int(r.Offset)))
+		}
+		if r.Duplicate {
+			attrs = append(attrs, attribute.Bool("outbox.broker.duplicate", true))
+		}
+		if r.Err != nil {
+			attrs = append(attrs, semconv.ErrorTypeKey.String(errorKind(r.Err)))
+			span.SetStatus(codes.Error, redact.Text(r.Err.Error()))
+		}
+		span.SetAttributes(attrs...)
 		span.End()
 	}
 }
 
-// maxWaveLinks bounds a PerWave span's links: the SDK's default limit, past
+// maxWaveLinks bounds a wave span's links: the SDK's default limit, past
 // which it evicts one link per link added (a copy of the whole queue each
 // time).
 const maxWaveLinks = 128
 
-// startWave is OnPublishStart for PerWave: one span, linked to the first
-// maxWaveLinks of the events' sampled traces; the rest are counted in
-// outbox.batch.unlinked.
+// startWave is OnPublishStart without PerEvent: one span, linked to the
+// first maxWaveLinks of the events' sampled traces (a run of events with
+// the same traceparent, a producer that enqueued them in one span, gets one
+// link); the rest are counted in outbox.batch.unlinked (runs once, the
+// traceparent's form checked but not its hex).
 func (t *Tracing) startWave(ctx context.Context, events []outbox.Event) context.Context {
 	var links []trace.Link
 	unlinked := 0
+	last := "" // the traceparent of the last link
 	for i := range events {
 		tp := headerCarrier(events[i].Headers).Get(TraceParentHeader)
-		if tp == "" || unsampled(tp) {
+		if tp == "" || tp == last || unsampled(tp) {
+			continue
+		}
+		if len(links) == maxWaveLinks {
+			// past the limit only counted: decoding the hex of a
+			// traceparent that no link will carry is the wave's main cost
+			if len(tp) == 55 && tp[:3] == "00-" && tp[35] == '-' && tp[52] == '-' {
+				unlinked++
+				last = tp
+			}
 			continue
 		}
 		sc, ok := parseTraceParent(tp)
@@ -268,14 +303,11 @@ func (t *Tracing) startWave(ctx context.Context, events []outbox.Event) context.
 			sc = trace.SpanContextFromContext(traceContext.Extract(context.Background(), headerCarrier(events[i].Headers)))
 		}
 		if sc.IsValid() && sc.IsSampled() {
-			if len(links) == maxWaveLinks {
-				unlinked++
-				continue
-			}
 			if links == nil {
 				links = make([]trace.Link, 0, min(len(events)-i, maxWaveLinks))
 			}
 			links = append(links, trace.Link{SpanContext: sc})
+			last = tp
 		}
 	}
 	if len(links) == 0 && !t.untraced {
@@ -303,12 +335,12 @@ func (t *Tracing) startWave(ctx context.Context, events []outbox.Event) context.
 		name = "publish " + topic
 		attrs = append(attrs, semconv.MessagingDestinationName(topic))
 	}
-	_, span := t.tracer.Start(context.Background(), name, trace.WithSpanKind(trace.SpanKindProducer),
+	_, span := t.tracer.Start(context.Background(), name, producerKind,
 		trace.WithNewRoot(), trace.WithLinks(links...), trace.WithAttributes(attrs...))
 	return context.WithValue(ctx, waveKey{}, span)
 }
 
-// endWave ends a PerWave span with how many events failed and the first
+// endWave ends a wave span with how many events failed and the first
 // failure.
 func endWave(span trace.Span, p relay.PublishInfo) {
 	failed := len(p.Events) - len(p.Results)
@@ -333,8 +365,8 @@ func endWave(span trace.Span, p relay.PublishInfo) {
 	span.End()
 }
 
-// parseTraceParent reads a version-00 traceparent without allocating (a
-// link needs no tracestate); ok is false for anything else.
+// parseTraceParent reads a version-00 traceparent without allocating; ok
+// is false for anything else.
 func parseTraceParent(v string) (trace.SpanContext, bool) {
 	if len(v) != 55 || v[:3] != "00-" || v[35] != '-' || v[52] != '-' {
 		return trace.SpanContext{}, false
@@ -352,26 +384,28 @@ func parseTraceParent(v string) (trace.SpanContext, bool) {
 // hexInto decodes lower-case hex s into dst (len(s) == 2·len(dst)), as
 // W3C Trace Context requires it.
 func hexInto(dst []byte, s string) bool {
+	bad := byte(0)
 	for i := range dst {
-		hi, ok1 := unhex(s[2*i])
-		lo, ok2 := unhex(s[2*i+1])
-		if !ok1 || !ok2 {
-			return false
-		}
-		dst[i] = hi<<4 | lo
+		hi, lo := unhex[s[2*i]], unhex[s[2*i+1]]
+		bad |= hi | lo
+		dst[i] = hi<<4 | lo&0x0f
 	}
-	return true
+	return bad&0x10 == 0
 }
 
-func unhex(c byte) (byte, bool) {
-	switch {
-	case '0' <= c && c <= '9':
-		return c - '0', true
-	case 'a' <= c && c <= 'f':
-		return c - 'a' + 10, true
+// unhex is the value of a lower-case hex digit, 0x10 for any other byte.
+var unhex = func() (t [256]byte) {
+	for i := range t {
+		t[i] = 0x10
 	}
-	return 0, false
-}
+	for c := '0'; c <= '9'; c++ {
+		t[c] = byte(c - '0')
+	}
+	for c := 'a'; c <= 'f'; c++ {
+		t[c] = byte(c-'a') + 10
+	}
+	return t
+}()
 
 // unsampled reports whether traceparent is a version-00 value whose
 // sampled flag is clear; anything else is left to the propagator.

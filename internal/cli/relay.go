@@ -71,7 +71,7 @@ func runRelay(ctx context.Context, e env, args []string) error {
 	dashTokenFile := f.String("dashboard-token-file", "", "file holding the dashboard's token, which enables retry, skip and purge (else "+dashboardTokenEnv+"; neither: read-only)")
 	dashHosts := f.String("dashboard-host", "", "host names the dashboard answers besides IP addresses and localhost, comma-separated (the name a reverse proxy uses; * for any)")
 	otlpEndpoint := f.String("otlp-endpoint", "", "send traces over OTLP/HTTP to this collector (a base URL, /v1/traces is appended, as for OTEL_EXPORTER_OTLP_ENDPOINT), e.g. http://127.0.0.1:4318; default OTEL_EXPORTER_OTLP_(TRACES_)ENDPOINT; neither: tracing off")
-	traceSpans := f.String("trace-spans", "event", "with tracing on: a publish span per sampled event (event, in the producer's trace) or one per publish call linked to the events' traces (wave, cheaper)")
+	traceSpans := f.String("trace-spans", "wave", "with tracing on: one publish span per publish call, linked to the events' traces (wave, the default: next to free), or a span per sampled event, a child in the producer's trace (event: a few µs of CPU per event); the broker message carries the producer's traceparent either way")
 	src := f.String("source", "poll", "where events come from: poll (claim rows) or pgcdc (PostgreSQL logical replication)")
 	var cdc cdcFlags
 	cdc.register(f)

@@ -73,7 +73,7 @@ func startTracing(ctx context.Context, endpointFlag, brokerURL string, perWave b
 		return nil, nil, fmt.Errorf("tracing: OTEL_RESOURCE_ATTRIBUTES: %w", err)
 	}
 	tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp), sdktrace.WithResource(res))
-	hook = telemetry.NewTracing(telemetry.TracingConfig{TracerProvider: tp, System: messagingSystem(brokerURL), PerWave: perWave})
+	hook = telemetry.NewTracing(telemetry.TracingConfig{TracerProvider: tp, System: messagingSystem(brokerURL), PerEvent: !perWave})
 	return hook, func() {
 		fctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 		defer cancel()

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	outbox "github.com/outbox-go/outbox"
@@ -88,9 +89,16 @@ func (s *Store) ListDead(ctx context.Context, q store.DeadQuery) ([]store.Record
 // RequeueDead turns matching DEAD events back into NEW with attempts 0.
 func (s *Store) RequeueDead(ctx context.Context, q store.DeadQuery) (int64, error) {
 	where, args := deadFilter(q)
+	keys, err := s.parkedKeys(ctx, "", "o.id IN (SELECT id FROM "+s.table+where+")", args...)
+	if err != nil {
+		return 0, wrap("requeue dead", err)
+	}
 	res, err := s.db.ExecContext(ctx, "UPDATE "+s.table+" SET status = 'NEW', attempts = 0, next_attempt_at = NOW(6), lease_owner = '', lease_until = NULL"+where, args...)
 	if err != nil {
 		return 0, wrap("requeue dead", err)
+	}
+	if err := s.unparkKeys(ctx, keys); err != nil {
+		return 0, wrap("requeue dead: unpark", err)
 	}
 	n, _ := res.RowsAffected()
 	if n > 0 {
@@ -125,9 +133,20 @@ func (s *Store) Purge(ctx context.Context, req store.PurgeRequest) (int64, error
 	}
 	var total int64
 	for {
+		var keys []string
+		if req.Status == outbox.StatusDead {
+			sel := strings.Replace(q, "DELETE FROM "+s.table, "SELECT id FROM "+s.table, 1)
+			// MariaDB refuses LIMIT in an IN subquery; a derived table takes it.
+			if keys, err = s.parkedKeys(ctx, "", "o.id IN (SELECT id FROM ("+sel+") d)", args...); err != nil {
+				return total, wrap("purge", err)
+			}
+		}
 		res, err := s.db.ExecContext(ctx, q, args...)
 		if err != nil {
 			return total, wrap("purge", err)
+		}
+		if err := s.unparkKeys(ctx, keys); err != nil {
+			return total, wrap("purge: unpark", err)
 		}
 		n, _ := res.RowsAffected()
 		total += n

@@ -36,7 +36,9 @@ func cols(list []string, prefix string) string {
 const dbNow = "UNIX_TIMESTAMP() * 1000000 + MICROSECOND(NOW(6))"
 
 // claimable: a NEW event that is due, or a SENDING one whose lease ran out.
-const claimable = "((%[1]sstatus = 'NEW' AND %[1]snext_attempt_at <= NOW(6)) OR (%[1]sstatus = 'SENDING' AND %[1]slease_until <= NOW(6) - " + takeoverGrace + "))"
+// A NEW event never delayed (next_attempt_at at most created_at) is due
+// whatever NOW(6) says: see dueSQL.
+const claimable = "((%[1]sstatus = 'NEW' AND (%[1]snext_attempt_at <= NOW(6) OR %[1]snext_attempt_at <= %[1]screated_at)) OR (%[1]sstatus = 'SENDING' AND %[1]slease_until <= NOW(6) - " + takeoverGrace + "))"
 
 // takeoverGrace: a claim takes over only leases that expired longer ago
 // than this, and a key stays held by an in-flight event that long after its

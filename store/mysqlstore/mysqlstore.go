@@ -35,6 +35,8 @@ type Store struct {
 	wakeups store.Wakeups
 	closed  bool
 	watch   watcher // notify.go
+
+	sweepAfter string // owned.go: where the next sweep of parked keys starts
 }
 
 var _ store.Store = (*Store)(nil)
@@ -246,6 +248,13 @@ func (s *Store) Migrate(ctx context.Context) error {
 			continue
 		}
 		for _, stmt := range m {
+			run, stmt, err := s.needed(ctx, conn, stmt)
+			if err != nil {
+				return fmt.Errorf("mysqlstore: migration %d: %w", v, err)
+			}
+			if !run {
+				continue
+			}
 			if _, err := conn.ExecContext(ctx, stmt); err != nil {
 				return fmt.Errorf("mysqlstore: migration %d: %w", v, err)
 			}

@@ -74,6 +74,9 @@ func harness(name string, db *sql.DB) storetest.Harness {
 			t.Cleanup(func() { st.Close() })
 			return storetest.Fixture{Store: st, DB: db, Table: st.Table(), Placeholder: storetest.Question}
 		},
+		ClaimReads: func(ctx context.Context, st store.Store, req store.OwnedClaimRequest) (store.Claim, int64, error) {
+			return st.(*mysqlstore.Store).ClaimOwnedReads(ctx, req)
+		},
 	}
 }
 
@@ -86,7 +89,7 @@ func uniqueTable(prefix string) string {
 func dropTables(t testing.TB, db *sql.DB, table string) {
 	t.Helper()
 	t.Cleanup(func() {
-		for _, suffix := range []string{"", "_archive", "_migrations"} {
+		for _, suffix := range []string{"", "_archive", "_migrations", "_shards", "_relays"} {
 			_, _ = db.Exec("DROP TABLE IF EXISTS `" + table + suffix + "`")
 		}
 	})

@@ -135,10 +135,23 @@ func (s *Store) Ack(ctx context.Context, lease store.Lease, ids []int64) error {
 			}
 		}
 	}
-	return s.leased(ctx, "ack", len(ids), func(part []int64) (string, []any) {
+	var keys []string
+	for _, part := range chunks(ids, maxIDsPerStatement) {
+		k, err := s.parkedKeys(ctx, byID, "o.id IN ("+marks(len(part))+")", appendIDs(nil, part)...)
+		if err != nil {
+			return wrap("ack", err)
+		}
+		keys = append(keys, k...)
+	}
+	err := s.leased(ctx, "ack", len(ids), func(part []int64) (string, []any) {
 		return "DELETE o FROM " + s.table + " o" + byID + " WHERE id IN (" + marks(len(part)) + ")" + leaseCheck,
 			append(appendIDs(nil, part), lease.Owner, lease.Epoch)
 	}, ids)
+	if uerr := s.unparkKeys(ctx, keys); uerr != nil && err == nil {
+		// The acks stand; Balance's sweep unparks what this missed.
+		return wrap("ack: unpark", uerr)
+	}
+	return err
 }
 
 // AckClaim acks every event of the claim lease (store.ClaimAcker): its rows
@@ -155,9 +168,16 @@ func (s *Store) AckClaim(ctx context.Context, lease store.Lease, n int) error {
 			return wrap("ack", err)
 		}
 	}
+	keys, err := s.parkedKeys(ctx, hint, "o.status = 'SENDING' AND o.lease_owner = ? AND o.lease_epoch = ?", lease.Owner, lease.Epoch)
+	if err != nil {
+		return wrap("ack", err)
+	}
 	res, err := s.db.ExecContext(ctx, "DELETE o FROM "+s.table+" o"+hint+where, lease.Owner, lease.Epoch)
 	if err != nil {
 		return wrap("ack", err)
+	}
+	if err := s.unparkKeys(ctx, keys); err != nil {
+		return wrap("ack: unpark", err)
 	}
 	if done, _ := res.RowsAffected(); done < int64(n) {
 		return fmt.Errorf("mysqlstore: ack: %d of %d events: %w", int64(n)-done, n, store.ErrLeaseLost)

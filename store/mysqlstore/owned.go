@@ -1,0 +1,865 @@
+package mysqlstore
+
+import (
+	"cmp"
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	outbox "github.com/outbox-go/outbox"
+	"github.com/outbox-go/outbox/store"
+)
+
+// Ordering by ownership (store.Owned) on MariaDB; the why is in doc.go.
+
+// numShards is S, the number of shards of a table.
+const numShards = 64
+
+// shardSQL is the SQL of a row's shard over its bare columns, as the
+// generated columns of migration 2 compute it: CRC32 of the key, and for a
+// keyless row CRC32 of its payload plus the microseconds of created_at.
+// MariaDB refuses AUTO_INCREMENT columns (id) and case-insensitive ones
+// (event_id) in an indexed generated column, hence the keyless form: it
+// only has to spread rows, not order them.
+const shardSQL = "(CASE WHEN event_key = '' THEN CRC32(payload) + MICROSECOND(created_at) ELSE CRC32(event_key) END) % 64"
+
+// unparkLimit bounds the rows one statement unparks; sweepKeys the keys
+// with parked rows one Balance looks at.
+const (
+	unparkLimit = 1000
+	sweepKeys   = 100
+)
+
+// maxParkingRounds bounds the claims one ClaimOwned runs while each only
+// parks rows.
+const maxParkingRounds = 8
+
+var _ store.Owned = (*Store)(nil)
+
+// Names of migration 2's indexes, after the table's short name.
+func (s *Store) laneIdx() string   { return s.opts.Table + "_lane_idx" }
+func (s *Store) busyIdx() string   { return s.opts.Table + "_busy_idx" }
+func (s *Store) parkedIdx() string { return s.opts.Table + "_parked_idx" }
+
+// ownedMigration is migration 2 for table t (quoted) whose short name is
+// short. A statement that starts with "?column:NAME\n" or "?index:NAME\n"
+// runs only when the table has no such column or index (MySQL has no ADD
+// COLUMN IF NOT EXISTS), see Migrate.
+//
+//   - parked: a row the claim met behind a held earlier row of its key;
+//     it leaves the claim's index until its key moves on.
+//   - shard: the row's shard (not indexed, read by the claim).
+//   - lane: the shard of a NEW row that is not parked, NULL otherwise;
+//     (lane, id) is the index every claim walks, one range per shard in id
+//     order, so it never reads in-flight, DEAD or parked rows.
+//   - busy: the shard of a SENDING row; (busy, lease_until) finds the
+//     in-flight rows of the claim's shards (another owner's live ones make
+//     it skip the shard, expired ones are taken over).
+//   - parked_key: the key of a parked row; (parked_key, id) finds a key's
+//     parked rows, lowest first, and the keys that have any.
+//
+// A plain insert adds three small entries with NULLs to the new indexes
+// besides its lane entry.
+func ownedMigration(t, short string) []string {
+	shards := strings.TrimSuffix(t, "`") + "_shards`"
+	relays := strings.TrimSuffix(t, "`") + "_relays`"
+	vcol := func(name, typ, expr string) string {
+		return "?column:" + name + "\nALTER TABLE " + t + " ADD COLUMN " + name + " " + typ + " AS (" + expr + ") VIRTUAL INVISIBLE, ALGORITHM=INSTANT"
+	}
+	index := func(name, cols string) string {
+		return "?index:" + short + name + "\nALTER TABLE " + t + " ADD INDEX " + short + name + " (" + cols + "), ALGORITHM=INPLACE, LOCK=NONE"
+	}
+	return []string{
+		"?column:parked\nALTER TABLE " + t + " ADD COLUMN parked BOOLEAN NOT NULL DEFAULT 0, ALGORITHM=INSTANT",
+		vcol("shard", "TINYINT UNSIGNED", shardSQL),
+		vcol("lane", "TINYINT UNSIGNED", "CASE WHEN status = 'NEW' AND parked = 0 THEN "+shardSQL+" END"),
+		vcol("busy", "TINYINT UNSIGNED", "CASE WHEN status = 'SENDING' THEN "+shardSQL+" END"),
+		vcol("parked_key", "VARCHAR(255)", "CASE WHEN parked = 1 THEN event_key END"),
+		index("_lane_idx", "lane, id"),
+		index("_busy_idx", "busy, lease_until"),
+		index("_parked_idx", "parked_key, id"),
+		`CREATE TABLE IF NOT EXISTS ` + shards + ` (
+	shard       INT         NOT NULL PRIMARY KEY,
+	owner       VARCHAR(64) NOT NULL DEFAULT '',
+	epoch       BIGINT      NOT NULL DEFAULT 0,
+	lease_until BIGINT      NOT NULL DEFAULT 0
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin`,
+		"INSERT IGNORE INTO " + shards + " (shard) VALUES " + shardValues(),
+		`CREATE TABLE IF NOT EXISTS ` + relays + ` (
+	owner       VARCHAR(64) NOT NULL PRIMARY KEY,
+	lease_until BIGINT      NOT NULL
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin`,
+	}
+}
+
+func shardValues() string {
+	parts := make([]string, numShards)
+	for i := range parts {
+		parts[i] = "(" + strconv.Itoa(i) + ")"
+	}
+	return strings.Join(parts, ",")
+}
+
+// needed reports whether a migration statement must run: false when it
+// is conditional ("?column:" or "?index:") and the table has what it adds.
+// It returns the statement without its condition.
+func (s *Store) needed(ctx context.Context, conn *sql.Conn, stmt string) (bool, string, error) {
+	if !strings.HasPrefix(stmt, "?") {
+		return true, stmt, nil
+	}
+	cond, rest, _ := strings.Cut(stmt[1:], "\n")
+	kind, name, _ := strings.Cut(cond, ":")
+	var q string
+	switch kind {
+	case "column":
+		q = "SELECT COUNT(*) FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = COALESCE(?, DATABASE()) AND TABLE_NAME = ? AND COLUMN_NAME = ?"
+	default:
+		q = "SELECT COUNT(*) FROM information_schema.STATISTICS WHERE TABLE_SCHEMA = COALESCE(?, DATABASE()) AND TABLE_NAME = ? AND INDEX_NAME = ?"
+	}
+	var n int
+	if err := conn.QueryRowContext(ctx, q, s.schema, s.opts.Table, name).Scan(&n); err != nil {
+		return false, rest, err
+	}
+	return n == 0, rest, nil
+}
+
+func (s *Store) shardsTable() string { return strings.TrimSuffix(s.table, "`") + "_shards`" }
+func (s *Store) relaysTable() string { return strings.TrimSuffix(s.table, "`") + "_relays`" }
+
+// ShardOf returns the shard of a row with this key (for a keyed row; id is
+// unused: a keyless row's shard depends on its payload and creation time),
+// as the database computes it.
+func (s *Store) ShardOf(ctx context.Context, key string, _ int64) (int, error) {
+	var shard int
+	err := s.db.QueryRowContext(ctx, "SELECT CRC32(CONVERT(? USING utf8mb4)) % 64", key).Scan(&shard)
+	return shard, wrap("shard", err)
+}
+
+// heldSQL is the condition that the keyed row o is held by an earlier row
+// of its key: NEW and waiting for a retry or a delayed AvailableAt, DEAD
+// (when the parameter is true), or parked. Each probe depends on the key
+// alone (MIN(id) < o.id), so MariaDB answers a key's later rows from its
+// subquery cache, and reads only the key's holding rows through the hold
+// and parked indexes.
+func (s *Store) heldSQL() string {
+	hold := "FROM " + s.table + " h" + s.forceHoldIdx() + " WHERE h.hold_key = o.event_key AND "
+	return `(o.event_key <> '' AND (
+	IFNULL((SELECT MIN(h.id) ` + hold + `h.status = 'NEW' AND h.next_attempt_at > NOW(6)), o.id) < o.id
+	OR (? AND IFNULL((SELECT MIN(h.id) ` + hold + `h.status = 'DEAD'), o.id) < o.id)
+	OR IFNULL((SELECT MIN(p.id) FROM ` + s.table + ` p FORCE INDEX (` + s.parkedIdx() + `) WHERE p.parked_key = o.event_key), o.id) < o.id))`
+}
+
+// dueSQL: a NEW row is due when its next attempt has come, and always when
+// it was never delayed (next_attempt_at at most created_at). The second
+// half closes a window: NOW(6) is the statement's start, and the rows it
+// reads are those committed when InnoDB opens its read view, a little
+// later (or much later, when the statement waits for a metadata lock or
+// the machine is loaded). A key's earlier row committed in between has a
+// created_at after the statement's NOW(6), and a key's later row (its
+// INSERT started earlier) one before it: judged by the clock alone the
+// earlier row would be "not due" and the later one claimed without it. A
+// row that is delayed (next_attempt_at after created_at) is exactly one
+// that heldSQL counts as holding its key while not due, so the two rules
+// agree.
+func dueSQL(p string) string {
+	return "(" + p + "next_attempt_at <= NOW(6) OR " + p + "next_attempt_at <= " + p + "created_at)"
+}
+
+// ClaimOwned takes up to req.Limit ready events from the shards of
+// req.Shards that req.Lease.Owner still holds under their epochs and that
+// no live claim of another owner touches, in id order within each shard.
+// ErrLeaseLost when it holds none of them any more.
+//
+// A claim whose candidates were all held parks them and claims nothing;
+// it then runs again at once (up to maxParkingRounds times).
+func (s *Store) ClaimOwned(ctx context.Context, req store.OwnedClaimRequest) (store.Claim, error) {
+	for round := 1; ; round++ {
+		c, parked, err := s.claimOwned(ctx, req, nil)
+		if err != nil || len(c.Events) > 0 || parked == 0 || round == maxParkingRounds {
+			return c, err
+		}
+	}
+}
+
+// ClaimOwnedReads is ClaimOwned (one round) that also returns how many
+// index and table rows its statements read, by the session's Handler_read
+// counters. For tests and diagnosis: a claim should read about as many
+// rows as it claims and parks, whatever the backlog behind it.
+func (s *Store) ClaimOwnedReads(ctx context.Context, req store.OwnedClaimRequest) (store.Claim, int64, error) {
+	var reads int64
+	c, _, err := s.claimOwned(ctx, req, &reads)
+	return c, reads, err
+}
+
+// candidate is a row a claim considers.
+type candidate struct {
+	id      int64
+	key     string
+	sending bool // an expired in-flight row, to take over
+	held    bool
+}
+
+// claimOwned runs one claim in one READ COMMITTED transaction:
+//
+//  1. lock the owner's shard rows (FOR UPDATE, in shard order): a takeover
+//     in Balance skips them and a renewal waits, and two claims of one
+//     owner over the same shards run one after the other;
+//  2. read the in-flight rows of the shards held under the given epochs:
+//     a shard with a live one of another owner is skipped (the previous
+//     holder's work is not settled), expired ones are locked and taken
+//     over;
+//  3. walk the lane index, a page of each shard's range in id order, with
+//     heldSQL for each row read, until about Limit rows are read;
+//  4. park the held rows, take the others (an UPDATE that checks each row
+//     is still claimable), read the events taken, commit.
+//
+// It returns the claim and how many rows it parked; reads, when not nil,
+// gets the rows its statements read.
+func (s *Store) claimOwned(ctx context.Context, req store.OwnedClaimRequest, reads *int64) (store.Claim, int, error) {
+	req = req.Normalize()
+	c := store.Claim{Lease: req.Lease}
+	if len(req.Shards) == 0 {
+		return c, 0, nil
+	}
+	leases := slices.Clone(req.Shards)
+	slices.SortFunc(leases, func(a, b store.ShardLease) int { return cmp.Compare(a.Shard, b.Shard) })
+	leases = slices.CompactFunc(leases, func(a, b store.ShardLease) bool { return a.Shard == b.Shard })
+	epochs := map[int]int64{}
+	shardArgs := make([]any, 0, len(leases))
+	for _, l := range leases {
+		if l.Shard < 0 || l.Shard >= numShards {
+			return c, 0, fmt.Errorf("mysqlstore: claim: shard %d does not exist: a table has shards 0 to %d", l.Shard, numShards-1)
+		}
+		epochs[l.Shard] = l.Epoch
+		shardArgs = append(shardArgs, l.Shard)
+	}
+	nothing := func(err error) (store.Claim, int, error) {
+		return store.Claim{Lease: req.Lease}, 0, fmt.Errorf("mysqlstore: claim: %w (%w)", err, store.ErrNothingClaimed)
+	}
+	conn, err := s.db.Conn(ctx)
+	if err != nil {
+		return nothing(err)
+	}
+	defer conn.Close()
+	tx, err := conn.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
+	if err != nil {
+		return nothing(wrap("begin", err))
+	}
+	committed := false
+	defer func() {
+		if !committed {
+			_ = tx.Rollback()
+		}
+	}()
+
+	// 1. The owner's shard rows, locked; those still held under the
+	// epochs asked for.
+	rows, err := tx.QueryContext(ctx, "SELECT shard, epoch, lease_until > "+dbNow+" FROM "+s.shardsTable()+" WHERE shard IN ("+marks(len(shardArgs))+") AND owner = ? ORDER BY shard FOR UPDATE",
+		append(slices.Clone(shardArgs), req.Lease.Owner)...)
+	if err != nil {
+		return nothing(wrap("lock shards", err))
+	}
+	var held []int
+	for rows.Next() {
+		var sh int
+		var ep int64
+		var live bool
+		if err := rows.Scan(&sh, &ep, &live); err != nil {
+			rows.Close()
+			return nothing(err)
+		}
+		if live && ep == epochs[sh] {
+			held = append(held, sh)
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return nothing(err)
+	}
+	if len(held) == 0 {
+		return store.Claim{}, 0, fmt.Errorf("mysqlstore: claim: owner %q holds none of the %d shards asked for (%s) under their epochs any more: %w", req.Lease.Owner, len(leases), fmtShards(leases), store.ErrLeaseLost)
+	}
+
+	var before int64
+	if reads != nil {
+		if before, err = handlerReads(ctx, tx); err != nil {
+			return nothing(err)
+		}
+	}
+
+	// 2. The in-flight rows of those shards: another owner's live ones
+	// (a plain read), and the expired ones, locked. The locking read
+	// waits for a fenced write in progress on them (a Retry or Release
+	// of their old owner that checked the lease just before it ran out)
+	// and then sees what it did; a fenced write that comes later waits
+	// for this claim and finds the rows no longer its own. So no grace
+	// period is needed here, unlike Claim's.
+	busy := map[int]bool{}
+	rows, err = tx.QueryContext(ctx, "SELECT DISTINCT o.busy FROM "+s.table+" o FORCE INDEX ("+s.busyIdx()+") WHERE "+inRanges("o.busy", held)+" AND o.lease_until > NOW(6) AND o.lease_owner <> ?",
+		append(rangeArgs(held), req.Lease.Owner)...)
+	if err != nil {
+		return nothing(wrap("in-flight rows", err))
+	}
+	for rows.Next() {
+		var sh int
+		if err := rows.Scan(&sh); err != nil {
+			rows.Close()
+			return nothing(err)
+		}
+		busy[sh] = true
+	}
+	if err := rows.Err(); err != nil {
+		return nothing(err)
+	}
+	var ok []int
+	for _, sh := range held {
+		if !busy[sh] {
+			ok = append(ok, sh)
+		}
+	}
+	if len(ok) == 0 {
+		committed = true
+		return c, 0, wrap("claim", tx.Commit())
+	}
+	// The expired rows of the other shards, locked, lowest ids first,
+	// each judged by heldSQL; those past Limit make their keys wait.
+	rows, err = tx.QueryContext(ctx, "SELECT o.id, o.event_key, "+s.heldSQL()+" FROM "+s.table+" o FORCE INDEX ("+s.busyIdx()+") WHERE "+inRanges("o.busy", ok)+" AND o.lease_until <= NOW(6) ORDER BY o.id FOR UPDATE",
+		append([]any{req.HoldDeadKeys}, rangeArgs(ok)...)...)
+	if err != nil {
+		return nothing(wrap("expired rows", err))
+	}
+	var cands []candidate
+	waitKeys := map[string]bool{} // keys whose earlier rows this claim leaves in flight: their later rows wait
+	for rows.Next() {
+		cd := candidate{sending: true}
+		if err := rows.Scan(&cd.id, &cd.key, &cd.held); err != nil {
+			rows.Close()
+			return nothing(err)
+		}
+		if len(cands) < req.Limit {
+			cands = append(cands, cd)
+		} else if cd.key != "" {
+			waitKeys[cd.key] = true
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return nothing(err)
+	}
+
+	// 3. The walk: a page of each shard's lane in id order (one UNION
+	// ALL), then more of the lanes that filled their page while the
+	// claim is short. Each lane's rows read are a prefix of it, so the
+	// lowest Limit ids of them all keep every key's order.
+	need := req.Limit - len(cands)
+	after := map[int]int64{}
+	active := ok
+	page := need/len(ok) + 4
+	for round := 0; need > 0 && len(active) > 0 && round < 4; round++ {
+		var b strings.Builder
+		var args []any
+		for i, lane := range active {
+			if i > 0 {
+				b.WriteString(" UNION ALL ")
+			}
+			b.WriteString("(SELECT o.id, o.event_key, o.lane, " + s.heldSQL() + " FROM " + s.table + " o FORCE INDEX (" + s.laneIdx() + ") WHERE o.lane = ? AND o.id > ? AND " + dueSQL("o.") + " ORDER BY o.id LIMIT ?)")
+			args = append(args, req.HoldDeadKeys, lane, after[lane], page)
+		}
+		rows, err := tx.QueryContext(ctx, b.String(), args...)
+		if err != nil {
+			return nothing(wrap("claim", err))
+		}
+		got := map[int]int{}
+		for rows.Next() {
+			var cd candidate
+			var lane int
+			if err := rows.Scan(&cd.id, &cd.key, &lane, &cd.held); err != nil {
+				rows.Close()
+				return nothing(err)
+			}
+			cands = append(cands, cd)
+			got[lane]++
+			after[lane] = max(after[lane], cd.id)
+			need--
+		}
+		if err := rows.Err(); err != nil {
+			return nothing(err)
+		}
+		var full []int
+		for _, lane := range active {
+			if got[lane] == page {
+				full = append(full, lane)
+			}
+		}
+		active = full
+		if len(active) > 0 {
+			page = max(need, 0)/len(active) + 4
+		}
+	}
+
+	// 4. Decide in id order: once a row of a key is parked (or waits),
+	// its later rows in this claim are parked too.
+	slices.SortFunc(cands, func(a, b candidate) int { return cmp.Compare(a.id, b.id) })
+	blocked := map[string]bool{}
+	var take, park, parkSending []int64
+	for _, cd := range cands {
+		switch {
+		case cd.key != "" && waitKeys[cd.key]:
+			// an earlier row of its key is in flight under an expired
+			// lease this claim does not take over: wait for it
+		case cd.key != "" && (cd.held || blocked[cd.key]):
+			blocked[cd.key] = true
+			if cd.sending {
+				parkSending = append(parkSending, cd.id)
+			} else {
+				park = append(park, cd.id)
+			}
+		case len(take) < req.Limit:
+			take = append(take, cd.id)
+		default:
+			if cd.key != "" {
+				waitKeys[cd.key] = true
+			}
+		}
+	}
+	parked := 0
+	if len(park) > 0 {
+		res, err := tx.ExecContext(ctx, "UPDATE "+s.table+byID+" SET parked = 1 WHERE id IN ("+marks(len(park))+") AND status = 'NEW' AND parked = 0", appendIDs(nil, park)...)
+		if err != nil {
+			return nothing(wrap("park", err))
+		}
+		n, _ := res.RowsAffected()
+		parked += int(n)
+	}
+	if len(parkSending) > 0 {
+		res, err := tx.ExecContext(ctx, "UPDATE "+s.table+byID+" SET status = 'NEW', lease_owner = '', lease_until = NULL, parked = 1 WHERE id IN ("+marks(len(parkSending))+") AND status = 'SENDING' AND lease_until <= NOW(6)", appendIDs(nil, parkSending)...)
+		if err != nil {
+			return nothing(wrap("park", err))
+		}
+		n, _ := res.RowsAffected()
+		parked += int(n)
+	}
+	var bad map[int64]error
+	if len(take) > 0 {
+		args := appendIDs([]any{req.Lease.Owner, req.Lease.Epoch, req.LeaseFor.Microseconds()}, take)
+		if _, err := tx.ExecContext(ctx, "UPDATE "+s.table+byID+" SET status = 'SENDING', lease_owner = ?, lease_epoch = ?, lease_until = NOW(6) + INTERVAL ? MICROSECOND WHERE id IN ("+marks(len(take))+") AND ((status = 'NEW' AND parked = 0) OR (status = 'SENDING' AND lease_until <= NOW(6)))", args...); err != nil {
+			return nothing(wrap("claim", err))
+		}
+		rows, err := tx.QueryContext(ctx, "SELECT "+cols(eventCols, "")+", UNIX_TIMESTAMP(lease_until) FROM "+s.table+byID+" WHERE id IN ("+marks(len(take))+") AND status = 'SENDING' AND lease_owner = ? AND lease_epoch = ? ORDER BY id",
+			append(appendIDs(nil, take), req.Lease.Owner, req.Lease.Epoch)...)
+		if err != nil {
+			return nothing(wrap("claim", err))
+		}
+		for rows.Next() {
+			var e outbox.Event
+			var until sql.NullString
+			broken, err := scanEvent(rows, &e, &until)
+			if err != nil {
+				rows.Close()
+				return nothing(err)
+			}
+			if broken != nil {
+				if bad == nil {
+					bad = map[int64]error{}
+				}
+				bad[e.ID] = broken
+			}
+			if t, err := epoch(until); err == nil && (c.Until.IsZero() || t.Before(c.Until)) {
+				c.Until = t
+			}
+			c.Events = append(c.Events, e)
+		}
+		if err := rows.Err(); err != nil {
+			return nothing(err)
+		}
+	}
+	if reads != nil {
+		after, err := handlerReads(ctx, tx)
+		if err != nil {
+			return nothing(err)
+		}
+		*reads = after - before
+	}
+	committed = true
+	if err := tx.Commit(); err != nil {
+		// The commit's outcome is unknown: no ErrNothingClaimed.
+		return store.Claim{Lease: req.Lease}, 0, wrap("claim: commit", err)
+	}
+	if parked > 0 && len(c.Events) == 0 {
+		return c, parked, nil
+	}
+	if len(c.Events) == 0 {
+		return c, parked, nil
+	}
+	if c.Events, err = store.Screen(ctx, c.Lease, c.Events, bad, req.HoldDeadKeys, s.Bury, s.Release); err != nil {
+		return store.Claim{Lease: req.Lease}, parked, fmt.Errorf("mysqlstore: claim: %w", err)
+	}
+	return c, parked, nil
+}
+
+// runs splits sorted, distinct shards into runs of consecutive ones.
+func runs(shards []int) [][2]int {
+	var out [][2]int
+	for _, sh := range shards {
+		if n := len(out); n > 0 && out[n-1][1] == sh-1 {
+			out[n-1][1] = sh
+		} else {
+			out = append(out, [2]int{sh, sh})
+		}
+	}
+	return out
+}
+
+// inRanges is the condition that col is one of shards (sorted, distinct),
+// as one BETWEEN per run of consecutive shards: one index range each
+// rather than one per shard. rangeArgs are its arguments.
+func inRanges(col string, shards []int) string {
+	parts := make([]string, len(runs(shards)))
+	for i := range parts {
+		parts[i] = col + " BETWEEN ? AND ?"
+	}
+	return "(" + strings.Join(parts, " OR ") + ")"
+}
+
+func rangeArgs(shards []int) []any {
+	var out []any
+	for _, r := range runs(shards) {
+		out = append(out, r[0], r[1])
+	}
+	return out
+}
+
+func intArgs(v []int) []any {
+	out := make([]any, len(v))
+	for i, x := range v {
+		out[i] = x
+	}
+	return out
+}
+
+// handlerReads sums the session's Handler_read_* counters: index lookups
+// and the rows scans returned.
+func handlerReads(ctx context.Context, tx *sql.Tx) (int64, error) {
+	rows, err := tx.QueryContext(ctx, "SHOW SESSION STATUS LIKE 'Handler_read%'")
+	if err != nil {
+		return 0, err
+	}
+	defer rows.Close()
+	var sum int64
+	for rows.Next() {
+		var name string
+		var v int64
+		if err := rows.Scan(&name, &v); err != nil {
+			return 0, err
+		}
+		switch name {
+		case "Handler_read_first", "Handler_read_key", "Handler_read_last", "Handler_read_next", "Handler_read_prev", "Handler_read_rnd", "Handler_read_rnd_next":
+			sum += v
+		}
+	}
+	return sum, rows.Err()
+}
+
+// fmtShards lists shard leases as shard@epoch, for error messages.
+func fmtShards(ls []store.ShardLease) string {
+	parts := make([]string, 0, min(len(ls), 8))
+	for i, l := range ls {
+		if i == 8 {
+			parts = append(parts, "…")
+			break
+		}
+		parts = append(parts, strconv.Itoa(l.Shard)+"@"+strconv.FormatInt(l.Epoch, 10))
+	}
+	return strings.Join(parts, " ")
+}
+
+// Balance heartbeats req.Owner, gives up req.Release (or everything, with
+// Leave), renews what it holds, takes free or expired shards up to its
+// fair share (FOR UPDATE SKIP LOCKED: a shard a claim is working in is
+// left for the next round) and marks the shards over it Revoke when
+// another relay is short and no free shard is left for it. One READ
+// COMMITTED transaction; lease times are the database clock read once at
+// its start. Then, outside it, a bounded sweep unparks rows whose key
+// holds nothing any more.
+func (s *Store) Balance(ctx context.Context, req store.BalanceRequest) (store.Ownership, error) {
+	req = req.Normalize()
+	own := store.Ownership{Shards: numShards}
+	if req.Owner == "" {
+		return own, errors.New("mysqlstore: balance: the owner is empty; give each relay process a unique owner name")
+	}
+	if len(req.Owner) > 64 {
+		return own, fmt.Errorf("mysqlstore: balance: owner %q is longer than 64 bytes; use a shorter relay name", req.Owner)
+	}
+	for _, sh := range req.Release {
+		if sh < 0 || sh >= numShards {
+			return own, fmt.Errorf("mysqlstore: balance: shard %d does not exist: a table has shards 0 to %d", sh, numShards-1)
+		}
+	}
+	if err := s.balance(ctx, req, &own); err != nil {
+		return store.Ownership{Shards: numShards}, wrap("balance", err)
+	}
+	if err := s.sweep(ctx, req.HoldDeadKeys); err != nil {
+		return store.Ownership{Shards: numShards}, wrap("balance: sweep", err)
+	}
+	return own, nil
+}
+
+func (s *Store) balance(ctx context.Context, req store.BalanceRequest, own *store.Ownership) error {
+	shards, relays := s.shardsTable(), s.relaysTable()
+	lease := req.LeaseFor.Microseconds()
+	tx, err := s.db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback() //nolint:errcheck // a no-op after Commit
+	// The owner's shard rows first, in shard order (as claims lock them).
+	var now int64
+	if err := tx.QueryRowContext(ctx, "SELECT "+dbNow+", (SELECT COUNT(*) FROM (SELECT shard FROM "+shards+" WHERE owner = ? ORDER BY shard FOR UPDATE) x)", req.Owner).Scan(&now, new(int)); err != nil {
+		return err
+	}
+	if req.Leave {
+		if _, err := tx.ExecContext(ctx, "UPDATE "+shards+" SET owner = '', lease_until = 0 WHERE owner = ?", req.Owner); err != nil {
+			return err
+		}
+		if _, err := tx.ExecContext(ctx, "DELETE FROM "+relays+" WHERE owner = ?", req.Owner); err != nil {
+			return err
+		}
+		if err := tx.QueryRowContext(ctx, "SELECT COUNT(*) FROM "+relays+" WHERE lease_until > ?", now).Scan(&own.Relays); err != nil {
+			return err
+		}
+		return tx.Commit()
+	}
+	until := now + lease
+	own.Until = time.UnixMicro(until)
+	if _, err := tx.ExecContext(ctx, "INSERT INTO "+relays+" (owner, lease_until) VALUES (?, ?) ON DUPLICATE KEY UPDATE lease_until = VALUES(lease_until)", req.Owner, until); err != nil {
+		return err
+	}
+	if _, err := tx.ExecContext(ctx, "DELETE FROM "+relays+" WHERE lease_until <= ?", now-time.Minute.Microseconds()); err != nil {
+		return err
+	}
+	if len(req.Release) > 0 {
+		if _, err := tx.ExecContext(ctx, "UPDATE "+shards+" SET owner = '', lease_until = 0 WHERE owner = ? AND shard IN ("+marks(len(req.Release))+")", append([]any{req.Owner}, intArgs(req.Release)...)...); err != nil {
+			return err
+		}
+	}
+	// Renew: a shard whose lease ran out but that nobody took is still
+	// this owner's (same epoch: nobody held it in between).
+	if _, err := tx.ExecContext(ctx, "UPDATE "+shards+" SET lease_until = ? WHERE owner = ?", until, req.Owner); err != nil {
+		return err
+	}
+	// The live relays in byte order: the first S mod n get one shard more.
+	var names []string
+	rows, err := tx.QueryContext(ctx, "SELECT owner FROM "+relays+" WHERE lease_until > ?", now)
+	if err != nil {
+		return err
+	}
+	for rows.Next() {
+		var n string
+		if err := rows.Scan(&n); err != nil {
+			rows.Close()
+			return err
+		}
+		names = append(names, n)
+	}
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	slices.Sort(names)
+	own.Relays = len(names)
+	share := func(owner string) int {
+		i, _ := slices.BinarySearch(names, owner)
+		n := max(len(names), 1)
+		if i < numShards%n {
+			return numShards/n + 1
+		}
+		return numShards / n
+	}
+	holding := map[string]int{}
+	rows, err = tx.QueryContext(ctx, "SELECT owner, COUNT(*) FROM "+shards+" WHERE owner <> '' AND lease_until > ? GROUP BY owner", now)
+	if err != nil {
+		return err
+	}
+	taken := 0
+	for rows.Next() {
+		var o string
+		var n int
+		if err := rows.Scan(&o, &n); err != nil {
+			rows.Close()
+			return err
+		}
+		holding[o] = n
+		taken += n
+	}
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	free := numShards - taken
+	mine := holding[req.Owner]
+	if want := share(req.Owner); mine < want && free > 0 {
+		// Free shards (released, never held) before expired ones, whose
+		// dead owner's claims may still hold events for a while.
+		rows, err := tx.QueryContext(ctx, "SELECT shard FROM "+shards+" WHERE owner = '' OR lease_until <= ? ORDER BY owner <> '', shard LIMIT ? FOR UPDATE SKIP LOCKED", now, want-mine)
+		if err != nil {
+			return err
+		}
+		var pick []int
+		for rows.Next() {
+			var sh int
+			if err := rows.Scan(&sh); err != nil {
+				rows.Close()
+				return err
+			}
+			pick = append(pick, sh)
+		}
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		if len(pick) > 0 {
+			res, err := tx.ExecContext(ctx, "UPDATE "+shards+" SET owner = ?, epoch = epoch + 1, lease_until = ? WHERE shard IN ("+marks(len(pick))+") AND (owner = '' OR lease_until <= ?)",
+				append(append([]any{req.Owner, until}, intArgs(pick)...), now)...)
+			if err != nil {
+				return err
+			}
+			n, _ := res.RowsAffected()
+			free -= int(n)
+		}
+	}
+	rows, err = tx.QueryContext(ctx, "SELECT shard, epoch FROM "+shards+" WHERE owner = ? AND lease_until > ? ORDER BY shard", req.Owner, now)
+	if err != nil {
+		return err
+	}
+	for rows.Next() {
+		var l store.ShardLease
+		if err := rows.Scan(&l.Shard, &l.Epoch); err != nil {
+			rows.Close()
+			return err
+		}
+		own.Held = append(own.Held, l)
+	}
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	// Revoke the shards over the fair share when other live relays are
+	// short of theirs by more than the free shards can make up.
+	if over := len(own.Held) - share(req.Owner); over > 0 {
+		short := 0
+		for _, n := range names {
+			if n != req.Owner {
+				short += max(0, share(n)-holding[n])
+			}
+		}
+		for i := len(own.Held) - 1; i >= 0 && over > 0 && short > free; i-- {
+			own.Held[i].Revoke = true
+			over--
+			short--
+		}
+	}
+	return tx.Commit()
+}
+
+// sweep unparks orphans: it visits up to sweepKeys keys with parked rows
+// (a loose scan of the parked index, from where this Store's last sweep
+// stopped, wrapping around), and unparks the lowest parked rows of each
+// key that no earlier row holds any more (waiting for a retry or a delayed
+// AvailableAt, or DEAD when hold). Parking is a cache of the claim's hold
+// rule; a requeue or purge that commits while a claim parks a row of its
+// key can leave the row parked behind nothing, and this is what finds it.
+func (s *Store) sweep(ctx context.Context, hold bool) error {
+	s.mu.Lock()
+	after := s.sweepAfter
+	s.mu.Unlock()
+	rows, err := s.db.QueryContext(ctx, "SELECT parked_key, MIN(id) FROM "+s.table+" FORCE INDEX ("+s.parkedIdx()+") WHERE parked_key > ? GROUP BY parked_key ORDER BY parked_key LIMIT ?", after, sweepKeys)
+	if err != nil {
+		return err
+	}
+	type head struct {
+		key string
+		id  int64
+	}
+	var heads []head
+	for rows.Next() {
+		var h head
+		if err := rows.Scan(&h.key, &h.id); err != nil {
+			rows.Close()
+			return err
+		}
+		heads = append(heads, h)
+	}
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	last := ""
+	if len(heads) == sweepKeys {
+		last = heads[len(heads)-1].key
+	}
+	s.mu.Lock()
+	s.sweepAfter = last
+	s.mu.Unlock()
+	hq := "FROM " + s.table + " h" + s.forceHoldIdx() + " WHERE h.hold_key = ? AND h.id < ? AND "
+	var orphans []string
+	for _, h := range heads {
+		var heldBy bool
+		if err := s.db.QueryRowContext(ctx, "SELECT EXISTS (SELECT 1 "+hq+"h.status = 'NEW' AND h.next_attempt_at > NOW(6)) OR (? AND EXISTS (SELECT 1 "+hq+"h.status = 'DEAD'))",
+			h.key, h.id, hold, h.key, h.id).Scan(&heldBy); err != nil {
+			return err
+		}
+		if !heldBy {
+			orphans = append(orphans, h.key)
+		}
+	}
+	return s.unparkKeys(ctx, orphans)
+}
+
+// unparkKeys unparks, for each key, its lowest unparkLimit parked rows:
+// their blocking row moved on, and the next claim decides again.
+func (s *Store) unparkKeys(ctx context.Context, keys []string) error {
+	n := int64(0)
+	for _, k := range keys {
+		res, err := s.db.ExecContext(ctx, "UPDATE "+s.table+" FORCE INDEX ("+s.parkedIdx()+") SET parked = 0 WHERE parked_key = ? ORDER BY id LIMIT ?", k, unparkLimit)
+		if err != nil {
+			return err
+		}
+		m, _ := res.RowsAffected()
+		n += m
+	}
+	if n > 0 {
+		s.signal()
+	}
+	return nil
+}
+
+// anyParked is the cheap guard before unparking: one probe of the parked
+// index.
+func (s *Store) anyParked(ctx context.Context) (bool, error) {
+	var some bool
+	err := s.db.QueryRowContext(ctx, "SELECT EXISTS (SELECT 1 FROM "+s.table+" FORCE INDEX ("+s.parkedIdx()+") WHERE parked_key IS NOT NULL)").Scan(&some)
+	return some, err
+}
+
+// parkedKeys returns the keys that have parked rows among those of the
+// rows that where selects (a condition on o, with args), when the table
+// has parked rows at all; the caller unparks them once it moved those
+// rows on.
+func (s *Store) parkedKeys(ctx context.Context, hint, where string, args ...any) ([]string, error) {
+	some, err := s.anyParked(ctx)
+	if err != nil || !some {
+		return nil, err
+	}
+	rows, err := s.db.QueryContext(ctx, "SELECT DISTINCT o.event_key FROM "+s.table+" o"+hint+" WHERE "+where+" AND o.event_key <> '' AND EXISTS (SELECT 1 FROM "+s.table+" p FORCE INDEX ("+s.parkedIdx()+") WHERE p.parked_key = o.event_key)", args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var keys []string
+	for rows.Next() {
+		var k string
+		if err := rows.Scan(&k); err != nil {
+			return nil, err
+		}
+		keys = append(keys, k)
+	}
+	return keys, rows.Err()
+}

@@ -11,6 +11,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/go-sql-driver/mysql"
+
 	outbox "github.com/outbox-go/outbox"
 	"github.com/outbox-go/outbox/store"
 )
@@ -34,6 +36,17 @@ const (
 	unparkLimit = 1000
 	sweepKeys   = 100
 )
+
+// maxDeadlockRetries bounds how often ClaimOwned and Balance run again
+// after InnoDB chose them as a deadlock's victim (it rolled them back).
+const maxDeadlockRetries = 5
+
+// deadlock reports whether err is InnoDB's deadlock error (1213), after
+// which the transaction was rolled back.
+func deadlock(err error) bool {
+	var me *mysql.MySQLError
+	return errors.As(err, &me) && me.Number == 1213
+}
 
 // maxParkingRounds bounds the claims one ClaimOwned runs while each only
 // parks rows.
@@ -87,7 +100,8 @@ func ownedMigration(t, short string) []string {
 	shard       INT         NOT NULL PRIMARY KEY,
 	owner       VARCHAR(64) NOT NULL DEFAULT '',
 	epoch       BIGINT      NOT NULL DEFAULT 0,
-	lease_until BIGINT      NOT NULL DEFAULT 0
+	lease_until BIGINT      NOT NULL DEFAULT 0,
+	KEY ` + short + `_shards_owner_idx (owner)
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin`,
 		"INSERT IGNORE INTO " + shards + " (shard) VALUES " + shardValues(),
 		`CREATE TABLE IF NOT EXISTS ` + relays + ` (
@@ -178,8 +192,15 @@ func dueSQL(p string) string {
 // A claim whose candidates were all held parks them and claims nothing;
 // it then runs again at once (up to maxParkingRounds times).
 func (s *Store) ClaimOwned(ctx context.Context, req store.OwnedClaimRequest) (store.Claim, error) {
-	for round := 1; ; round++ {
+	for round, deadlocks := 1, 0; ; round++ {
 		c, parked, err := s.claimOwned(ctx, req, nil)
+		if deadlock(err) && deadlocks < maxDeadlockRetries && ctx.Err() == nil {
+			// InnoDB rolled the claim back (a Balance taking a shard
+			// locked the rows in another order): run it again.
+			deadlocks++
+			round--
+			continue
+		}
 		if err != nil || len(c.Events) > 0 || parked == 0 || round == maxParkingRounds {
 			return c, err
 		}
@@ -326,9 +347,11 @@ func (s *Store) claimOwned(ctx context.Context, req store.OwnedClaimRequest, rea
 		return c, 0, wrap("claim", tx.Commit())
 	}
 	// The expired rows of the other shards, locked, lowest ids first,
-	// each judged by heldSQL; those past Limit make their keys wait.
-	rows, err = tx.QueryContext(ctx, "SELECT o.id, o.event_key, "+s.heldSQL()+" FROM "+s.table+" o FORCE INDEX ("+s.busyIdx()+") WHERE "+inRanges("o.busy", ok)+" AND o.lease_until <= NOW(6) ORDER BY o.id FOR UPDATE",
-		append([]any{req.HoldDeadKeys}, rangeArgs(ok)...)...)
+	// each judged by heldSQL; those past Limit make their keys wait. One
+	// range per shard (IN, not BETWEEN): a range over several shards
+	// would read, and lock, every in-flight row of them on its way.
+	rows, err = tx.QueryContext(ctx, "SELECT o.id, o.event_key, "+s.heldSQL()+" FROM "+s.table+" o FORCE INDEX ("+s.busyIdx()+") WHERE o.busy IN ("+marks(len(ok))+") AND o.lease_until <= NOW(6) ORDER BY o.id FOR UPDATE",
+		append([]any{req.HoldDeadKeys}, intArgs(ok)...)...)
 	if err != nil {
 		return nothing(wrap("expired rows", err))
 	}
@@ -598,8 +621,15 @@ func (s *Store) Balance(ctx context.Context, req store.BalanceRequest) (store.Ow
 			return own, fmt.Errorf("mysqlstore: balance: shard %d does not exist: a table has shards 0 to %d", sh, numShards-1)
 		}
 	}
-	if err := s.balance(ctx, req, &own); err != nil {
-		return store.Ownership{Shards: numShards}, wrap("balance", err)
+	for tries := 1; ; tries++ {
+		own = store.Ownership{Shards: numShards}
+		err := s.balance(ctx, req, &own)
+		if err == nil {
+			break
+		}
+		if !deadlock(err) || tries == maxDeadlockRetries || ctx.Err() != nil {
+			return store.Ownership{Shards: numShards}, wrap("balance", err)
+		}
 	}
 	if err := s.sweep(ctx, req.HoldDeadKeys); err != nil {
 		return store.Ownership{Shards: numShards}, wrap("balance: sweep", err)
@@ -818,7 +848,7 @@ func (s *Store) sweep(ctx context.Context, hold bool) error {
 func (s *Store) unparkKeys(ctx context.Context, keys []string) error {
 	n := int64(0)
 	for _, k := range keys {
-		res, err := s.db.ExecContext(ctx, "UPDATE "+s.table+" FORCE INDEX ("+s.parkedIdx()+") SET parked = 0 WHERE parked_key = ? ORDER BY id LIMIT ?", k, unparkLimit)
+		res, err := s.exec(ctx, "UPDATE "+s.table+" FORCE INDEX ("+s.parkedIdx()+") SET parked = 0 WHERE parked_key = ? ORDER BY id LIMIT ?", k, unparkLimit)
 		if err != nil {
 			return err
 		}

@@ -47,6 +47,19 @@ const byID = " FORCE INDEX (PRIMARY)"
 // owner, epoch).
 const leaseCheck = " AND status = 'SENDING' AND lease_owner = ? AND lease_epoch = ?"
 
+// exec runs one autocommitted statement, again when InnoDB chose it as a
+// deadlock's victim (it was rolled back, so running it again is safe): an
+// owned claim locks the in-flight rows it takes over through the busy
+// index, a settle through the primary key.
+func (s *Store) exec(ctx context.Context, q string, args ...any) (sql.Result, error) {
+	for tries := 1; ; tries++ {
+		res, err := s.db.ExecContext(ctx, q, args...)
+		if !deadlock(err) || tries == maxDeadlockRetries || ctx.Err() != nil {
+			return res, err
+		}
+	}
+}
+
 // leased runs one autocommitted statement per chunk of ids and reports
 // ErrLeaseLost when fewer rows than asked were affected. Every statement
 // given here changes each row it matches (status or existence), so
@@ -55,7 +68,7 @@ func (s *Store) leased(ctx context.Context, op string, want int, build func(ids 
 	var done int64
 	for _, part := range chunks(ids, maxIDsPerStatement) {
 		q, args := build(part)
-		res, err := s.db.ExecContext(ctx, q, args...)
+		res, err := s.exec(ctx, q, args...)
 		if err != nil {
 			return wrap(op, err)
 		}
@@ -77,7 +90,7 @@ func (s *Store) Extend(ctx context.Context, lease store.Lease, ids []int64, d ti
 	var changed int64
 	for _, part := range chunks(ids, maxIDsPerStatement) {
 		args := appendIDs([]any{d.Microseconds()}, part)
-		res, err := s.db.ExecContext(ctx, "UPDATE "+s.table+byID+" SET lease_until = NOW(6) + INTERVAL ? MICROSECOND WHERE id IN ("+marks(len(part))+")"+leaseCheck+" AND lease_until > NOW(6)",
+		res, err := s.exec(ctx, "UPDATE "+s.table+byID+" SET lease_until = NOW(6) + INTERVAL ? MICROSECOND WHERE id IN ("+marks(len(part))+")"+leaseCheck+" AND lease_until > NOW(6)",
 			append(args, lease.Owner, lease.Epoch)...)
 		if err != nil {
 			return time.Time{}, wrap("extend", err)
@@ -127,7 +140,7 @@ func (s *Store) Ack(ctx context.Context, lease store.Lease, ids []int64) error {
 	}
 	if s.opts.KeepSent {
 		for _, part := range chunks(ids, maxIDsPerStatement) {
-			_, err := s.db.ExecContext(ctx, "INSERT INTO "+s.archive+" ("+archiveCols+", status, sent_at) SELECT "+archiveCols+", 'SENT', NOW(6) FROM "+s.table+byID+
+			_, err := s.exec(ctx, "INSERT INTO "+s.archive+" ("+archiveCols+", status, sent_at) SELECT "+archiveCols+", 'SENT', NOW(6) FROM "+s.table+byID+
 				" WHERE id IN ("+marks(len(part))+")"+leaseCheck+" ON DUPLICATE KEY UPDATE "+s.archive+".sent_at = NOW(6)",
 				append(appendIDs(nil, part), lease.Owner, lease.Epoch)...)
 			if err != nil {
@@ -162,7 +175,7 @@ func (s *Store) AckClaim(ctx context.Context, lease store.Lease, n int) error {
 	hint := s.forceHoldIdx()
 	where := " WHERE status = 'SENDING' AND lease_owner = ? AND lease_epoch = ?"
 	if s.opts.KeepSent {
-		_, err := s.db.ExecContext(ctx, "INSERT INTO "+s.archive+" ("+archiveCols+", status, sent_at) SELECT "+archiveCols+", 'SENT', NOW(6) FROM "+s.table+hint+
+		_, err := s.exec(ctx, "INSERT INTO "+s.archive+" ("+archiveCols+", status, sent_at) SELECT "+archiveCols+", 'SENT', NOW(6) FROM "+s.table+hint+
 			where+" ON DUPLICATE KEY UPDATE "+s.archive+".sent_at = NOW(6)", lease.Owner, lease.Epoch)
 		if err != nil {
 			return wrap("ack", err)
@@ -172,7 +185,7 @@ func (s *Store) AckClaim(ctx context.Context, lease store.Lease, n int) error {
 	if err != nil {
 		return wrap("ack", err)
 	}
-	res, err := s.db.ExecContext(ctx, "DELETE o FROM "+s.table+" o"+hint+where, lease.Owner, lease.Epoch)
+	res, err := s.exec(ctx, "DELETE o FROM "+s.table+" o"+hint+where, lease.Owner, lease.Epoch)
 	if err != nil {
 		return wrap("ack", err)
 	}

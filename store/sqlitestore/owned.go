@@ -221,7 +221,7 @@ func (s *Store) sweepSQL() string {
 // due. ?3 (owner) is unused.
 func (s *Store) candidateSQL(from string) string {
 	t := s.table
-	return `SELECT o.id, o.status = 'SENDING', o.next_attempt_at <= ?1,
+	return `SELECT o.id, o.status = 'SENDING', (o.next_attempt_at <= ?1 OR o.next_attempt_at <= o.created_at),
 	o.event_key <> '' AND (
 		EXISTS (SELECT 1 FROM ` + t + ` AS h WHERE h.status = 'DEAD' AND h.event_key = o.event_key AND h.id < o.id AND ?2)
 		OR EXISTS (SELECT 1 FROM ` + t + ` AS h WHERE h.status = 'NEW' AND h.next_attempt_at > h.created_at AND h.event_key = o.event_key AND h.id < o.id AND h.next_attempt_at > ?1)
@@ -424,7 +424,7 @@ func (s *Store) takeSQL() string {
 	t := s.table
 	return `UPDATE ` + t + ` SET status = 'SENDING', lease_owner = ?4, lease_epoch = ?5, lease_until = ?6, parked = 0
 WHERE id IN (SELECT o.id FROM ` + t + ` AS o WHERE o.id IN (SELECT value FROM json_each(?3))
-	AND ((o.status = 'NEW' AND o.parked = 0 AND o.next_attempt_at <= ?1) OR (o.status = 'SENDING' AND o.lease_until <= ?1))
+	AND ((o.status = 'NEW' AND o.parked = 0 AND (o.next_attempt_at <= ?1 OR o.next_attempt_at <= o.created_at)) OR (o.status = 'SENDING' AND o.lease_until <= ?1))
 	AND (o.event_key = '' OR (
 		NOT EXISTS (SELECT 1 FROM ` + t + ` AS h WHERE h.status = 'DEAD' AND h.event_key = o.event_key AND h.id < o.id AND ?2)
 		AND NOT EXISTS (SELECT 1 FROM ` + t + ` AS h WHERE h.status = 'NEW' AND h.next_attempt_at > h.created_at AND h.event_key = o.event_key AND h.id < o.id AND h.next_attempt_at > ?1)

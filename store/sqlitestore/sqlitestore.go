@@ -456,8 +456,11 @@ func nullMicros(us sql.NullInt64) time.Time {
 // claimable is the WHERE clause of a claim over rows "o", with the
 // placeholders hold (HoldDeadKeys) and now (the claim's clock): ready (NEW and due, or SENDING under an expired lease) and
 // its key not held. Each "held" check is a seek in its own partial index.
+// A NEW row never delayed (next_attempt_at at most created_at) is due
+// whatever the clock says: after the clock stepped back, a key's earlier
+// row would otherwise wait while its later row is claimed.
 func (s *Store) claimable(hold, now string) string {
-	return `((o.status = 'NEW' AND o.next_attempt_at <= ` + now + `) OR (o.status = 'SENDING' AND o.lease_until <= ` + now + `))
+	return `((o.status = 'NEW' AND (o.next_attempt_at <= ` + now + ` OR o.next_attempt_at <= o.created_at)) OR (o.status = 'SENDING' AND o.lease_until <= ` + now + `))
 	  AND (o.event_key = '' OR (
 		NOT EXISTS (SELECT 1 FROM ` + s.table + ` AS h WHERE h.status = 'SENDING' AND h.event_key = o.event_key AND h.lease_until > ` + now + `)
 		AND NOT EXISTS (SELECT 1 FROM ` + s.table + ` AS h WHERE h.status = 'DEAD' AND h.event_key = o.event_key AND h.id < o.id AND ` + hold + `)

@@ -69,7 +69,7 @@ type Config struct {
 	// slog.Default().
 	Logger *slog.Logger
 	// Ownership turns on engine v2, ordering by ownership, when the store
-	// implements store.Owned (PostgreSQL, SQLite): the relay leases shards
+	// implements store.Owned (PostgreSQL, MariaDB, SQLite): the relay leases shards
 	// and orders each key's events in memory across batches. Default off:
 	// the exclusion engine (Store.Claim), which the fault-injection matrix
 	// has proven. Engine v2 is experimental in this version: under a

@@ -22,6 +22,34 @@
 // key. The stores
 // refuse the rules they can check cheaply at INSERT.
 //
+// Ordering by ownership (Owned, owned.go) has the same rules in every
+// dialect; what differs:
+//
+//	                PostgreSQL               MariaDB 10.6+                       SQLite
+//	shards          64: hashtext(key) & 63,  64: CRC32(key) % 64, keyless        1 (one writer per file)
+//	                keyless by id            CRC32(payload)+µs of created_at
+//	                                         (AUTO_INCREMENT and event_id are
+//	                                         refused in generated columns)
+//	shard column    index expression         VIRTUAL generated columns           none
+//	claim index     partial, per shard,      (lane, id): lane is the shard of    partial (id) of NEW,
+//	                NEW and not parked       a NEW unparked row, else NULL       unparked rows
+//	claim walk      Merge Append in id       a page per shard (UNION ALL), the   one range in id order
+//	                order under the LIMIT    lowest Limit ids of them all
+//	leases held in  a claims table (ids)     the rows (status, lease_owner,      the rows
+//	                                         lease_epoch, lease_until)
+//	claim locks     shard rows FOR UPDATE,   shard rows FOR UPDATE, expired      the write lock
+//	                advisory lock shared     in-flight rows FOR UPDATE; takeover
+//	                with exclusion claims    SKIP LOCKED; deadlocks retried
+//	clock           now(): the claim         NOW(6): each statement's start      julianday('now'), ms
+//	                transaction's start
+//
+// In every dialect a row never delayed (next_attempt_at at most
+// created_at) is due whatever the claim's clock says: the clock can be
+// behind a row that the claim sees committed (a transaction's or
+// statement's start before the row's writer began, or a clock stepped
+// back), and a key's earlier row judged "not due" would let its later row
+// be claimed first.
+//
 // Implementations: store/pgstore, store/mysqlstore, store/sqlitestore. Each
 // passes the conformance suite in store/storetest.
 package store

@@ -56,7 +56,7 @@ func runRelay(ctx context.Context, e env, args []string) error {
 	f.durationFlag(&cfg.BackoffMax, "backoff-max", 10*time.Minute, time.Millisecond, "largest retry delay (at least --backoff)")
 	f.StringVar(&cfg.Owner, "owner", "", "relay name in leases, at most 64 characters (default host-pid-random)")
 	deadKeys := f.String("dead-keys", "hold", "after a DEAD event: hold its key's later events (hold) or let them flow (skip)")
-	ownership := f.Bool("ownership", false, "engine v2, experimental: order by shard ownership (PostgreSQL, SQLite) instead of by exclusion")
+	ownership := f.Bool("ownership", false, "engine v2, experimental: order by shard ownership (PostgreSQL, MariaDB, SQLite) instead of by exclusion")
 	var keepSent time.Duration
 	f.durationFlag(&keepSent, "keep-sent", 0, 0, "keep sent events in the archive table this long (0: delete at once)")
 	var logLevel string

@@ -54,12 +54,53 @@
 // DEAD with the reason: adding a CHECK to an existing table copies and
 // checks the whole table, under a lock that stops enqueues.
 //
+// # Ordering by ownership (store.Owned)
+//
+// Requires MariaDB 10.6+ (FOR UPDATE SKIP LOCKED, indexed VIRTUAL columns,
+// ALGORITHM=INSTANT for the columns migration 2 adds); it was built and
+// tested on MariaDB 10.11. MySQL 8 is not tested here: its generated
+// columns and SKIP LOCKED exist, but nothing was checked on it.
+//
+// A row's shard (64 of them) is computed by the database in VIRTUAL
+// generated columns, so a plain 4-column INSERT by any producer works:
+// CRC32(event_key) % 64, and for a keyless row CRC32(payload) plus the
+// microseconds of created_at (MariaDB refuses the AUTO_INCREMENT id and the
+// case-insensitive event_id in an indexed generated column; keyless rows
+// only need spreading). Three indexes over generated columns replace
+// pgstore's partial ones: (lane, id), the shard of a NEW row that is not
+// parked, walked by every claim a page per shard in id order; (busy,
+// lease_until), the shard of an in-flight row, for "does another owner
+// still work in this shard" and for taking over expired rows; and
+// (parked_key, id) for a key's parked rows. A claim reads about its batch
+// and the rows it parks, plus one probe per shard, whatever the backlog and
+// however many rows are parked (storetest's ClaimReadsBounded measures it
+// with the session's Handler_read counters).
+//
+// A claim is one READ COMMITTED transaction: the owner's shard rows FOR
+// UPDATE (fencing by owner and epoch, lease times from NOW(6) on the
+// database), the expired in-flight rows of its shards FOR UPDATE (so a
+// late Retry or Release of their old owner is either seen or fenced out;
+// no grace period is needed), the walk, then the parking and the claim
+// UPDATEs. Balance takes free or expired shards with SKIP LOCKED. InnoDB
+// may pick one of them as a deadlock victim; it is run again (up to five
+// times), as are settles.
+//
+// Migration 2 adds parked (a constant default) and four VIRTUAL columns,
+// all metadata-only (ALGORITHM=INSTANT), then builds the three indexes
+// online (ALGORITHM=INPLACE, LOCK=NONE): the table is read once, not
+// copied, and producers keep inserting meanwhile (BENCHMARKS.md §11 has
+// the cost on a 1,000,000-row table). An exclusion-mode Claim (a relay of
+// an earlier version, during an upgrade) and owned claims must not run on
+// one table at the same time: unlike pgstore's, they do not exclude each
+// other here.
+//
 // MySQL has no LISTEN: Notify is an in-process signal after Enqueue and
 // EnqueueTx through this Store (for EnqueueTx also once more shortly after,
 // as the commit is the caller's). Relays in other processes poll.
 //
 // Files by role: mysqlstore.go (the Store, Open, locks, errors), schema.go
 // (migrations), enqueue.go (the producer's side), claim.go and settle.go
-// (the relay's: claim, extend, ack, retry, bury, release), admin.go (the
+// (the relay's: claim, extend, ack, retry, bury, release), owned.go
+// (ordering by ownership: Balance, ClaimOwned, parking), admin.go (the
 // operator's: get, dead letters, purge, stats), backlog.go, notify.go, dsn.go.
 package mysqlstore

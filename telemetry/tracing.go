@@ -97,6 +97,12 @@ type TracingConfig struct {
 	// describe batch publishing. Either way the event's traceparent reaches
 	// the broker unchanged, so the consumer links to the producer's trace.
 	PerEvent bool
+	// PerWave is what one span per wave was asked for with before it was
+	// the default.
+	//
+	// Deprecated: one span per wave is the default now; set PerEvent for a
+	// span per event. PerWave has no effect.
+	PerWave bool
 }
 
 // Tracing records the relay's publishing in the events' traces: by
@@ -366,7 +372,8 @@ func endWave(span trace.Span, p relay.PublishInfo) {
 }
 
 // parseTraceParent reads a version-00 traceparent without allocating; ok
-// is false for anything else.
+// is false for anything else, as for the W3C propagator (a version-00
+// header with reserved flag bits set is refused).
 func parseTraceParent(v string) (trace.SpanContext, bool) {
 	if len(v) != 55 || v[:3] != "00-" || v[35] != '-' || v[52] != '-' {
 		return trace.SpanContext{}, false
@@ -374,10 +381,12 @@ func parseTraceParent(v string) (trace.SpanContext, bool) {
 	var tid trace.TraceID
 	var sid trace.SpanID
 	var flags [1]byte
-	if !hexInto(tid[:], v[3:35]) || !hexInto(sid[:], v[36:52]) || !hexInto(flags[:], v[53:55]) {
+	// Version 00 has no reserved flag bits set (the propagator refuses
+	// those); it keeps the sampled and random bits.
+	if !hexInto(tid[:], v[3:35]) || !hexInto(sid[:], v[36:52]) || !hexInto(flags[:], v[53:55]) || flags[0] > 3 {
 		return trace.SpanContext{}, false
 	}
-	sc := trace.NewSpanContext(trace.SpanContextConfig{TraceID: tid, SpanID: sid, TraceFlags: trace.TraceFlags(flags[0]), Remote: true})
+	sc := trace.NewSpanContext(trace.SpanContextConfig{TraceID: tid, SpanID: sid, TraceFlags: trace.TraceFlags(flags[0]) & (trace.FlagsSampled | trace.FlagsRandom), Remote: true})
 	return sc, sc.IsValid()
 }
 

@@ -13,6 +13,7 @@ import (
 
 	outbox "github.com/outbox-go/outbox"
 	"github.com/outbox-go/outbox/broker"
+	"github.com/outbox-go/outbox/source"
 	"github.com/outbox-go/outbox/store"
 )
 
@@ -46,6 +47,9 @@ type Relay struct {
 
 	// own is set when the store orders by ownership (store.Owned).
 	own *ownership
+
+	// loop is set when the relay reads a source.Source (NewSource).
+	loop *source.Loop
 }
 
 // Totals are cumulative counts since the relay started.
@@ -101,6 +105,9 @@ func (r *Relay) Wake() {
 // the rest. It returns nil after a graceful stop; errors on the way are
 // retried and logged, never returned.
 func (r *Relay) Run(ctx context.Context) error {
+	if r.loop != nil {
+		return r.runSource(ctx)
+	}
 	if n, ok := r.st.(store.Notifier); ok {
 		nctx, cancel := context.WithCancel(ctx)
 		defer cancel()

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -13,6 +12,7 @@ import (
 
 	outbox "github.com/outbox-go/outbox"
 	"github.com/outbox-go/outbox/broker"
+	"github.com/outbox-go/outbox/internal/retry"
 	"github.com/outbox-go/outbox/source"
 	"github.com/outbox-go/outbox/store"
 )
@@ -323,23 +323,11 @@ func (r *Relay) round(ctx context.Context, settling *chan struct{}) (int, error)
 
 // backoff is min(max, base·2^(attempt-1)) without overflow.
 func backoff(base, max time.Duration, attempt int) time.Duration {
-	d := base
-	for i := 1; i < attempt; i++ {
-		d *= 2
-		if d >= max || d <= 0 {
-			return max
-		}
-	}
-	return min(d, max)
+	return retry.Backoff(base, max, attempt)
 }
 
 // jitter returns a random duration in [0, d] (full jitter).
-func jitter(d time.Duration) time.Duration {
-	if d <= 0 {
-		return 0
-	}
-	return time.Duration(rand.Int64N(int64(d) + 1))
-}
+func jitter(d time.Duration) time.Duration { return retry.Jitter(d) }
 
 // RetryDelay is the delay before attempt n+1 after n failures (full jitter).
 func (r *Relay) RetryDelay(failures int) time.Duration {

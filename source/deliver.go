@@ -6,12 +6,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"sync/atomic"
 	"time"
 
 	outbox "github.com/outbox-go/outbox"
 	"github.com/outbox-go/outbox/broker"
+	"github.com/outbox-go/outbox/internal/retry"
 )
 
 // Config tunes a Loop. Zero values take the documented defaults; negative
@@ -495,11 +495,7 @@ func (r *run) settle(c call, now time.Time) {
 			continue
 		}
 		e.attempts++
-		if broker.IsPermanent(res.Err) || e.attempts >= cfg.MaxAttempts {
-			reason := res.Err.Error()
-			if !broker.IsPermanent(res.Err) {
-				reason = fmt.Sprintf("after %d attempts: %s", e.attempts, reason)
-			}
+		if dead, reason := retry.Dead(res.Err, e.attempts, cfg.MaxAttempts); dead {
 			r.parks = append(r.parks, Parked{Event: e.ev, Pos: e.txn.pos, Attempts: e.attempts, Reason: reason})
 			r.l.dead.Add(1)
 			st.Dead++
@@ -508,7 +504,7 @@ func (r *run) settle(c call, now time.Time) {
 		}
 		r.l.retried.Add(1)
 		st.Retried++
-		e.notBefore = now.Add(r.backoff(e.attempts))
+		e.notBefore = now.Add(retry.Delay(cfg.BackoffBase, cfg.BackoffMax, e.attempts, res.Err))
 		if e.q == nil {
 			heap.Push(&r.delayed, e)
 		}
@@ -584,16 +580,10 @@ func (r *run) wakeAt(now time.Time) time.Duration {
 	return max(d, time.Millisecond)
 }
 
-// backoff is full jitter over an exponential cap.
+// backoff is the pause after attempt consecutive calls found the broker
+// unreachable.
 func (r *run) backoff(attempt int) time.Duration {
-	cfg := r.l.cfg
-	limit := cfg.BackoffMax
-	if attempt < 40 {
-		if d := cfg.BackoffBase << (attempt - 1); d > 0 && d < limit {
-			limit = d
-		}
-	}
-	return time.Duration(rand.Int64N(int64(limit) + 1))
+	return retry.Jitter(retry.Backoff(r.l.cfg.BackoffBase, r.l.cfg.BackoffMax, attempt))
 }
 
 type delayHeap []*entry

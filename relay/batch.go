@@ -3,12 +3,12 @@ package relay
 import (
 	"context"
 	"errors"
-	"fmt"
 	"sync"
 	"time"
 
 	outbox "github.com/outbox-go/outbox"
 	"github.com/outbox-go/outbox/broker"
+	"github.com/outbox-go/outbox/internal/retry"
 	"github.com/outbox-go/outbox/store"
 )
 
@@ -278,16 +278,12 @@ func (b *batch) publish(ctx, pubCtx context.Context, send []outbox.Event, failed
 func (b *batch) fail(e outbox.Event, err error) {
 	cfg := b.r.cfg
 	attempt := e.Attempts + 1
-	switch {
-	case broker.IsPermanent(err):
-		b.burials = append(b.burials, store.Burial{ID: e.ID, Error: "permanent: " + err.Error()})
-	case attempt >= cfg.MaxAttempts:
-		b.burials = append(b.burials, store.Burial{ID: e.ID, Error: fmt.Sprintf("gave up after %d attempts: %v", attempt, err)})
-	default:
-		// never sooner than the broker asked (an HTTP Retry-After)
-		delay := max(b.r.RetryDelay(attempt), broker.RetryAfterOf(err))
-		b.retries = append(b.retries, store.Retry{ID: e.ID, Delay: delay, Error: err.Error()})
+	if dead, reason := retry.Dead(err, attempt, cfg.MaxAttempts); dead {
+		b.burials = append(b.burials, store.Burial{ID: e.ID, Error: reason})
+		return
 	}
+	delay := retry.Delay(cfg.BackoffBase, cfg.BackoffMax, attempt, err)
+	b.retries = append(b.retries, store.Retry{ID: e.ID, Delay: delay, Error: err.Error()})
 }
 
 // renew extends the lease every LeaseFor/3 until ctx ends. When the store

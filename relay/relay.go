@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -13,6 +12,8 @@ import (
 
 	outbox "github.com/outbox-go/outbox"
 	"github.com/outbox-go/outbox/broker"
+	"github.com/outbox-go/outbox/internal/retry"
+	"github.com/outbox-go/outbox/source"
 	"github.com/outbox-go/outbox/store"
 )
 
@@ -46,6 +47,9 @@ type Relay struct {
 
 	// own is set when the store orders by ownership (store.Owned).
 	own *ownership
+
+	// loop is set when the relay reads a source.Source (NewSource).
+	loop *source.Loop
 }
 
 // Totals are cumulative counts since the relay started.
@@ -101,6 +105,9 @@ func (r *Relay) Wake() {
 // the rest. It returns nil after a graceful stop; errors on the way are
 // retried and logged, never returned.
 func (r *Relay) Run(ctx context.Context) error {
+	if r.loop != nil {
+		return r.runSource(ctx)
+	}
 	if n, ok := r.st.(store.Notifier); ok {
 		nctx, cancel := context.WithCancel(ctx)
 		defer cancel()
@@ -316,23 +323,11 @@ func (r *Relay) round(ctx context.Context, settling *chan struct{}) (int, error)
 
 // backoff is min(max, base·2^(attempt-1)) without overflow.
 func backoff(base, max time.Duration, attempt int) time.Duration {
-	d := base
-	for i := 1; i < attempt; i++ {
-		d *= 2
-		if d >= max || d <= 0 {
-			return max
-		}
-	}
-	return min(d, max)
+	return retry.Backoff(base, max, attempt)
 }
 
 // jitter returns a random duration in [0, d] (full jitter).
-func jitter(d time.Duration) time.Duration {
-	if d <= 0 {
-		return 0
-	}
-	return time.Duration(rand.Int64N(int64(d) + 1))
-}
+func jitter(d time.Duration) time.Duration { return retry.Jitter(d) }
 
 // RetryDelay is the delay before attempt n+1 after n failures (full jitter).
 func (r *Relay) RetryDelay(failures int) time.Duration {

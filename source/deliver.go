@@ -6,12 +6,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"sync/atomic"
 	"time"
 
 	outbox "github.com/outbox-go/outbox"
 	"github.com/outbox-go/outbox/broker"
+	"github.com/outbox-go/outbox/internal/retry"
 )
 
 // Config tunes a Loop. Zero values take the documented defaults; negative
@@ -40,8 +40,39 @@ type Config struct {
 	// OnDelivered, when set, is called for each event the broker confirmed,
 	// from the loop's goroutine (keep it short): for metrics and tests.
 	OnDelivered func(outbox.Event, broker.Result)
+	// Observer, when set, is told what the loop does (the relay's hooks,
+	// health and counters attach here: relay.NewSource).
+	Observer *Observer
 	// Logger receives state changes; default slog.Default().
 	Logger *slog.Logger
+}
+
+// Observer is told what a Loop does. Every field is optional; each is
+// called from the loop's own goroutines, several at once, and must be
+// quick and must not keep the slices it is shown.
+type Observer struct {
+	// Read is told about every Next: the transactions it returned and how
+	// long it took, or its error.
+	Read func(ctx context.Context, txns []Txn, took time.Duration, err error)
+	// PublishStart is told before each publish call and returns the
+	// context the call runs under (it must derive from ctx; nil keeps ctx).
+	PublishStart func(ctx context.Context, events []outbox.Event) context.Context
+	// PublishEnd is told each publish call's outcome, one result per event.
+	PublishEnd func(ctx context.Context, events []outbox.Event, results []broker.Result, took time.Duration)
+	// Settled is told how each publish call's events were settled.
+	Settled func(ctx context.Context, s Settled)
+	// Acked is told the outcome of each Park-and-Ack round.
+	Acked func(ctx context.Context, pos Position, parked int, err error)
+}
+
+// Settled counts one publish call's outcomes.
+type Settled struct {
+	Events    int           // in the call
+	Delivered int           // confirmed by the broker
+	Retried   int           // failed; will be tried again
+	Dead      int           // parked
+	Held      int           // not attempted: behind a failed event of their key, or the broker was unreachable
+	Took      time.Duration // the publish call
 }
 
 // WithDefaults fills the defaults and validates c.
@@ -144,6 +175,7 @@ type keyQueue struct {
 type call struct {
 	entries []*entry
 	results []broker.Result
+	took    time.Duration
 }
 
 type ackReq struct {
@@ -189,7 +221,11 @@ func (l *Loop) Run(ctx context.Context) error {
 	readErr := make(chan error, 1)
 	go func() {
 		for {
+			start := time.Now()
 			txns, err := l.src.Next(readCtx)
+			if o := l.cfg.Observer; o != nil && o.Read != nil && (err == nil || readCtx.Err() == nil) {
+				o.Read(readCtx, txns, time.Since(start), err)
+			}
 			if err != nil {
 				readErr <- err
 				return
@@ -228,6 +264,9 @@ func (l *Loop) Run(ctx context.Context) error {
 				err = l.src.Ack(actx, req.pos)
 			}
 			cancel()
+			if o := l.cfg.Observer; o != nil && o.Acked != nil {
+				o.Acked(ackCtx, req.pos, len(req.parks), err)
+			}
 			acked <- ackDone{req, err}
 		}
 	}()
@@ -383,7 +422,15 @@ func (r *run) launch(base context.Context, results chan<- call, now time.Time) {
 	go func() {
 		ctx, cancel := context.WithTimeout(base, cfg.PublishTimeout)
 		defer cancel()
+		o := cfg.Observer
+		if o != nil && o.PublishStart != nil {
+			if c := o.PublishStart(ctx, evs); c != nil {
+				ctx = c
+			}
+		}
+		start := time.Now()
 		res := broker.PublishResults(ctx, r.l.b, evs)
+		c.took = time.Since(start)
 		if len(res) != len(evs) { // an adapter bug: nothing it said can be trusted
 			bad := fmt.Errorf("broker %T returned %d results for %d events", r.l.b, len(res), len(evs))
 			res = make([]broker.Result, len(evs))
@@ -392,6 +439,9 @@ func (r *run) launch(base context.Context, results chan<- call, now time.Time) {
 			}
 		}
 		c.results = res
+		if o != nil && o.PublishEnd != nil {
+			o.PublishEnd(ctx, evs, res, c.took)
+		}
 		results <- c
 	}()
 }
@@ -403,16 +453,24 @@ func (r *run) settle(c call, now time.Time) {
 	failedKeys := map[*keyQueue]bool{}
 	touched := map[*keyQueue]bool{}
 	anyOK := false
+	st := Settled{Events: len(c.entries), Took: c.took}
+	defer func() {
+		if o := cfg.Observer; o != nil && o.Settled != nil {
+			o.Settled(context.Background(), st)
+		}
+	}()
 	for i, e := range c.entries {
 		res := c.results[i]
 		if e.q != nil {
 			touched[e.q] = true
 		}
 		if e.q != nil && failedKeys[e.q] {
+			st.Held++
 			continue // held back: stays in its queue, behind the failed one
 		}
 		if res.Err == nil {
 			anyOK = true
+			st.Delivered++
 			r.l.delivered.Add(1)
 			if cfg.OnDelivered != nil {
 				cfg.OnDelivered(e.ev, res)
@@ -424,6 +482,7 @@ func (r *run) settle(c call, now time.Time) {
 			failedKeys[e.q] = true
 		}
 		if errors.Is(res.Err, broker.ErrUnavailable) {
+			st.Held++
 			e.notBefore = time.Time{}
 			r.unavailable++
 			r.pauseUntil = now.Add(r.backoff(r.unavailable))
@@ -436,18 +495,16 @@ func (r *run) settle(c call, now time.Time) {
 			continue
 		}
 		e.attempts++
-		if broker.IsPermanent(res.Err) || e.attempts >= cfg.MaxAttempts {
-			reason := res.Err.Error()
-			if !broker.IsPermanent(res.Err) {
-				reason = fmt.Sprintf("after %d attempts: %s", e.attempts, reason)
-			}
+		if dead, reason := retry.Dead(res.Err, e.attempts, cfg.MaxAttempts); dead {
 			r.parks = append(r.parks, Parked{Event: e.ev, Pos: e.txn.pos, Attempts: e.attempts, Reason: reason})
 			r.l.dead.Add(1)
+			st.Dead++
 			r.done(e)
 			continue
 		}
 		r.l.retried.Add(1)
-		e.notBefore = now.Add(r.backoff(e.attempts))
+		st.Retried++
+		e.notBefore = now.Add(retry.Delay(cfg.BackoffBase, cfg.BackoffMax, e.attempts, res.Err))
 		if e.q == nil {
 			heap.Push(&r.delayed, e)
 		}
@@ -523,16 +580,10 @@ func (r *run) wakeAt(now time.Time) time.Duration {
 	return max(d, time.Millisecond)
 }
 
-// backoff is full jitter over an exponential cap.
+// backoff is the pause after attempt consecutive calls found the broker
+// unreachable.
 func (r *run) backoff(attempt int) time.Duration {
-	cfg := r.l.cfg
-	limit := cfg.BackoffMax
-	if attempt < 40 {
-		if d := cfg.BackoffBase << (attempt - 1); d > 0 && d < limit {
-			limit = d
-		}
-	}
-	return time.Duration(rand.Int64N(int64(limit) + 1))
+	return retry.Jitter(retry.Backoff(r.l.cfg.BackoffBase, r.l.cfg.BackoffMax, attempt))
 }
 
 type delayHeap []*entry

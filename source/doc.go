@@ -1,7 +1,11 @@
-// Package source is the seam between a source of committed events (a log
-// tail: PostgreSQL logical replication in source/pgcdc, later the MySQL
-// binlog; the poller too, once the engine is rebuilt around it) and the
-// delivery loop that publishes them.
+// Package source is the seam between a source of committed events and
+// the delivery loop that publishes them. Its implementations:
+// source/pgcdc (PostgreSQL logical replication, table and table-less
+// modes) and source/pollsource (the poller: claims from a store.Store
+// under leases). source/sourcetest is the conformance suite every Source
+// passes (committed only, commit order, growing positions, idempotent Ack,
+// at least once across restarts, Park visible as DEAD, fencing, Next's
+// cancellation); later sources (the MySQL binlog) run it too.
 //
 // A Source hands out committed transactions in commit order, each with a
 // Position; the loop publishes their events through a broker.Broker and
@@ -12,8 +16,7 @@
 // crash at any point replays what was not yet acknowledged: duplicates are
 // possible after a restart, and carry the same event id; nothing is lost.
 //
-// Deliver is the loop, for now (the engine v2 helpers will fold it into
-// relay; see below). Its rules are the engine's:
+// Loop is the delivery loop for Sources. Its rules are the engine's:
 //
 //   - Order per key is commit order. A key's next event is published only
 //     after its previous one was confirmed (or, on a broker whose Ordering
@@ -21,11 +24,13 @@
 //     failing event holds only its own key: the other keys keep flowing.
 //     Events held back behind a failure are given back without counting
 //     an attempt.
-//   - Retries back off exponentially with full jitter, capped. An event
-//     goes DEAD (is parked) after MaxAttempts failed attempts or at once on
-//     a permanent error (broker.IsPermanent). A broker that cannot be
-//     reached at all (broker.ErrUnavailable) costs no attempts; the loop
-//     backs off.
+//   - Retries back off exponentially with full jitter, capped, and never
+//     sooner than the broker asked (a Retry-After). An event goes DEAD (is
+//     parked) after MaxAttempts failed attempts or at once on a permanent
+//     error (broker.IsPermanent), with the same reasons the polling relay
+//     writes ("permanent: …", "gave up after N attempts: …"). A broker that
+//     cannot be reached at all (broker.ErrUnavailable) costs no attempts;
+//     the loop backs off.
 //   - A DEAD event does not hold its key's later events: they are
 //     delivered after it (the relay's SkipKey policy). A log source cannot
 //     hold a key without holding its acknowledgement, and with it the
@@ -37,14 +42,28 @@
 //     retains its log that long, so keep such delays short under CDC.
 //   - The Position acknowledged never passes an unsettled event.
 //
-// # How the engine will consume it
+// # What the engines share, and what not yet
 //
-// The engine v2 dispatcher keeps per-key FIFO queues and settles each event
-// as the broker answers. A Source plugs into it as the poller does, with
-// two differences: an event is settled by counting it off its transaction
-// (the engine acknowledges Positions, not ids, and only the lowest fully
-// settled one), and a failed event is retried in memory (there is no row to
-// give back) and parked through Source.Park when it goes DEAD. Deliver is
-// written that way so that its dispatcher can move into relay unchanged;
-// until then `outbox relay --source pgcdc` runs Deliver.
+// relay.NewSource runs a Source through Loop inside a relay.Relay:
+// Config.Observer carries the loop's reads, publish calls and settles to
+// the relay's hooks (HookClaim, HookPublishStart/End, HookSettle,
+// HookHealth), its Health snapshot and Totals, so metrics, tracing,
+// /readyz and the dashboard work the same for `outbox relay --source
+// pgcdc` as for the polling relay. Both engines decide a failed attempt by
+// the same code (retry and DEAD rules, the reasons, the backoff with full
+// jitter and Retry-After).
+//
+// Not shared yet: the per-key dispatcher itself. The store-backed relay
+// keeps its own (relay/batch.go for the exclusion engine: waves per batch;
+// relay/owned.go for ownership: tickets that chain a key's events across
+// batches), and Loop keeps per-key FIFO queues of its own. Their rules are
+// the same (listed above; the relay's tests and this package's check them
+// separately), but the code is written twice: the relay settles by event
+// id against leased rows (retry and release write to the store, an attempt
+// counter lives in the row, a DEAD event can hold its key), while Loop
+// settles by counting events off transactions and retries in memory. The
+// poller can already run through Loop (source/pollsource); making that
+// the relay's only path, and with it one dispatcher, needs the relay's
+// lease renewal per batch, its HoldKey policy and its ownership shards
+// expressed through the Source seam first.
 package source

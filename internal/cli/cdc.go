@@ -5,20 +5,18 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
-	"net/http"
 	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/outbox-go/outbox/internal/wire"
 	"github.com/outbox-go/outbox/relay"
 	"github.com/outbox-go/outbox/source"
 	"github.com/outbox-go/outbox/source/pgcdc"
+	"github.com/outbox-go/outbox/store"
+	"github.com/outbox-go/outbox/store/pgstore"
+	"github.com/outbox-go/outbox/telemetry"
 )
 
 // cdcFlags are the flags of the pgcdc source, shared by relay, migrate
@@ -57,10 +55,20 @@ func cdcPool(ctx context.Context, f *flags) (*pgxpool.Pool, error) {
 	return pool, nil
 }
 
-// runCDCRelay is `outbox relay --source pgcdc`: the pgcdc source and the
-// source delivery loop instead of the polling relay, with the relay's
-// delivery flags.
-func runCDCRelay(ctx context.Context, f *flags, c cdcFlags, rc relay.Config, brokerURL, listenAddr string, log *slog.Logger) error {
+// cdcServe is what runCDCRelay serves besides delivering: the relay's
+// endpoints and dashboard, as for the polling relay.
+type cdcServe struct {
+	listenAddr             string // --metrics-addr (resolved); empty: off
+	metrics                *telemetry.Metrics
+	stallAfter, readyGrace time.Duration
+	dashListen, dashToken  string // --dashboard-addr (resolved); empty: off
+	dashHosts              []string
+}
+
+// runCDCRelay is `outbox relay --source pgcdc`: the pgcdc source read by
+// the relay (relay.NewSource), with the relay's delivery flags, hooks
+// (metrics, tracing), health endpoints and dashboard.
+func runCDCRelay(ctx context.Context, f *flags, c cdcFlags, rc relay.Config, brokerURL string, sv cdcServe, log *slog.Logger) error {
 	pool, err := cdcPool(ctx, f)
 	if err != nil {
 		return stoppedOr(ctx, err)
@@ -76,6 +84,27 @@ func runCDCRelay(ctx context.Context, f *flags, c cdcFlags, rc relay.Config, bro
 		return fmt.Errorf("%w: %s", wire.ErrUsage, strings.TrimPrefix(err.Error(), "pgcdc: "))
 	}
 	cfg = src.Config()
+	// The store over the table operators look at (the outbox table, or
+	// the table-less mode's parked events): the backlog gauges, /readyz's
+	// stall check and the dashboard read it.
+	table := cfg.Table
+	if cfg.TableLess {
+		table += "_parked"
+	}
+	st, err := pgstore.New(pool, pgstore.Config{Options: store.Options{Table: table, Schema: cfg.Schema}, DisableNotify: true})
+	if err != nil {
+		return fmt.Errorf("%w: %s", wire.ErrUsage, strings.TrimPrefix(err.Error(), "pgstore: "))
+	}
+	defer st.Close()
+	var state *telemetry.State
+	if sv.listenAddr != "" {
+		state = telemetry.NewState(nil, nil)
+		stopServing, err := serveTelemetry(sv.listenAddr, state, sv.metrics, sv.stallAfter, sv.readyGrace, log, pgcdc.NewLagCollector(src))
+		if err != nil {
+			return err
+		}
+		defer stopServing()
+	}
 	bctx, cancel := context.WithTimeout(ctx, 15*time.Second)
 	br, err := wire.OpenBroker(bctx, brokerURL)
 	cancel()
@@ -87,10 +116,12 @@ func runCDCRelay(ctx context.Context, f *flags, c cdcFlags, rc relay.Config, bro
 		defer cancel()
 		_ = br.Close(cctx)
 	}()
-	loop, err := source.New(src, br, source.Config{BatchSize: rc.BatchSize, InFlight: rc.Workers, PublishTimeout: rc.PublishTimeout,
-		MaxAttempts: rc.MaxAttempts, BackoffBase: rc.BackoffBase, BackoffMax: rc.BackoffMax, Logger: log})
+	if state != nil {
+		state.Connecting(telemetry.ComponentBroker, nil)
+	}
+	r, err := relay.NewSource(src, br, rc)
 	if err != nil {
-		return fmt.Errorf("%w: %s", wire.ErrUsage, flagNames(strings.TrimPrefix(err.Error(), "source: ")))
+		return fmt.Errorf("%w: %s", wire.ErrUsage, flagNames(strings.TrimPrefix(err.Error(), "relay: ")))
 	}
 	log.Info("outbox relay: starting the pgcdc source", "db", wire.Mask(f.db), "broker", wire.Mask(brokerURL), "table", f.qualifiedTable(),
 		"slot", cfg.Slot, "publication", cfg.Publication, "table_less", cfg.TableLess, "owner", cfg.Owner, "lease", cfg.LeaseFor)
@@ -98,44 +129,31 @@ func runCDCRelay(ctx context.Context, f *flags, c cdcFlags, rc relay.Config, bro
 		return stoppedOr(ctx, err)
 	}
 	defer src.Close()
-	if listenAddr != "" {
-		stopServing, err := serveCDCMetrics(listenAddr, src, log)
+	if state != nil {
+		state.SetStore(st)
+		state.SetRelay(r)
+	}
+	if sv.dashListen != "" {
+		d, err := newDashboard(st, r, sv.dashToken, sv.dashHosts, "Actions are off: restart `outbox relay` with --dashboard-token-file FILE (a file holding a secret token) or "+dashboardTokenEnv+" set, then enter the token here.", log)
+		if err != nil {
+			return fmt.Errorf("%w: %v", wire.ErrUsage, err)
+		}
+		defer d.Close()
+		stopDash, bound, err := serveDashboard(sv.dashListen, d, log)
 		if err != nil {
 			return err
 		}
-		defer stopServing()
+		defer stopDash()
+		log.Info("outbox relay: dashboard at http://"+bound+"/", "actions", sv.dashToken != "")
 	}
-	log.Info("outbox relay: started", "source", "pgcdc", "slot", cfg.Slot, "epoch", src.Epoch())
-	runErr := loop.Run(ctx)
-	t := loop.Totals()
-	log.Info("outbox relay: stopped", "delivered", t.Delivered, "retried", t.Retried, "dead", t.Dead)
+	log.Info("outbox relay: started", "source", "pgcdc", "slot", cfg.Slot, "epoch", src.Epoch(), "metrics_addr", sv.listenAddr)
+	runErr := r.Run(ctx)
+	t := r.Totals()
+	log.Info("outbox relay: stopped", "delivered", t.Delivered.Load(), "retried", t.Retried.Load(), "dead", t.Dead.Load())
 	if errors.Is(runErr, source.ErrFenced) {
 		return fmt.Errorf("another relay took over slot %s: %w", cfg.Slot, runErr)
 	}
 	return runErr
-}
-
-// serveCDCMetrics serves /metrics with outbox_cdc_lag_bytes.
-func serveCDCMetrics(addr string, src *pgcdc.Source, log *slog.Logger) (func(), error) {
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(pgcdc.NewLagCollector(src), collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	mux := http.NewServeMux()
-	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		return nil, fmt.Errorf("--metrics-addr %s: %v (is another process using the port?)", addr, err)
-	}
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
-	go func() {
-		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			log.Warn("outbox relay: metrics server stopped", "error", err.Error())
-		}
-	}()
-	return func() {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		defer cancel()
-		_ = srv.Shutdown(ctx)
-	}, nil
 }
 
 const cdcUsage = `cdc drop-slot --db URL [--table outbox] [--slot NAME] [--table-less] [--force]

@@ -6,11 +6,15 @@ import (
 	"encoding/hex"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/outbox-go/outbox/internal/testenv"
+	"github.com/outbox-go/outbox/internal/testnats"
+	"github.com/outbox-go/outbox/internal/teststores"
+	"github.com/outbox-go/outbox/store"
 )
 
 func TestCDCBadInput(t *testing.T) {
@@ -67,5 +71,50 @@ func TestMigrateCDCAndDropSlot(t *testing.T) {
 	}
 	if code, out, stderr := runCLI("cdc", "drop-slot", "--db", url, "--table", table); code != 0 || !strings.Contains(out, "dropped") {
 		t.Fatalf("cdc drop-slot without a slot: exit %d, %s %s", code, out, stderr)
+	}
+}
+
+// `outbox relay --source pgcdc` is the relay over a Source: its metrics
+// (the relay's and the slot's lag), /readyz and the delivery counters work
+// as for the polling relay.
+func TestRelayPgcdcServesTelemetry(t *testing.T) {
+	o := teststores.Open(t, "postgres", store.Options{})
+	table := o.Opts.Table
+	pool, err := pgxpool.New(context.Background(), o.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	t.Cleanup(func() {
+		ctx := context.Background()
+		slot := "outbox_" + table
+		for range 50 {
+			_, _ = pool.Exec(ctx, "SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots WHERE slot_name = $1 AND active_pid IS NOT NULL", slot)
+			if _, err := pool.Exec(ctx, "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = $1", slot); err == nil {
+				break
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		_, _ = pool.Exec(ctx, "DROP PUBLICATION IF EXISTS outbox_"+table+"_pub")
+		_, _ = pool.Exec(ctx, "DROP TABLE IF EXISTS "+pgx.Identifier{table + "_cdc"}.Sanitize())
+	})
+	natsURL := testnats.Shared(t)
+	stream := testnats.NewStream(t, natsURL)
+	enqueueN(t, o.Store, stream.Topic("orders"), 20)
+	r := startRelayCLI(t, "--db", o.URL, "--table", table, "--broker", natsURL, "--source", "pgcdc")
+	r.waitFor("the events", 30*time.Second, streamHolds(t, stream, 20))
+	r.waitFor("/readyz 200", 30*time.Second, func() bool { code, _ := r.get("/readyz"); return code == 200 })
+	var m string
+	r.waitFor("the metrics to count the deliveries", 10*time.Second, func() bool {
+		_, m = r.get("/metrics")
+		return strings.Contains(m, `outbox_events_settled_total{outcome="delivered"} 20`)
+	})
+	for _, want := range []string{"outbox_cdc_lag_bytes", `outbox_events_published_total{topic="` + stream.Topic("orders") + `"} 20`, "outbox_in_flight_events 0", "outbox_broker_up 1", "outbox_store_up 1"} {
+		if !strings.Contains(m, want) {
+			t.Errorf("/metrics lacks %s:\n%s", want, m)
+		}
+	}
+	if code := r.stop(); code != exitOK {
+		t.Fatalf("relay exit %d:\n%s", code, r.log())
 	}
 }

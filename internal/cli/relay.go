@@ -172,7 +172,8 @@ func runRelay(ctx context.Context, e env, args []string) error {
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if *src == "pgcdc" {
-		return runCDCRelay(ctx, f, cdc, cfg, *brokerURL, listenAddr, log)
+		return runCDCRelay(ctx, f, cdc, cfg, *brokerURL, cdcServe{listenAddr: listenAddr, metrics: metrics, stallAfter: stallAfter, readyGrace: readyGrace,
+			dashListen: dashListen, dashToken: dashToken, dashHosts: splitList(*dashHosts)}, log)
 	}
 	// The endpoints come first, so that a relay waiting for its database
 	// or broker is seen to be alive and not ready, and why.

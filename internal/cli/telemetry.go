@@ -34,9 +34,11 @@ func metricsListenAddr(raw string) (string, error) {
 
 // serveTelemetry serves the relay's metrics and health, as state tells
 // them, on addr until the returned stop is called.
-func serveTelemetry(addr string, state *telemetry.State, m *telemetry.Metrics, stallAfter, grace time.Duration, log *slog.Logger) (stop func(), err error) {
+// extra are more collectors to register (the pgcdc source's lag).
+func serveTelemetry(addr string, state *telemetry.State, m *telemetry.Metrics, stallAfter, grace time.Duration, log *slog.Logger, extra ...prometheus.Collector) (stop func(), err error) {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(m, state, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	reg.MustRegister(extra...)
 	h, err := telemetry.Handler(telemetry.HandlerConfig{Gatherer: reg, State: state, StallAfter: stallAfter, Grace: grace})
 	if err != nil {
 		return nil, err

@@ -1,8 +1,9 @@
 // Package pgcdc is a PostgreSQL logical replication source: it streams the
 // outbox table's inserts (table mode) or pg_logical_emit_message records
 // (table-less mode) from a replication slot with the pgoutput plugin
-// (protocol 1), and implements source.Source, so source.Loop (and later the
-// relay engine) delivers them.
+// (protocol 1), and implements source.Source, so the relay
+// (relay.NewSource, `outbox relay --source pgcdc`) or source.Loop delivers
+// them.
 //
 // Set-up: the server needs wal_level = logical (Start refuses anything
 // else, naming the fix); the role needs REPLICATION and, for Setup, to own

@@ -40,6 +40,9 @@ func (s *Source) stream(ctx context.Context, conn *pgconn.PgConn) {
 			err = s.receive(ctx, conn)
 		}
 		if conn != nil {
+			if ctx.Err() != nil {
+				s.finalStatus(conn)
+			}
 			conn.Close(context.Background())
 			conn = nil
 		}
@@ -550,6 +553,29 @@ func (s *Source) sendStatus(ctx context.Context, conn *pgconn.PgConn, received p
 		return fmt.Errorf("pgcdc: sending the standby status: %w", err)
 	}
 	return nil
+}
+
+// finalStatus reports the acknowledged position once more when the source
+// stops, and ends the stream so that the server has taken it in before the
+// connection closes: without it, what was acknowledged since the last
+// status interval would be streamed again by the next Start.
+func (s *Source) finalStatus(conn *pgconn.PgConn) {
+	s.mu.Lock()
+	flush := s.acked
+	s.mu.Unlock()
+	if flush == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	err := pglogrepl.SendStandbyStatusUpdate(ctx, conn, pglogrepl.StandbyStatusUpdate{
+		WALWritePosition: flush, WALFlushPosition: flush, WALApplyPosition: flush})
+	if err == nil {
+		_, err = pglogrepl.SendStandbyCopyDone(ctx, conn)
+	}
+	if err != nil {
+		s.log.Warn("outbox cdc: could not report the acknowledged position at stop; the next start streams its transactions again (same event ids)", "slot", s.cfg.Slot, "error", err.Error())
+	}
 }
 
 // heartbeat writes a non-transactional logical message every Heartbeat, so

@@ -236,11 +236,16 @@ func (s *Store) claimOwned(ctx context.Context, req store.OwnedClaimRequest, exp
 	// earlier version's relay during an upgrade) takes it exclusively,
 	// so it never runs beside an owned claim it cannot see.
 	b.Queue("SELECT pg_advisory_xact_lock_shared($1)", s.claimLock)
-	// Lock the owner's shard rows, in shard order: a takeover (Balance)
-	// skips them and a renewal waits until this claim commits, and two
-	// claims of one owner over the same shards run one after the other.
+	// One claim of an owner at a time (a relay serializes its claims; this
+	// keeps two processes misnamed alike from claiming the same rows).
+	b.Queue("SELECT pg_advisory_xact_lock($1::int, hashtext($2::text))", int32(s.claimLock), req.Lease.Owner)
+	// Lock the owner's shard rows FOR KEY SHARE, in shard order: a
+	// takeover (Balance locks the rows it takes FOR UPDATE, SKIP LOCKED)
+	// skips them until this claim commits, so a shard's next owner sees
+	// this claim; the owner's own heartbeat (renewal and release, plain
+	// UPDATEs of non-key columns: FOR NO KEY UPDATE) does not wait for it.
 	// The claim statement below then sees the shard rows as locked.
-	b.Queue("SELECT shard FROM "+s.shardsTable()+" WHERE shard = ANY($1::int[]) AND owner = $2 ORDER BY shard FOR UPDATE", shards, req.Lease.Owner)
+	b.Queue("SELECT shard FROM "+s.shardsTable()+" WHERE shard = ANY($1::int[]) AND owner = $2 ORDER BY shard FOR KEY SHARE", shards, req.Lease.Owner)
 	// Take over the expired claims touching these shards (rows locked in
 	// one order, so two claimers cannot deadlock); deleting one waits for
 	// a stale holder's state change in progress, as in Claim.
@@ -251,7 +256,7 @@ func (s *Store) claimOwned(ctx context.Context, req store.OwnedClaimRequest, exp
 	b.Queue("SELECT "+prefixed(eventCols, "o.")+" FROM (SELECT unnest(k.ids) AS r FROM "+claims+" k WHERE k.owner = $1 AND k.epoch = $2) c JOIN "+s.table+" o ON o.id >= lower(c.r) AND o.id < upper(c.r)", req.Lease.Owner, req.Lease.Epoch)
 	br := s.pool.SendBatch(ctx, b)
 	defer br.Close()
-	for range 5 {
+	for range 6 {
 		if _, err := br.Exec(); err != nil {
 			return store.Claim{}, 0, 0, wrap("claim", err)
 		}
@@ -357,11 +362,25 @@ func fmtShards(ls []store.ShardLease) string {
 // Balance heartbeats req.Owner, gives up req.Release (or everything, with
 // Leave), renews what it holds, takes free or expired shards up to its
 // fair share and marks the shards over it Revoke when another relay is
-// short and no free shard is left for it. One transaction, several
-// statements (it runs every few seconds, not per event); the database
-// clock throughout. It also unparks orphans: parked rows whose key no
-// longer has an earlier row holding it (a requeue or purge that raced a
-// claim), a bounded number of keys per call.
+// short and no free shard is left for it. The database clock throughout.
+//
+// It is one round trip (a pipeline: the transaction, then the orphan
+// sweep), and it waits for no lock a claim holds: a claim locks its
+// owner's shard rows FOR KEY SHARE, which the renewal and the release
+// (FOR NO KEY UPDATE) do not conflict with, while a takeover (FOR UPDATE
+// SKIP LOCKED) passes over them; the renewal itself skips rows another
+// relay's takeover has locked (their lease has run out: they are that
+// relay's now). A heartbeat that waited behind its own relay's claims (a
+// claim stuck behind a stale relay's lock, or just slow on a loaded
+// database) let the leases run out and left the relay holding nothing;
+// one that took a round trip per statement held its locks across ten
+// round trips of a loaded machine, or of a process stopped mid-way.
+//
+// It also unparks orphans: parked rows whose key no longer has an earlier
+// row holding it (a requeue or purge that raced a claim), a bounded number
+// of keys per call, after the commit and under a short lock timeout: the
+// sweep is a repair that the next heartbeat retries, never a reason for a
+// heartbeat to fail.
 func (s *Store) Balance(ctx context.Context, req store.BalanceRequest) (store.Ownership, error) {
 	req = req.Normalize()
 	own := store.Ownership{Shards: numShards}
@@ -376,166 +395,186 @@ func (s *Store) Balance(ctx context.Context, req store.BalanceRequest) (store.Ow
 			return own, fmt.Errorf("pgstore: balance: shard %d does not exist: a table has shards 0 to %d", sh, numShards-1)
 		}
 	}
+	release := req.Release
+	if release == nil {
+		release = []int{}
+	}
 	shards, relays := s.shardsTable(), s.relaysTable()
 	lease := req.LeaseFor.Microseconds()
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		// Sequential scans off: see noSeqScan (the orphan sweep).
-		if _, err := tx.Exec(ctx, "SELECT set_config('statement_timeout', '5000', true), set_config('synchronous_commit', 'off', true), set_config('enable_seqscan', 'off', true)"); err != nil {
-			return err
-		}
-		// The owner's shard rows first, in shard order (as claims lock them).
-		if _, err := tx.Exec(ctx, "SELECT shard FROM "+shards+" WHERE owner = $1 ORDER BY shard FOR UPDATE", req.Owner); err != nil {
-			return err
-		}
-		if req.Leave {
-			if _, err := tx.Exec(ctx, "UPDATE "+shards+" SET owner = '', lease_until = '-infinity' WHERE owner = $1", req.Owner); err != nil {
-				return err
-			}
-			if _, err := tx.Exec(ctx, "DELETE FROM "+relays+" WHERE owner = $1", req.Owner); err != nil {
-				return err
-			}
-			return tx.QueryRow(ctx, "SELECT count(*) FROM "+relays+" WHERE lease_until > now()").Scan(&own.Relays)
-		}
-		if err := tx.QueryRow(ctx, "INSERT INTO "+relays+" (owner, lease_until) VALUES ($1, now() + $2 * interval '1 microsecond') ON CONFLICT (owner) DO UPDATE SET lease_until = EXCLUDED.lease_until RETURNING lease_until", req.Owner, lease).Scan(&own.Until); err != nil {
-			return err
-		}
-		if _, err := tx.Exec(ctx, "DELETE FROM "+relays+" WHERE lease_until <= now() - interval '1 minute'"); err != nil {
-			return err
-		}
-		if len(req.Release) > 0 {
-			if _, err := tx.Exec(ctx, "UPDATE "+shards+" SET owner = '', lease_until = '-infinity' WHERE owner = $1 AND shard = ANY($2::int[])", req.Owner, req.Release); err != nil {
-				return err
+	S := strconv.Itoa(numShards)
+	b := &pgx.Batch{}
+	b.Queue("BEGIN")
+	b.Queue(balanceSettings)
+	if req.Leave {
+		b.Queue("UPDATE "+shards+" SET owner = '', lease_until = '-infinity' WHERE owner = $1", req.Owner)
+		b.Queue("DELETE FROM "+relays+" WHERE owner = $1", req.Owner)
+		b.Queue("SELECT count(*) FROM " + relays + " WHERE lease_until > now()")
+		b.Queue("COMMIT")
+		br := s.pool.SendBatch(ctx, b)
+		defer br.Close()
+		for range 4 {
+			if _, err := br.Exec(); err != nil {
+				return store.Ownership{Shards: numShards}, wrap("balance", err)
 			}
 		}
-		// Renew: a shard whose lease ran out but that nobody took is still
-		// this owner's (same epoch: nobody held it in between).
-		if _, err := tx.Exec(ctx, "UPDATE "+shards+" SET lease_until = now() + $2 * interval '1 microsecond' WHERE owner = $1", req.Owner, lease); err != nil {
-			return err
+		if err := br.QueryRow().Scan(&own.Relays); err != nil {
+			return store.Ownership{Shards: numShards}, wrap("balance", err)
 		}
-		// The live relays in name order: the first S mod n of them get one
-		// shard more, so the shares sum to S.
-		var names []string
-		rows, err := tx.Query(ctx, "SELECT owner FROM "+relays+" WHERE lease_until > now() ORDER BY owner")
-		if err != nil {
-			return err
+		if err := br.Close(); err != nil {
+			return store.Ownership{Shards: numShards}, wrap("balance", err)
 		}
-		for rows.Next() {
-			var n string
-			if err := rows.Scan(&n); err != nil {
-				rows.Close()
-				return err
-			}
-			names = append(names, n)
-		}
-		if err := rows.Err(); err != nil {
-			return err
-		}
-		// Byte order, not the database's collation: every relay computes
-		// the same ranks.
-		slices.Sort(names)
-		own.Relays = len(names)
-		share := func(owner string) int {
-			i, _ := slices.BinarySearch(names, owner)
-			n := len(names)
-			if i < numShards%n {
-				return numShards/n + 1
-			}
-			return numShards / n
-		}
-		// Who holds how many live leases now.
-		holding := map[string]int{}
-		var free int
-		rows, err = tx.Query(ctx, "SELECT owner, count(*) FROM "+shards+" WHERE owner <> '' AND lease_until > now() GROUP BY owner")
-		if err != nil {
-			return err
-		}
-		for rows.Next() {
-			var o string
-			var n int
-			if err := rows.Scan(&o, &n); err != nil {
-				rows.Close()
-				return err
-			}
-			holding[o] = n
-		}
-		if err := rows.Err(); err != nil {
-			return err
-		}
-		taken := 0
-		for _, n := range holding {
-			taken += n
-		}
-		free = numShards - taken
-		mine := holding[req.Owner]
-		if want := share(req.Owner); mine < want && free > 0 {
-			// Free shards (released, never held) before expired ones, whose
-			// dead owner's claims may still hold events for a while.
-			tag, err := tx.Exec(ctx, "UPDATE "+shards+" SET owner = $1, epoch = epoch + 1, lease_until = now() + $2 * interval '1 microsecond' WHERE shard IN (SELECT shard FROM "+shards+
-				" WHERE owner = '' OR lease_until <= now() ORDER BY owner <> '', shard LIMIT $3 FOR UPDATE SKIP LOCKED)", req.Owner, lease, want-mine)
-			if err != nil {
-				return err
-			}
-			mine += int(tag.RowsAffected())
-			free -= int(tag.RowsAffected())
-		}
-		if err := s.readHeld(ctx, tx, req.Owner, &own); err != nil {
-			return err
-		}
-		// Revoke the shards over the fair share when other live relays are
-		// short of theirs by more than the free shards can make up.
-		if over := len(own.Held) - share(req.Owner); over > 0 {
-			short := 0
-			for _, n := range names {
-				if n != req.Owner {
-					short += max(0, share(n)-holding[n])
-				}
-			}
-			for i := len(own.Held) - 1; i >= 0 && over > 0 && short > free; i-- {
-				own.Held[i].Revoke = true
-				over--
-				short--
-			}
-		}
-		return s.sweep(ctx, tx, req.HoldDeadKeys)
-	})
-	if err != nil {
+		return own, nil
+	}
+	b.Queue("INSERT INTO "+relays+" (owner, lease_until) VALUES ($1, now() + $2 * interval '1 microsecond') ON CONFLICT (owner) DO UPDATE SET lease_until = EXCLUDED.lease_until RETURNING lease_until", req.Owner, lease)
+	b.Queue("DELETE FROM " + relays + " WHERE owner IN (SELECT owner FROM " + relays + " WHERE lease_until <= now() - interval '1 minute' FOR UPDATE SKIP LOCKED)")
+	// Release and renew. A shard whose lease ran out but that nobody took
+	// is still this owner's (same epoch: nobody held it in between).
+	b.Queue("UPDATE "+shards+" s SET owner = CASE WHEN s.shard = ANY($3::int[]) THEN '' ELSE s.owner END, "+
+		"lease_until = CASE WHEN s.shard = ANY($3::int[]) THEN '-infinity' ELSE now() + $2 * interval '1 microsecond' END "+
+		"WHERE s.shard IN (SELECT shard FROM "+shards+" WHERE owner = $1 FOR NO KEY UPDATE SKIP LOCKED)", req.Owner, lease, release)
+	// Take free shards (released, never held) before expired ones, whose
+	// dead owner's claims may still hold events for a while, up to the
+	// owner's fair share: the live relays in byte order (not the
+	// database's collation: every relay computes the same ranks), the
+	// first S mod n of them get one shard more, so the shares sum to S.
+	b.Queue(`WITH live AS (SELECT owner FROM `+relays+` WHERE lease_until > now()),
+me AS (SELECT count(*) AS n, count(*) FILTER (WHERE owner::text COLLATE "C" < $1::text COLLATE "C") AS rank FROM live),
+held AS (SELECT count(*) FILTER (WHERE owner = $1) AS mine FROM `+shards+` WHERE owner <> '' AND lease_until > now())
+UPDATE `+shards+` SET owner = $1, epoch = epoch + 1, lease_until = now() + $2 * interval '1 microsecond'
+WHERE shard IN (SELECT shard FROM `+shards+` WHERE (owner = '' OR lease_until <= now()) AND owner <> $1 ORDER BY owner <> '', shard
+	LIMIT (SELECT GREATEST(0, `+S+` / me.n + CASE WHEN me.rank < `+S+` % me.n THEN 1 ELSE 0 END - held.mine) FROM me, held) FOR UPDATE SKIP LOCKED)`, req.Owner, lease)
+	b.Queue("SELECT shard, epoch FROM "+shards+" WHERE owner = $1 AND lease_until > now() ORDER BY shard", req.Owner)
+	// Who holds how many live leases: the live relays (with 0) and any
+	// other owner still holding some (a relay whose heartbeat lapsed).
+	b.Queue("SELECT r.owner, r.live, count(s.shard) FROM (SELECT owner, true AS live FROM " + relays + " WHERE lease_until > now() UNION SELECT DISTINCT owner, false FROM " + shards + " WHERE owner <> '' AND lease_until > now() AND owner NOT IN (SELECT owner FROM " + relays + " WHERE lease_until > now())) r " +
+		"LEFT JOIN " + shards + " s ON s.owner = r.owner AND s.lease_until > now() GROUP BY r.owner, r.live")
+	b.Queue("COMMIT")
+	s.sweepMu.Lock()
+	after := s.sweepAfter
+	s.sweepMu.Unlock()
+	b.Queue(sweepSettings)
+	b.Queue(s.sweepSQL(), after, sweepKeys, req.HoldDeadKeys)
+
+	br := s.pool.SendBatch(ctx, b)
+	defer br.Close()
+	fail := func(err error) (store.Ownership, error) {
 		return store.Ownership{Shards: numShards}, wrap("balance", err)
+	}
+	for range 2 {
+		if _, err := br.Exec(); err != nil {
+			return fail(err)
+		}
+	}
+	if err := br.QueryRow().Scan(&own.Until); err != nil {
+		return fail(err)
+	}
+	for range 3 {
+		if _, err := br.Exec(); err != nil {
+			return fail(err)
+		}
+	}
+	rows, err := br.Query()
+	if err != nil {
+		return fail(err)
+	}
+	for rows.Next() {
+		var l store.ShardLease
+		if err := rows.Scan(&l.Shard, &l.Epoch); err != nil {
+			rows.Close()
+			return fail(err)
+		}
+		own.Held = append(own.Held, l)
+	}
+	if err := rows.Err(); err != nil {
+		return fail(err)
+	}
+	holding := map[string]int{}
+	var names []string
+	taken := 0
+	if rows, err = br.Query(); err != nil {
+		return fail(err)
+	}
+	for rows.Next() {
+		var o string
+		var live bool
+		var n int
+		if err := rows.Scan(&o, &live, &n); err != nil {
+			rows.Close()
+			return fail(err)
+		}
+		holding[o] = n
+		taken += n
+		if live {
+			names = append(names, o)
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return fail(err)
+	}
+	if _, err := br.Exec(); err != nil { // COMMIT
+		return fail(err)
+	}
+	// The ownership is committed: the sweep's outcome does not change it.
+	s.sweepResult(br)
+
+	slices.Sort(names)
+	own.Relays = len(names)
+	share := func(owner string) int {
+		i, _ := slices.BinarySearch(names, owner)
+		n := len(names)
+		if i < numShards%n {
+			return numShards/n + 1
+		}
+		return numShards / n
+	}
+	// Revoke the shards over the fair share when other live relays are
+	// short of theirs by more than the free shards can make up.
+	free := numShards - taken
+	if over := len(own.Held) - share(req.Owner); over > 0 {
+		short := 0
+		for _, n := range names {
+			if n != req.Owner {
+				short += max(0, share(n)-holding[n])
+			}
+		}
+		for i := len(own.Held) - 1; i >= 0 && over > 0 && short > free; i-- {
+			own.Held[i].Revoke = true
+			over--
+			short--
+		}
 	}
 	return own, nil
 }
 
-// readHeld fills own.Held with the shards owner holds, in shard order.
-func (s *Store) readHeld(ctx context.Context, tx pgx.Tx, owner string, own *store.Ownership) error {
-	rows, err := tx.Query(ctx, "SELECT shard, epoch FROM "+s.shardsTable()+" WHERE owner = $1 AND lease_until > now() ORDER BY shard", owner)
-	if err != nil {
-		return err
-	}
-	defer rows.Close()
-	own.Held = own.Held[:0]
-	for rows.Next() {
-		var l store.ShardLease
-		if err := rows.Scan(&l.Shard, &l.Epoch); err != nil {
-			return err
-		}
-		own.Held = append(own.Held, l)
-	}
-	return rows.Err()
-}
+// balanceSettings are Balance's transaction-local settings: no statement
+// of a heartbeat should wait for a lock (a lock wait is a bug or a stuck
+// session: fail, and heartbeat again), none is worth a flush before the
+// reply (a lost renewal is renewed by the next one), and sequential scans
+// are off (see noSeqScan), and with them JIT compilation: enable_seqscan =
+// off prices every scan of the small shard and relay tables at 10^10,
+// far over jit_above_cost, and each statement was compiled by LLVM,
+// 100–600 ms of CPU apiece on a loaded machine for scans of 64 rows: that,
+// more than any lock, is what made the heartbeat miss its deadline.
+const balanceSettings = "SELECT set_config('statement_timeout', '5000', true), set_config('lock_timeout', '1000', true), set_config('synchronous_commit', 'off', true), set_config('enable_seqscan', 'off', true), set_config('jit', 'off', true)"
 
-// sweep unparks orphans: it visits up to sweepKeys keys with parked rows
-// (a loose index scan of the parked index, from where this Store's last
-// sweep stopped, wrapping around), and unparks the lowest parked rows of
-// each key that no earlier row holds any more (retrying or delayed, or
-// DEAD when hold). Parking is a cache of the claim's hold rule; a requeue
-// or purge that commits while a claim parks a row of its key can leave
-// the row parked behind nothing, and this is what finds it.
-func (s *Store) sweep(ctx context.Context, tx pgx.Tx, hold bool) error {
-	s.sweepMu.Lock()
-	after := s.sweepAfter
-	s.sweepMu.Unlock()
+// sweepSettings are the orphan sweep's (after Balance's commit, in a
+// transaction of its own): a row it would unpark that someone else has
+// locked (a claim parking it, an ack) makes it give up at once; the next
+// heartbeat sweeps again from the same place.
+const sweepSettings = "SELECT set_config('statement_timeout', '2000', true), set_config('lock_timeout', '50', true), set_config('synchronous_commit', 'off', true), set_config('enable_seqscan', 'off', true), set_config('jit', 'off', true)"
+
+// sweepSQL unparks orphans: it visits up to $2 keys with parked rows (a
+// loose index scan of the parked index, from after the key $1 where this
+// Store's last sweep stopped, wrapping around), and unparks the lowest
+// parked rows of each key that no earlier row holds any more (retrying or
+// delayed, or DEAD when $3). Parking is a cache of the claim's hold rule;
+// a requeue or purge that commits while a claim parks a row of its key can
+// leave the row parked behind nothing, and this is what finds it. It
+// returns the last key visited, the keys visited and the rows unparked.
+func (s *Store) sweepSQL() string {
 	t := s.table
 	hc := strings.NewReplacer("c.id", "v.id", "c.event_key", "v.key").Replace(s.holdSQL("$3::bool"))
-	q := `WITH RECURSIVE k(key, id) AS (
+	return `WITH RECURSIVE k(key, id) AS (
 	(SELECT event_key, id FROM ` + t + ` WHERE parked AND event_key > $1 ORDER BY event_key, id LIMIT 1)
 	UNION ALL
 	(SELECT n.event_key, n.id FROM k CROSS JOIN LATERAL (SELECT event_key, id FROM ` + t + ` WHERE parked AND event_key > k.key ORDER BY event_key, id LIMIT 1) n)
@@ -545,10 +584,19 @@ func (s *Store) sweep(ctx context.Context, tx pgx.Tx, hold bool) error {
 	SELECT v.key FROM visited v WHERE NOT (` + hc + `)
 ), ` + s.unparkCTE("unparked", "SELECT key FROM orphans", "") + `
 SELECT COALESCE((SELECT max(key) FROM visited), ''), (SELECT count(*) FROM visited), (SELECT count(*) FROM unparked)`
+}
+
+// sweepResult reads the sweep's answer from br (its settings, then the
+// sweep) and moves the sweep's place on. A sweep that failed (a locked
+// row, a timeout) leaves it where it was: the next heartbeat retries.
+func (s *Store) sweepResult(br pgx.BatchResults) {
+	if _, err := br.Exec(); err != nil {
+		return
+	}
 	var last string
 	var visited, unparked int64
-	if err := tx.QueryRow(ctx, q, after, sweepKeys, hold).Scan(&last, &visited, &unparked); err != nil {
-		return err
+	if err := br.QueryRow().Scan(&last, &visited, &unparked); err != nil {
+		return
 	}
 	if visited < sweepKeys {
 		last = ""
@@ -559,7 +607,6 @@ SELECT COALESCE((SELECT max(key) FROM visited), ''), (SELECT count(*) FROM visit
 	if unparked > 0 {
 		s.signal()
 	}
-	return nil
 }
 
 // planReads sums, over an EXPLAIN (ANALYZE, FORMAT JSON) plan, the rows

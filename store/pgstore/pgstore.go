@@ -656,8 +656,9 @@ func wrap(op string, err error) error {
 // noSeqScan is the transaction-local setting of statements that probe the
 // small partial indexes (parked, waiting): with a new table's missing
 // statistics PostgreSQL chose a sequential scan of the whole table for
-// "is any row parked", which finds none only at the end.
-const noSeqScan = "SELECT set_config('enable_seqscan', 'off', true)"
+// "is any row parked", which finds none only at the end. JIT goes off with
+// it: a disabled scan costs 10^10, and every such statement was compiled.
+const noSeqScan = "SELECT set_config('enable_seqscan', 'off', true), set_config('jit', 'off', true)"
 
 // queryRow runs sql with noSeqScan in one round trip (a batch is one
 // implicit transaction) and scans its one row into dest.

@@ -346,7 +346,15 @@ func (o *ownership) balance(ctx context.Context, leave bool) error {
 	if !leave {
 		req.Release = o.drained()
 	}
-	bctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), max(o.r.cfg.LeaseFor/3, time.Second))
+	// A heartbeat is one round trip that waits for no claim; on a loaded
+	// database it may still be slow. Its deadline is half the lease (at
+	// least 1 s): time for a slow answer, and for one more try before the
+	// leases run out. Meanwhile, and after a failed heartbeat, the relay
+	// keeps claiming from the shards it holds: each claim checks in the
+	// database that the shard's lease (database clock) is still this
+	// relay's under its epoch, so it delivers until the lease has run out
+	// and no longer, and fencing stays exact.
+	bctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), max(o.r.cfg.LeaseFor/2, time.Second))
 	own, err := o.st.Balance(bctx, req)
 	cancel()
 	info := ShardInfo{Released: req.Release, Leave: leave, Err: err}

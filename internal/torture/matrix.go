@@ -29,9 +29,11 @@ var Matrix = []Cell{
 	{Store: "mysql", Broker: "nats"},
 	{Store: "sqlite", Broker: "nats"},
 	{Store: "postgres", Broker: "nats", Embedded: true, Faults: []Kind{Kill, BrokerRestart, PGTerminate, BrokerReset, Stop}},
-	// Engine v2: relays leaving and joining mid-drain, hot keys.
+	// Engine v2 (the default on PostgreSQL and SQLite): relays leaving and
+	// joining mid-drain, hot keys (1 and 3).
 	{Store: "sqlite", Broker: "nats", Keys: 1, Faults: []Kind{Leave, Kill, Stop, Leave, BrokerReset}},
 	{Store: "postgres", Broker: "nats", Keys: 3, Faults: []Kind{Leave, Kill, Leave, Stop, PGTerminate, Leave}},
+	{Store: "postgres", Broker: "nats", Keys: 1, Faults: []Kind{Stop, Leave, Kill, DBLatency, Leave, BrokerReset}},
 	// {Store: "postgres", Broker: "kafka"},
 	// CDC: one relay streams the slot, two wait on its lease; the faults
 	// aim at the one that streams.

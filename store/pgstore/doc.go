@@ -45,9 +45,13 @@
 //     shard changes hands only when its owner releases it (after settling
 //     its events) or its lease expires: cooperative, like franz-go's
 //     cooperative-sticky balancer. Every time is the database's clock.
-//   - Claims. ClaimOwned locks the caller's shard rows (FOR UPDATE: a
-//     takeover skips them, and two claims of one owner run one after the
-//     other), takes over expired claims touching them, then in one
+//     Balance is one round trip and waits for no claim (see Balance), so
+//     a heartbeat stays fast on a loaded database.
+//   - Claims. ClaimOwned locks the caller's shard rows FOR KEY SHARE (a
+//     takeover, FOR UPDATE SKIP LOCKED, skips them; the owner's renewal
+//     and release, FOR NO KEY UPDATE, do not wait for them), runs one
+//     claim of an owner at a time (an advisory lock on the owner's name),
+//     takes over expired claims touching them, then in one
 //     statement checks each shard is still the caller's under its epoch,
 //     skips the shards a live claim of another owner touches (a claim row
 //     records its shard list), and merges one walk per shard of the shard

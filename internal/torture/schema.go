@@ -93,8 +93,10 @@ func aggID(i int) string { return fmt.Sprintf("agg-%03d", i) }
 // transaction (<table>_claimlog) before it changes, so the probe accepts a
 // write when, in the same transaction, the writer changed a claim of its
 // own that held the row, or the row is still in a claim of the writer (a
-// store that changes rows without touching its claim). Anything else is a
-// stale write.
+// store that changes rows without touching its claim). An UPDATE that
+// changes nothing but parked (engine v2 parking a row behind its key's
+// failed one, or unparking it, on rows no claim holds) is not a
+// settlement and is not checked. Anything else is a stale write.
 func (t tables) installFence(ctx context.Context, db *sql.DB, prefix string) error {
 	if t.dialect != "postgres" {
 		return nil
@@ -113,6 +115,11 @@ END $$`,
 		`CREATE FUNCTION ` + t.fence() + `() RETURNS trigger LANGUAGE plpgsql AS $$
 DECLARE app text := coalesce(current_setting('application_name', true), '');
 BEGIN
+	-- Parking and unparking (engine v2) change only parked, on rows no
+	-- claim holds: a cache of the hold rule, not a settlement.
+	IF TG_OP = 'UPDATE' AND (to_jsonb(OLD) - 'parked') = (to_jsonb(NEW) - 'parked') THEN
+		RETURN NULL;
+	END IF;
 	IF left(app, ` + fmt.Sprint(len(prefix)+7) + `) = '` + prefix + `-relay-'
 	   AND NOT EXISTS (SELECT 1 FROM ` + claimlog + ` WHERE tx = txid_current() AND owner = app AND OLD.id <@ ids)
 	   AND NOT EXISTS (SELECT 1 FROM ` + claims + ` WHERE owner = app AND OLD.id <@ ids) THEN

@@ -58,12 +58,16 @@
 // # Ordering by ownership
 //
 // Experimental in this version, and off by default (Config.Ownership,
-// `outbox relay --ownership`): on a heavily loaded database the shard
-// heartbeat (Balance, about ten statements under a deadline of a third of
-// the lease) timed out for a minute on end in the fault-injection matrix,
-// leaving the shards unclaimed. (An order inversion seen in the same
-// matrix was the claims' "due" test, shared with the exclusion engine, and
-// is fixed: store/pgstore ownedorder_test.go.)
+// `outbox relay --ownership`). The shard heartbeat that stalled on a
+// loaded database (store/pgstore's Balance: its statements were
+// JIT-compiled, ran in ten round trips and waited behind the relay's own
+// claims) is one round trip that waits for no claim now, with a deadline
+// of half the lease; while a heartbeat is slow or failed the relay keeps
+// claiming from the shards it holds, each claim checking its lease in the
+// database. Still open: on SQLite, under load, relay tests saw the engine
+// deliver nothing for 30 s. (An order inversion seen in the matrix was the
+// claims' "due" test, shared with the exclusion engine, and is fixed:
+// store/pgstore ownedorder_test.go.)
 //
 // With Config.Ownership and a store that implements store.Owned (SQLite,
 // PostgreSQL; MariaDB when it is ported), the relay does not rely on the store to

@@ -19,6 +19,8 @@ type Cell struct {
 	// Keys overrides the workload's aggregates (Config.Keys): 1 and 3 make
 	// hot keys, whose events are in flight in several batches at once.
 	Keys int
+	// Ownership runs the relays with --ownership (engine v2).
+	Ownership bool
 }
 
 // Matrix is the short matrix CI runs (go test ./internal/torture). A broker
@@ -29,11 +31,11 @@ var Matrix = []Cell{
 	{Store: "mysql", Broker: "nats"},
 	{Store: "sqlite", Broker: "nats"},
 	{Store: "postgres", Broker: "nats", Embedded: true, Faults: []Kind{Kill, BrokerRestart, PGTerminate, BrokerReset, Stop}},
-	// Engine v2 (the default on PostgreSQL and SQLite): relays leaving and
-	// joining mid-drain, hot keys (1 and 3).
-	{Store: "sqlite", Broker: "nats", Keys: 1, Faults: []Kind{Leave, Kill, Stop, Leave, BrokerReset}},
-	{Store: "postgres", Broker: "nats", Keys: 3, Faults: []Kind{Leave, Kill, Leave, Stop, PGTerminate, Leave}},
-	{Store: "postgres", Broker: "nats", Keys: 1, Faults: []Kind{Stop, Leave, Kill, DBLatency, Leave, BrokerReset}},
+	// Engine v2 (relay --ownership): relays leaving and joining mid-drain,
+	// hot keys (1 and 3).
+	{Store: "sqlite", Broker: "nats", Keys: 1, Ownership: true, Faults: []Kind{Leave, Kill, Stop, Leave, BrokerReset}},
+	{Store: "postgres", Broker: "nats", Keys: 3, Ownership: true, Faults: []Kind{Leave, Kill, Leave, Stop, PGTerminate, Leave}},
+	{Store: "postgres", Broker: "nats", Keys: 1, Ownership: true, Faults: []Kind{Stop, Leave, Kill, DBLatency, Leave, BrokerReset}},
 	// {Store: "postgres", Broker: "kafka"},
 	// CDC: one relay streams the slot, two wait on its lease; the faults
 	// aim at the one that streams.

@@ -26,7 +26,7 @@ import (
 //	raw      go-redis pipeline: XADD stream * data <payload> ce_id <id>
 //	rawfull  the same with every field the adapter sends, built beforehand
 //	plain    Broker.Publish with NoDedup: every field (CloudEvents, key, 3 headers)
-//	dedup    Broker.Publish with dedup on (the default)
+//	dedup    Broker.Publish with the dedup script (the default)
 //
 // It reports msgs/s for each, each adapter path's ratio to raw, and the
 // CPU time this process spent per message. Against the shared server

@@ -334,7 +334,7 @@ func foundID(looks []*redis.SliceCmd, j int) (string, bool) {
 	return "", false
 }
 
-// redisError is an error reply known from a lookup (a key's TYPE).
+// redisError is an error reply the script passed on as text.
 type redisError string
 
 func (e redisError) Error() string { return string(e) }

@@ -36,21 +36,12 @@
 //
 // A relay that crashes after XADD and before its acknowledgement reached
 // the database publishes the event again. With dedup on (the default), a
-// Publish call takes three round trips and runs no script: it reads the
-// call's event ids in the dedup window's hashes (and each stream's TYPE);
-// then one MULTI/EXEC per stream XADDs each event not found together with
-// an HSETNX of its id (an empty value), so that an entry and the record of
-// its id are stored together or not at all; then it writes each added
-// entry's id over the empty value and forgets the id of an event whose
-// XADD was refused. A found id is not added again: its result is
-// confirmed with Duplicate set and the entry id of the first copy ("" if
-// that publish ended between its transaction and its last round trip).
-// The lookup and the transaction are not atomic together, so two relays
-// publishing the same event at the same moment (a lease taken over while
-// its holder still publishes) can both add it; the HSETNX tells the
-// later one, which deletes its copy (XDEL) and reports a duplicate. A
-// consumer reading in that instant may see both copies: consumers
-// deduplicate by ce_id anyway (package inbox).
+// batch's events of one stream are added by one run of a small Lua script
+// per group of up to 256: it looks the group's event ids up, then XADDs
+// each one not found and records it, event id → entry id. A found id is
+// not added again: its result is confirmed with Duplicate set and the
+// entry id of the first copy. Redis runs a script without interleaving
+// other commands, so two relays racing with the same event add it once.
 //
 // The ids are kept in hashes, one per quarter of Config.DedupWindow
 // (default 24h), named <DedupPrefix>{<stream's hash tag>}:<quarter in
@@ -60,12 +51,10 @@
 // sit in the stream's Redis Cluster hash slot. The cost: about 80 bytes of
 // memory per event in the window (some 80 MB per million events), the
 // expiry of a whole quarter's hash at once (set lazyfree-lazy-expire yes
-// for large ones, or a shorter window), and the server's time for the
-// lookups and the transaction: BENCHMARKS.md has the rate against plain
-// XADD. (A first version ran the lookups and the XADDs in a Lua script,
-// atomically; running XADD from Lua cost about half the server's
-// throughput.) Consumers still deduplicate what falls outside the window
-// with package inbox (ce_id).
+// for large ones, or a shorter window), and the script's time on the
+// server: BENCHMARKS.md has the rate against plain XADD (in short, Lua
+// costs about half the server's throughput). Consumers still deduplicate
+// what falls outside the window with package inbox (ce_id).
 // Config.NoDedup (dedup=off in the URL) sends plain XADDs instead.
 //
 // Explicit entry ids derived from the event were the alternative, and are
@@ -73,15 +62,17 @@
 // re-published after newer ones would be refused, not recognised. A key
 // with a TTL per event (SET NX) was the first version: a key per event
 // costs about twice the memory and a command more per event. Redis 8.6's
-// XADD IDMP does the lookup and the add in the server, atomically; this
-// package does not need it.
+// XADD IDMP does in the server what the script does; this package does
+// not need it.
 //
 // # Ordering
 //
 // Features declares OrderNone. The commands of one pipeline run in order
-// on one connection, so a batch's entries are added in slice order. But
-// nothing holds a key's later events after a failure: a command that
-// fails (OOM at maxmemory with noeviction, WRONGTYPE on one topic while the key's next
+// on one connection, so a batch's entries are added in slice order; within
+// one run of the dedup script, an event refused by XADD holds the later
+// events of its key in that run (not tried; transient). But nothing holds
+// a key across runs, streams or plain XADDs: a command that fails (OOM at
+// maxmemory with noeviction, WRONGTYPE on one topic while the key's next
 // event goes to another) does not stop the commands after it, so a key's
 // later event can be stored although its earlier one was not. The relay
 // therefore never puts two events of a key in one Publish call. When the

@@ -2,6 +2,8 @@ package redisbroker
 
 import (
 	"context"
+	"crypto/sha1"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"strconv"
@@ -41,14 +43,82 @@ var fieldOf = map[string]any{
 	broker.AttrAggregateType: FieldAggregateType,
 }
 
-// maxFields bounds the fields of one entry the relay sends.
+// maxFields bounds the fields of one entry: the dedup script passes them to
+// XADD through Lua's unpack, whose stack holds about 8,000 values.
 const maxFields = 3000
+
+// maxGroup bounds the events one run of the dedup script adds: Redis runs
+// a script without interleaving other clients' commands, so a run must
+// stay short (about a millisecond per few hundred entries).
+const maxGroup = 256
+
+// addScript adds a group of entries to one stream, skipping each event
+// whose id was added within the dedup window, atomically: Redis runs a
+// script without interleaving other commands, so no second relay can add
+// the same event between the lookup and the XADD. The ids remembered are
+// fields of hashes, one per slice of the window (dedupBuckets), each
+// mapping an event id to its entry id. KEYS[1] is the stream, KEYS[2] the
+// current slice's hash, KEYS[3…] the earlier slices' (all in the stream's
+// hash slot). ARGV[1] is when the current slice's hash expires (Unix
+// seconds), ARGV[2] MAXLEN ('0' = no trimming), ARGV[3] the number of
+// events n, then the n event ids, then per event the number of field
+// arguments, the event key, and the fields and values. It returns per
+// event {0, entry id} (added), {1, first entry id} (a duplicate),
+// {2, error} (XADD refused it) or {3, ”} (not tried: an earlier event of
+// its key in the group was refused).
+const addScript = `local expireat, maxlen, n = ARGV[1], ARGV[2], tonumber(ARGV[3])
+local ids = {unpack(ARGV, 4, 3 + n)}
+local prev = {}
+for k = 2, #KEYS do
+  local vals = redis.call('HMGET', KEYS[k], unpack(ids))
+  for i = 1, n do
+    if not prev[i] and vals[i] then prev[i] = vals[i] end
+  end
+end
+local out, failed, seen, added, pos = {}, {}, {}, {}, 4 + n
+for i = 1, n do
+  local c, key = tonumber(ARGV[pos]), ARGV[pos + 1]
+  local first, last = pos + 2, pos + 1 + c
+  pos = last + 1
+  local p = prev[i] or seen[ids[i]]
+  if key ~= '' and failed[key] then
+    out[i] = {3, ''}
+  elseif p then
+    out[i] = {1, p}
+  else
+    local r
+    if maxlen ~= '0' then
+      r = redis.pcall('XADD', KEYS[1], 'MAXLEN', '~', maxlen, '*', unpack(ARGV, first, last))
+    else
+      r = redis.pcall('XADD', KEYS[1], '*', unpack(ARGV, first, last))
+    end
+    if type(r) == 'table' and r.err then
+      out[i] = {2, r.err}
+      if key ~= '' then failed[key] = true end
+    else
+      seen[ids[i]] = r
+      added[#added + 1] = ids[i]
+      added[#added + 1] = r
+      out[i] = {0, r}
+    end
+  end
+end
+if #added > 0 then
+  redis.pcall('HSET', KEYS[2], unpack(added))
+  redis.pcall('EXPIREAT', KEYS[2], expireat)
+end
+return out`
 
 // dedupBuckets is how many slices the dedup window is cut into. An event
 // id is remembered for at least DedupWindow and at most 1+1/dedupBuckets
-// of it; a lookup reads dedupBuckets+1 hashes per stream and call, not a
-// key per event.
+// of it; a lookup reads dedupBuckets+1 hashes per group, not a key per
+// event.
 const dedupBuckets = 4
+
+var addScriptSHA = func() string {
+	h := sha1.Sum([]byte(addScript))
+	return hex.EncodeToString(h[:])
+}()
 
 // Publish adds each event to the stream named by its topic, all in one
 // pipeline, and waits for every reply. See PublishResults.
@@ -99,239 +169,147 @@ func (b *Broker) PublishResults(ctx context.Context, events []outbox.Event) []br
 		}
 		msgs[i] = args
 	}
-	b.send(ctx, events, msgs, res)
+	b.send(ctx, events, msgs, res, false)
 	return res
 }
 
-// send adds the events whose XADD command is set: with NoDedup in one
-// pipeline, else through sendDedup.
-func (b *Broker) send(ctx context.Context, events []outbox.Event, xadds [][]any, res []broker.Result) {
-	if !b.cfg.NoDedup {
-		b.sendDedup(ctx, events, xadds, res)
-		return
-	}
+// send runs one pipeline for the events whose fields are set: a plain
+// XADD per event with NoDedup, else one run of the dedup script per group
+// of up to maxGroup consecutive events of one stream. When the server has
+// lost the script (a restart, SCRIPT FLUSH), those groups did not run: it
+// loads the script and sends them again, once.
+func (b *Broker) send(ctx context.Context, events []outbox.Event, fields [][]any, res []broker.Result, again bool) {
 	pipe := b.rdb.Pipeline()
-	cmds := make([]*redis.Cmd, len(events))
-	for i, f := range xadds {
-		if f != nil {
-			cmds[i] = pipe.Do(ctx, f...)
-		}
-	}
-	if pipe.Len() == 0 {
-		return
-	}
-	_, _ = pipe.Exec(ctx) // each command carries its own reply or error
-	for i, c := range cmds {
-		if c == nil {
-			continue
-		}
-		if err := c.Err(); err != nil {
-			res[i].Err = b.classify(ctx, &events[i], err)
-			continue
-		}
-		id, _ := c.Text()
-		res[i] = result(&events[i], id, false)
-	}
-}
-
-// streamCall is the part of one Publish call that goes to one stream.
-type streamCall struct {
-	idx      []int    // the events, in call order
-	keys     []string // the stream, then its dedup hashes (dedupKeys)
-	expireAt int64    // of keys[1], the current hash
-	typ      *redis.StatusCmd
-	looks    []*redis.SliceCmd // HMGET of the events' ids in keys[1:]
-}
-
-// sendDedup adds the events in three round trips, with no script:
-//
-//  1. one pipeline reads, per stream, its TYPE and the events' ids in the
-//     hashes of the dedup window (HMGET);
-//  2. one MULTI/EXEC (per cluster slot: a stream and its hashes share one)
-//     XADDs each event not found and records its id in the current hash
-//     with an empty value, so that the entry and the record of its id are
-//     stored together or not at all: a relay that crashes after this
-//     point and publishes the event again finds its id;
-//  3. one pipeline writes each added event's entry id over the empty
-//     value, and forgets the id of an event whose XADD Redis refused.
-//
-// A found id is confirmed as Duplicate with the entry id it was stored
-// under ("" when step 3 of that publish did not happen). Steps 1 and 2
-// are not atomic together: two relays that publish the same event at the
-// same moment (a lease taken over while its holder still publishes) may
-// both add it; consumers drop such copies by ce_id (package inbox).
-func (b *Broker) sendDedup(ctx context.Context, events []outbox.Event, xadds [][]any, res []broker.Result) {
-	var calls []*streamCall
-	byStream := map[string]*streamCall{}
-	for i, f := range xadds {
-		if f == nil {
-			continue
-		}
-		sc := byStream[events[i].Topic]
-		if sc == nil {
-			sc = &streamCall{}
-			byStream[events[i].Topic] = sc
-			calls = append(calls, sc)
-		}
-		sc.idx = append(sc.idx, i)
-	}
-	if len(calls) == 0 {
-		return
-	}
-	now := time.Now().Unix()
-	look := b.rdb.Pipeline()
-	for _, sc := range calls {
-		stream := events[sc.idx[0]].Topic
-		sc.keys, sc.expireAt = b.dedupKeys(stream, now)
-		sc.typ = look.Type(ctx, stream)
-		ids := make([]string, len(sc.idx))
-		for j, i := range sc.idx {
-			ids[j] = events[i].EventID
-		}
-		for _, k := range sc.keys[1:] {
-			sc.looks = append(sc.looks, look.HMGet(ctx, k, ids...))
-		}
-	}
-	_, _ = look.Exec(ctx) // each command carries its own reply or error
-
-	tx := b.rdb.TxPipeline()
-	adds := make([]*redis.Cmd, len(events))
-	marks := make([]*redis.BoolCmd, len(events))
-	first := make([]int, len(events)) // an event id's earlier copy in this call, +1
-	var added []*streamCall
-	for _, sc := range calls {
-		if err := b.lookedUp(ctx, events, sc, res); err {
-			continue
-		}
-		seen := map[string]int{}
-		n := 0
-		for j, i := range sc.idx {
-			e := &events[i]
-			if id, ok := foundID(sc.looks, j); ok {
-				res[i] = result(e, id, true)
-				continue
+	if b.cfg.NoDedup {
+		cmds := make([]*redis.Cmd, len(events))
+		for i, f := range fields {
+			if f != nil {
+				cmds[i] = pipe.Do(ctx, f...) // the whole XADD, built by message
 			}
-			if f, ok := seen[e.EventID]; ok {
-				first[i] = f + 1
-				continue
-			}
-			seen[e.EventID] = i
-			adds[i] = tx.Do(ctx, xadds[i]...)
-			marks[i] = tx.HSetNX(ctx, sc.keys[1], e.EventID, "")
-			n++
 		}
-		if n > 0 {
-			tx.ExpireAt(ctx, sc.keys[1], time.Unix(sc.expireAt, 0))
-			added = append(added, sc)
+		if pipe.Len() == 0 {
+			return
 		}
-	}
-	if tx.Len() == 0 {
-		return
-	}
-	_, _ = tx.Exec(ctx) // on EXECABORT or a broken connection every command carries the error
-
-	fix := b.rdb.Pipeline()
-	forgets := make([]*redis.IntCmd, len(events))
-	winners := make([]*redis.StringCmd, len(events))
-	for _, sc := range added {
-		record := make([]any, 0, 2*len(sc.idx))
-		for _, i := range sc.idx {
-			c := adds[i]
+		_, _ = pipe.Exec(ctx) // each command carries its own reply or error
+		for i, c := range cmds {
 			if c == nil {
 				continue
 			}
-			e := &events[i]
-			ours := marks[i].Err() == nil && marks[i].Val()
 			if err := c.Err(); err != nil {
-				res[i].Err = b.classify(ctx, e, err)
-				if ours {
-					// Redis ran the transaction and refused this XADD:
-					// its id was recorded all the same
-					forgets[i] = fix.HDel(ctx, sc.keys[1], e.EventID)
-				}
+				res[i].Err = b.classify(ctx, &events[i], err)
 				continue
 			}
 			id, _ := c.Text()
-			if marks[i].Err() == nil && !ours {
-				// Another publish of the same event recorded its id
-				// between this call's lookup and its transaction: that
-				// one's entry stands, this copy goes.
-				fix.XDel(ctx, e.Topic, id)
-				winners[i] = fix.HGet(ctx, sc.keys[1], e.EventID)
+			res[i] = result(&events[i], id, false)
+		}
+		return
+	}
+	groups := b.groups(events, fields)
+	if len(groups) == 0 {
+		return
+	}
+	cmds := make([]*redis.Cmd, len(groups))
+	now := time.Now().Unix()
+	for g, idx := range groups {
+		stream := events[idx[0]].Topic
+		keys, expireAt := b.dedupKeys(stream, now)
+		n := 3 + len(idx)
+		for _, i := range idx {
+			n += 2 + len(fields[i])
+		}
+		args := make([]any, 0, n)
+		args = append(args, expireAt, b.maxLen, len(idx))
+		for _, i := range idx {
+			args = append(args, events[i].EventID)
+		}
+		for _, i := range idx {
+			args = append(args, len(fields[i]), events[i].Key)
+			args = append(args, fields[i]...)
+		}
+		cmds[g] = pipe.EvalSha(ctx, addScriptSHA, keys, args...)
+	}
+	_, _ = pipe.Exec(ctx)
+	var lost [][]any
+	for g, c := range cmds {
+		idx := groups[g]
+		if err := c.Err(); err != nil {
+			if !again && redis.HasErrorPrefix(err, "NOSCRIPT") {
+				if lost == nil {
+					lost = make([][]any, len(events))
+				}
+				for _, i := range idx {
+					lost[i] = fields[i]
+				}
 				continue
 			}
-			res[i] = result(e, id, false)
-			record = append(record, e.EventID, id)
-		}
-		if len(record) > 0 {
-			fix.HSet(ctx, sc.keys[1], record...)
-		}
-	}
-	if fix.Len() > 0 {
-		b.fixUp(ctx, fix, events, winners, forgets, res)
-	}
-	for i, f := range first {
-		if f > 0 {
-			if r := res[f-1]; r.Err != nil {
-				res[i].Err = r.Err
-			} else {
-				res[i] = result(&events[i], r.ID, true)
+			for _, i := range idx {
+				res[i].Err = b.classify(ctx, &events[i], err)
 			}
+			continue
 		}
+		b.groupReply(events, idx, c.Val(), res)
+	}
+	if lost != nil {
+		if err := b.rdb.ScriptLoad(ctx, addScript).Err(); err != nil {
+			for i := range lost {
+				if lost[i] != nil {
+					res[i].Err = b.classify(ctx, &events[i], fmt.Errorf("loading the dedup script: %w", err))
+				}
+			}
+			return
+		}
+		b.send(ctx, events, lost, res, true)
 	}
 }
 
-// fixUp runs step 3 of sendDedup and reads its replies.
-func (b *Broker) fixUp(ctx context.Context, fix redis.Pipeliner, events []outbox.Event, winners []*redis.StringCmd, forgets []*redis.IntCmd, res []broker.Result) {
-	// The entry ids only complete later duplicates' results; a failure to
-	// forget an id matters, and is said in the event's error.
-	_, _ = fix.Exec(ctx)
-	for i, w := range winners {
-		if w != nil {
-			// the first copy's entry id, "" while its publish has not
-			// written it yet
-			res[i] = result(&events[i], w.Val(), true)
+// groups splits the sendable events into runs of the script: consecutive
+// events of one stream, at most maxGroup each. Events of one stream keep
+// their order across its groups, which run in pipeline order.
+func (b *Broker) groups(events []outbox.Event, fields [][]any) [][]int {
+	var out [][]int
+	open := map[string]int{} // stream → index in out of its group being filled
+	for i, f := range fields {
+		if f == nil {
+			continue
 		}
-	}
-	for i, c := range forgets {
-		if c != nil && c.Err() != nil {
-			res[i].Err = fmt.Errorf("%w; and its event id stayed recorded in %s (%v): delete that field before requeueing the event, or a publish within the dedup window is taken for a duplicate", res[i].Err, c.Args()[1], c.Err())
+		g, ok := open[events[i].Topic]
+		if !ok || len(out[g]) == maxGroup {
+			g = len(out)
+			out = append(out, make([]int, 0, min(maxGroup, len(events)-i)))
+			open[events[i].Topic] = g
 		}
+		out[g] = append(out[g], i)
 	}
+	return out
 }
 
-// lookedUp reads step 1's replies for sc: it reports true, with every
-// event of sc failed, when the stream is not a stream or a lookup failed.
-func (b *Broker) lookedUp(ctx context.Context, events []outbox.Event, sc *streamCall, res []broker.Result) bool {
-	err := sc.typ.Err()
-	if err == nil {
-		if t := sc.typ.Val(); t != "stream" && t != "none" {
-			err = redisError("WRONGTYPE the key holds a " + t)
+// groupReply reads one run of the script's per-event answers.
+func (b *Broker) groupReply(events []outbox.Event, idx []int, val any, res []broker.Result) {
+	arr, _ := val.([]any)
+	for j, i := range idx {
+		e := &events[i]
+		var pair []any
+		if j < len(arr) {
+			pair, _ = arr[j].([]any)
+		}
+		var code int64
+		var text string
+		ok := len(pair) == 2
+		if ok {
+			code, ok = pair[0].(int64)
+			text, _ = pair[1].(string)
+		}
+		switch {
+		case !ok:
+			res[i].Err = fmt.Errorf("redisbroker: event %s on %q: unexpected reply %v from the dedup script; was it stored? retry later", e.EventID, e.Topic, val)
+		case code == 0 || code == 1:
+			res[i] = result(e, text, code == 1)
+		case code == 2:
+			res[i].Err = b.classify(context.Background(), e, redisError(text))
+		default:
+			res[i].Err = fmt.Errorf("redisbroker: event %s on %q not added: an earlier event of its key in the batch was refused, and a key's events go in order; retry later", e.EventID, e.Topic)
 		}
 	}
-	for _, l := range sc.looks {
-		if err == nil {
-			err = l.Err()
-		}
-	}
-	if err == nil {
-		return false
-	}
-	for _, i := range sc.idx {
-		res[i].Err = b.classify(ctx, &events[i], err)
-	}
-	return true
-}
-
-// foundID is the j-th id's value in the first hash that holds it.
-func foundID(looks []*redis.SliceCmd, j int) (string, bool) {
-	for _, l := range looks {
-		if v := l.Val(); j < len(v) && v[j] != nil {
-			s, _ := v[j].(string)
-			return s, true
-		}
-	}
-	return "", false
 }
 
 // redisError is an error reply the script passed on as text.
@@ -379,8 +357,8 @@ func (b *Broker) classify(ctx context.Context, e *outbox.Event, err error) error
 	return fmt.Errorf("redisbroker: event %s on %q not confirmed: %w (%w); it reconnects by itself, retry later", e.EventID, e.Topic, err, broker.ErrUnavailable)
 }
 
-// message returns the XADD command that adds e: the stream, MAXLEN when
-// set, and e's fields and values, in order.
+// message returns e's fields and values, in order; with NoDedup, the whole
+// XADD command that adds them.
 func (b *Broker) message(e *outbox.Event) ([]any, error) {
 	if err := broker.CheckEvent(broker.Redis, e); err != nil {
 		return nil, broker.Permanent(fmt.Errorf("redisbroker: event %s: %w", e.EventID, err))
@@ -393,11 +371,13 @@ func (b *Broker) message(e *outbox.Event) ([]any, error) {
 	}
 	var attrs [9]broker.Attribute
 	args := make([]any, 0, 6+2+2*(len(attrs)+len(e.Headers)))
-	args = append(args, "xadd", e.Topic)
-	if b.cfg.MaxLen > 0 {
-		args = append(args, "maxlen", "~", b.maxLenArg)
+	if b.cfg.NoDedup {
+		args = append(args, "xadd", e.Topic)
+		if b.cfg.MaxLen > 0 {
+			args = append(args, "maxlen", "~", b.maxLenArg)
+		}
+		args = append(args, "*")
 	}
-	args = append(args, "*")
 	args = append(args, FieldData, e.Payload)
 	size := len(FieldData) + len(e.Payload)
 	for _, a := range broker.AppendCloudEventAttributes(attrs[:0], e, b.cfg.Source) {
@@ -427,7 +407,7 @@ func tooLarge(id string, payload, fields, limit int) error {
 		id, payload, fields, payload+fields, limit, outbox.ErrPayloadTooLarge)
 }
 
-// dedupKeys returns the keys a publish to stream reads and writes at Unix time now: the
+// dedupKeys returns the script's keys for stream at Unix time now: the
 // stream, then the hashes of the current and the dedupBuckets earlier
 // slices of the window, named <prefix>{<stream's hash tag>}:<slice
 // length>:<slice number> so they share the stream's Redis Cluster hash

@@ -116,6 +116,8 @@ type Broker struct {
 	cfg   Config
 	owned bool  // Dial made rdb, so Close closes it
 	slice int64 // seconds of one slice of the dedup window
+	// maxLen is MaxLen for the script ("0": no trimming)
+	maxLen string
 	// maxLenArg and sourceArg are MaxLen and Source boxed once, for XADD
 	maxLenArg, sourceArg any
 
@@ -141,6 +143,7 @@ func newBroker(rdb redis.UniversalClient, cfg Config, owned bool) *Broker {
 	return &Broker{
 		rdb: rdb, cfg: cfg, owned: owned,
 		slice:     max(int64((cfg.DedupWindow+time.Second-1)/time.Second)/dedupBuckets, 1),
+		maxLen:    strconv.FormatInt(cfg.MaxLen, 10),
 		maxLenArg: cfg.MaxLen, sourceArg: cfg.Source,
 	}
 }

@@ -37,6 +37,15 @@ func (t tables) cdcArgs() []string {
 // the same transaction as each write, so now() is the instant it checked.
 // (The function names <table>_cdc, which the relays create; PL/pgSQL
 // resolves it when it runs.)
+//
+// The probe sees row changes only. The source's other fenced write, the
+// pg_terminate_backend of a stale walsender, changes no row, so a
+// termination by a process that did not hold the lease would go unseen
+// here; it runs behind the same lease check (locked lease row, owner,
+// epoch and expiry in the same transaction), which the source's own test
+// TestStaleHolderLeavesTheNewStreamAlone exercises on a real server. The
+// relays log each termination with their owner and epoch ("terminated its
+// walsender"), which a failed run's history shows.
 func (t tables) installCDCFence(ctx context.Context, db *sql.DB, prefix string) error {
 	state := t.cdcState()
 	stmts := []string{

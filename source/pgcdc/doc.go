@@ -55,8 +55,16 @@
 // them (recover_lsn, set before the slot is created, cleared once they are
 // acknowledged): a process that takes the slot over while the mark is set
 // reads the NEW rows again, in a snapshot of its own, and delivers them
-// before it streams (rows committed after the slot's start come again from
-// the stream, as duplicates with the same event ids). In table-less mode the
+// before it streams. That read cannot tell the rows committed before the
+// slot's start from later ones (a row carries no commit position), so every
+// row still NEW then is delivered, and those committed after the slot's
+// start come again from the stream, which replays from the slot's
+// confirmed position: duplicates with the same event ids, at most the rows
+// committed after the slot's start and not yet acknowledged when the
+// takeover happens (the previous holder's unacknowledged window plus what
+// was committed while nobody streamed). It costs only while the mark is
+// set, that is when a process is taken over before the pre-slot rows were
+// all acknowledged. In table-less mode the
 // events live only in the WAL, so a lost slot cannot be recovered: Start
 // fails with ErrSlotLost, naming `outbox cdc drop-slot --force`. DropSlot
 // refuses while events are undelivered unless forced.
@@ -75,8 +83,13 @@
 // between the new holder's check and its START_REPLICATION is terminated by
 // the new holder's retry, and confirms only what it delivered itself.)
 //
-// Relays that start at the same moment may run Setup together; the
-// creations it loses to another process are not errors. A relay that
+// Relays that start at the same moment may run Setup together: Setup runs
+// in a transaction that holds an advisory lock keyed on <table>_cdc, so
+// they run one after the other, and a creation still lost to another
+// process is retried, not an error. Setup takes no lock on an up-to-date
+// <table>_cdc (it adds a missing column only, waiting at most 5s for the
+// table's lock), so a long transaction on it does not queue Setup, nor the
+// holder's lease renewals behind Setup. A relay that
 // waits for the lease rides out a lost connection (the server restarted,
 // its session terminated).
 //

@@ -55,23 +55,17 @@ func Setup(ctx context.Context, pool *pgxpool.Pool, cfg Config) error {
 			return fmt.Errorf("pgcdc: setup: %w", store.ErrNotMigrated)
 		}
 	}
-	if _, err := pool.Exec(ctx, `CREATE TABLE IF NOT EXISTS `+n.state+` (
-	slot        TEXT        PRIMARY KEY,
-	owner       TEXT        NOT NULL DEFAULT '',
-	epoch       BIGINT      NOT NULL DEFAULT 0,
-	lease_until TIMESTAMPTZ,
-	slot_lsn    TEXT        NOT NULL DEFAULT '',
-	recover_lsn TEXT        NOT NULL DEFAULT ''
-)`); err != nil && !createdMeanwhile(err) {
-		return fmt.Errorf("pgcdc: setup: creating %s: %w", n.state, err)
-	}
-	// recover_lsn (added after the first release): set while the rows
-	// committed before the slot's start are not all delivered
-	if _, err := pool.Exec(ctx, `ALTER TABLE `+n.state+` ADD COLUMN IF NOT EXISTS recover_lsn TEXT NOT NULL DEFAULT ''`); err != nil && !createdMeanwhile(err) {
-		return fmt.Errorf("pgcdc: setup: upgrading %s: %w", n.state, err)
-	}
-	if err := ensurePublication(ctx, pool, cfg, n); err != nil {
-		return err
+	// a creation that still collides (a process that is not a Setup of
+	// this table created the same object meanwhile) aborts the
+	// transaction; the next attempt finds the object
+	for attempt := 1; ; attempt++ {
+		err := setupTables(ctx, pool, cfg, n)
+		if err == nil {
+			break
+		}
+		if attempt == 3 || !createdMeanwhile(err) {
+			return err
+		}
 	}
 	if cfg.TableLess {
 		ps, err := pgstore.New(pool, pgstore.Config{Options: store.Options{Table: cfg.Table + "_parked", Schema: cfg.Schema}, DisableNotify: true, VacuumAfter: -1})
@@ -86,10 +80,69 @@ func Setup(ctx context.Context, pool *pgxpool.Pool, cfg Config) error {
 	return nil
 }
 
-// createdMeanwhile reports whether a CREATE … IF NOT EXISTS failed because
-// another process created the same object at the same moment (relays that
-// start together): IF NOT EXISTS does not cover a concurrent creation,
-// which fails on the catalog's unique index instead.
+// setupLockTimeout bounds how long Setup waits for the state table's lock
+// when it must add a column: a long transaction on <table>_cdc must not
+// make it queue for ACCESS EXCLUSIVE, which would block every later lock
+// on the table (the lease renewals of the running holder) behind it.
+const setupLockTimeout = "5s"
+
+// setupTables creates the state table and the publication, and adds the
+// columns of later releases to an older state table, in one transaction
+// that holds an advisory lock keyed on the state table: Setups of the same
+// table (relays started together) run one after the other, so none fails
+// on a creation another one made at the same moment.
+func setupTables(ctx context.Context, pool *pgxpool.Pool, cfg Config, n names) error {
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		return fmt.Errorf("pgcdc: setup: %w", err)
+	}
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+	if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock(hashtext('outbox pgcdc setup ' || $1))", n.state); err != nil {
+		return fmt.Errorf("pgcdc: setup: taking the set-up lock: %w", err)
+	}
+	if _, err := tx.Exec(ctx, `CREATE TABLE IF NOT EXISTS `+n.state+` (
+	slot        TEXT        PRIMARY KEY,
+	owner       TEXT        NOT NULL DEFAULT '',
+	epoch       BIGINT      NOT NULL DEFAULT 0,
+	lease_until TIMESTAMPTZ,
+	slot_lsn    TEXT        NOT NULL DEFAULT '',
+	recover_lsn TEXT        NOT NULL DEFAULT ''
+)`); err != nil {
+		return fmt.Errorf("pgcdc: setup: creating %s: %w", n.state, err)
+	}
+	// recover_lsn (added after the first release): set while the rows
+	// committed before the slot's start are not all delivered. Checked
+	// first: ALTER TABLE takes ACCESS EXCLUSIVE even when the column exists.
+	var has bool
+	if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = to_regclass($1) AND attname = 'recover_lsn' AND NOT attisdropped)`,
+		n.state).Scan(&has); err != nil {
+		return fmt.Errorf("pgcdc: setup: %w", err)
+	}
+	if !has {
+		if _, err := tx.Exec(ctx, "SET LOCAL lock_timeout = '"+setupLockTimeout+"'"); err != nil {
+			return fmt.Errorf("pgcdc: setup: %w", err)
+		}
+		if _, err := tx.Exec(ctx, `ALTER TABLE `+n.state+` ADD COLUMN IF NOT EXISTS recover_lsn TEXT NOT NULL DEFAULT ''`); err != nil {
+			var pgErr *pgconn.PgError
+			if errors.As(err, &pgErr) && pgErr.Code == "55P03" {
+				return fmt.Errorf("pgcdc: setup: upgrading %s: a transaction holds a lock on it for more than %s (see pg_locks); end it and start again: %w", n.state, setupLockTimeout, err)
+			}
+			return fmt.Errorf("pgcdc: setup: upgrading %s: %w", n.state, err)
+		}
+	}
+	if err := ensurePublication(ctx, tx, cfg, n); err != nil {
+		return err
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return fmt.Errorf("pgcdc: setup: %w", err)
+	}
+	return nil
+}
+
+// createdMeanwhile reports whether a CREATE failed because another process
+// created the same object at the same moment: IF NOT EXISTS does not cover
+// a concurrent creation, which fails on the catalog's unique index (23505)
+// or as a duplicate object (42P07, 42710).
 func createdMeanwhile(err error) bool {
 	var pgErr *pgconn.PgError
 	return errors.As(err, &pgErr) && (pgErr.Code == "23505" || pgErr.Code == "42P07" || pgErr.Code == "42710")
@@ -97,9 +150,9 @@ func createdMeanwhile(err error) bool {
 
 // ensurePublication creates the publication unless it exists, and checks
 // that an existing one publishes the table (table mode).
-func ensurePublication(ctx context.Context, pool *pgxpool.Pool, cfg Config, n names) error {
+func ensurePublication(ctx context.Context, tx pgx.Tx, cfg Config, n names) error {
 	var exists bool
-	if err := pool.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_publication WHERE pubname = $1)", cfg.Publication).Scan(&exists); err != nil {
+	if err := tx.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_publication WHERE pubname = $1)", cfg.Publication).Scan(&exists); err != nil {
 		return fmt.Errorf("pgcdc: setup: %w", err)
 	}
 	if !exists {
@@ -109,18 +162,15 @@ func ensurePublication(ctx context.Context, pool *pgxpool.Pool, cfg Config, n na
 			// NEW with an UPDATE; the source's own DELETEs need not come
 			stmt += " FOR TABLE " + n.table + " WITH (publish = 'insert, update')"
 		}
-		if _, err := pool.Exec(ctx, stmt); err != nil {
-			var pgErr *pgconn.PgError
-			if !errors.As(err, &pgErr) || pgErr.Code != "42710" { // created meanwhile by another process
-				return fmt.Errorf("pgcdc: setup: creating publication %s: %w", cfg.Publication, err)
-			}
+		if _, err := tx.Exec(ctx, stmt); err != nil {
+			return fmt.Errorf("pgcdc: setup: creating publication %s: %w", cfg.Publication, err)
 		}
 	}
 	if cfg.TableLess {
 		return nil
 	}
 	var has bool
-	if err := pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_publication_tables WHERE pubname = $1 AND schemaname = COALESCE(NULLIF($2, ''), current_schema()) AND tablename = $3)`,
+	if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_publication_tables WHERE pubname = $1 AND schemaname = COALESCE(NULLIF($2, ''), current_schema()) AND tablename = $3)`,
 		cfg.Publication, cfg.Schema, cfg.Table).Scan(&has); err != nil {
 		return fmt.Errorf("pgcdc: setup: %w", err)
 	}

@@ -156,7 +156,7 @@ func (s *Source) ensureSlot(ctx context.Context, conn *pgconn.PgConn) error {
 			}
 			return err
 		}
-		s.log.Warn("outbox cdc: the slot was streamed by a process that lost the lease; terminated its walsender", "slot", s.cfg.Slot, "pid", si.activePID)
+		s.log.Warn("outbox cdc: the slot was streamed by a process that lost the lease; terminated its walsender", "slot", s.cfg.Slot, "pid", si.activePID, "owner", s.cfg.Owner, "epoch", s.epoch)
 		for i := 0; i < 100 && si.exists && si.active; i++ {
 			time.Sleep(100 * time.Millisecond)
 			if si, err = readSlot(ctx, s.pool, s.cfg.Slot); err != nil {

@@ -29,7 +29,10 @@ const (
 // negative ones are refused by New.
 type Config struct {
 	// Owner names this relay in leases; default host-pid-random. Must be
-	// unique among running relays.
+	// unique among running relays. With Ownership, a name given here gets
+	// "~" and 8 random hex digits appended (Relay.Owner says the result),
+	// so that a process restarted under the same name is a new owner and
+	// waits for the claims of the one that died.
 	Owner string
 	// BatchSize is the most events claimed at once; default 500. Memory is
 	// bounded by 2 × Workers × BatchSize × the largest payload: each worker
@@ -98,9 +101,10 @@ type BatchReport struct {
 func (c Config) normalize() (Config, error) {
 	if c.Owner == "" {
 		c.Owner = defaultOwner()
-	}
-	if len(c.Owner) > 64 {
+	} else if len(c.Owner) > 64 {
 		return c, fmt.Errorf("relay: Owner %q is longer than 64 characters", c.Owner)
+	} else if c.Ownership {
+		c.Owner = incarnation(c.Owner)
 	}
 	for _, f := range []struct {
 		name string
@@ -159,6 +163,21 @@ func (c Config) normalize() (Config, error) {
 		}
 	}
 	return c, nil
+}
+
+// incarnation makes a chosen Owner name unique to this process for
+// ordering by ownership: name~8 hex digits (the name cut to 55 bytes).
+// A process restarted under the same name would otherwise inherit its
+// shards at once, while the claims of the process that died are still
+// leased, and could publish a key's later events before those claims
+// expire and their earlier events go out again.
+func incarnation(name string) string {
+	if len(name) > 55 {
+		name = name[:55]
+	}
+	b := make([]byte, 4)
+	_, _ = rand.Read(b)
+	return name + "~" + hex.EncodeToString(b)
 }
 
 func defaultOwner() string {

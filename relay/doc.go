@@ -70,12 +70,12 @@
 // store/pgstore ownedorder_test.go.)
 //
 // With Config.Ownership and a store that implements store.Owned (SQLite,
-// PostgreSQL; MariaDB when it is ported), the relay does not rely on the store to
+// PostgreSQL, MariaDB), the relay does not rely on the store to
 // exclude keys in flight; it owns part of the table instead, like a
 // consumer of a Kafka consumer group owns partitions:
 //
 //   - Shards. The database puts each row in one of a fixed number of
-//     shards by a hash of its key (keyless rows by id): 64 on PostgreSQL
+//     shards by a hash of its key (keyless rows by id on PostgreSQL): 64 on PostgreSQL
 //     and MariaDB, one on SQLite, which has a single writer anyway. All of
 //     a key's rows are in one shard.
 //   - Leases. A balance loop heartbeats every LeaseFor/3 (store.Owned's

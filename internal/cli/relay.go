@@ -54,7 +54,7 @@ func runRelay(ctx context.Context, e env, args []string) error {
 	f.intFlag(&cfg.MaxAttempts, "max-attempts", 25, 1, noMax, "failed attempts before an event goes DEAD")
 	f.durationFlag(&cfg.BackoffBase, "backoff", time.Second, time.Millisecond, "first retry delay (doubles, full jitter)")
 	f.durationFlag(&cfg.BackoffMax, "backoff-max", 10*time.Minute, time.Millisecond, "largest retry delay (at least --backoff)")
-	f.StringVar(&cfg.Owner, "owner", "", "relay name in leases, at most 64 characters (default host-pid-random)")
+	f.StringVar(&cfg.Owner, "owner", "", "relay name in leases, at most 64 characters (default host-pid-random; with --ownership a given name gets ~ and 8 random hex digits, one per process)")
 	deadKeys := f.String("dead-keys", "hold", "after a DEAD event: hold its key's later events (hold) or let them flow (skip)")
 	ownership := f.Bool("ownership", false, "engine v2, experimental: order by shard ownership (PostgreSQL, MariaDB, SQLite) instead of by exclusion")
 	var keepSent time.Duration

@@ -1,0 +1,80 @@
+package relay_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	outbox "github.com/outbox-go/outbox"
+	"github.com/outbox-go/outbox/broker/membroker"
+	"github.com/outbox-go/outbox/internal/teststores"
+	"github.com/outbox-go/outbox/relay"
+	"github.com/outbox-go/outbox/store"
+)
+
+// A relay process that died holding a claim, restarted under the same
+// Owner name: the new process must not publish the key's later events
+// before the dead one's claimed (earlier) events, which come back only when
+// that claim's lease expires. The new process is a new owner (its name
+// gets an incarnation suffix), so it waits for the old shard and claim
+// leases like any other relay.
+func TestOwnedRestartUnderTheSameOwnerKeepsKeyOrder(t *testing.T) {
+	forOwnedStores(t, func(t *testing.T, o teststores.Opened) {
+		st := o.Store
+		own := store.OwnedFor(st)
+		msgs := make([]outbox.Message, 5)
+		for i := range msgs {
+			msgs[i] = outbox.Message{Topic: "t", Key: "k", Type: "Bumped", Payload: fmt.Appendf(nil, "k#%d", i+1)}
+		}
+		if err := st.Enqueue(context.Background(), msgs...); err != nil {
+			t.Fatal(err)
+		}
+		// The process that died: it took the shards and claimed k#1, then
+		// stopped answering (its leases run out in 2 s).
+		ctx := context.Background()
+		const lease = 2 * time.Second
+		ship, err := own.Balance(ctx, store.BalanceRequest{Owner: "relay-x", LeaseFor: lease})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var shards []store.ShardLease
+		for _, sh := range ship.Held {
+			if !sh.Revoke {
+				shards = append(shards, sh)
+			}
+		}
+		c, err := own.ClaimOwned(ctx, store.OwnedClaimRequest{
+			ClaimRequest: store.ClaimRequest{Lease: store.Lease{Owner: "relay-x", Epoch: 1}, Limit: 1, LeaseFor: lease},
+			Shards:       shards,
+		})
+		if err != nil || len(c.Events) != 1 {
+			t.Fatalf("the dead process's claim: %d events, %v; want 1", len(c.Events), err)
+		}
+		// Restarted under the same name.
+		mb := newMem(t, membroker.Config{})
+		cfg := ownedConfig()
+		cfg.Owner = "relay-x"
+		r, _ := run(t, st, mb, cfg)
+		if got := r.Owner(); !strings.HasPrefix(got, "relay-x~") || len(got) != len("relay-x~")+8 {
+			t.Errorf("Owner() = %q, want relay-x~ and 8 hex digits", got)
+		}
+		waitFor(t, "delivery", 30*time.Second, func() bool { return pending(t, st).Pending() == 0 })
+		checkDelivered(t, msgs, mb.Events("t"))
+	})
+}
+
+// An Owner given without Ownership is used as it is.
+func TestOwnerKeptWithoutOwnership(t *testing.T) {
+	st := teststores.Open(t, "sqlite", store.Options{}).Store
+	cfg := fastConfig()
+	cfg.Owner = "relay-y"
+	r, err := relay.New(st, newMem(t, membroker.Config{}), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Owner() != "relay-y" {
+		t.Errorf("Owner() = %q, want relay-y", r.Owner())
+	}
+}

@@ -6,6 +6,7 @@ package retry
 
 import (
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"time"
 
@@ -28,6 +29,9 @@ func Backoff(base, limit time.Duration, attempt int) time.Duration {
 func Jitter(d time.Duration) time.Duration {
 	if d <= 0 {
 		return 0
+	}
+	if d == math.MaxInt64 {
+		d-- // d+1 would overflow
 	}
 	return time.Duration(rand.Int64N(int64(d) + 1))
 }

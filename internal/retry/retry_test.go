@@ -45,3 +45,9 @@ func TestDead(t *testing.T) {
 		t.Error("DEAD before the last attempt")
 	}
 }
+
+func TestJitterOfTheLongestDuration(t *testing.T) {
+	if d := Jitter(time.Duration(math.MaxInt64)); d < 0 {
+		t.Fatalf("Jitter(MaxInt64) = %v", d)
+	}
+}

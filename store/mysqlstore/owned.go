@@ -43,6 +43,17 @@ const maxDeadlockRetries = 5
 
 // deadlock reports whether err is InnoDB's deadlock error (1213), after
 // which the transaction was rolled back.
+// afterCommit marks a claim error that came after the claim's transaction
+// committed (or while its commit's outcome was unknown): its rows may be
+// claimed under the lease, so the claim must not run again under it.
+type afterCommit struct{ err error }
+
+func (e *afterCommit) Error() string { return e.err.Error() }
+func (e *afterCommit) Unwrap() error { return e.err }
+
+// sweepTimeout bounds Balance's orphan sweep.
+const sweepTimeout = 500 * time.Millisecond
+
 func deadlock(err error) bool {
 	var me *mysql.MySQLError
 	return errors.As(err, &me) && me.Number == 1213
@@ -194,7 +205,8 @@ func dueSQL(p string) string {
 func (s *Store) ClaimOwned(ctx context.Context, req store.OwnedClaimRequest) (store.Claim, error) {
 	for round, deadlocks := 1, 0; ; round++ {
 		c, parked, err := s.claimOwned(ctx, req, nil)
-		if deadlock(err) && deadlocks < maxDeadlockRetries && ctx.Err() == nil {
+		var done *afterCommit
+		if deadlock(err) && !errors.As(err, &done) && deadlocks < maxDeadlockRetries && ctx.Err() == nil {
 			// InnoDB rolled the claim back (a Balance taking a shard
 			// locked the rows in another order): run it again.
 			deadlocks++
@@ -508,8 +520,9 @@ func (s *Store) claimOwned(ctx context.Context, req store.OwnedClaimRequest, rea
 	}
 	committed = true
 	if err := tx.Commit(); err != nil {
-		// The commit's outcome is unknown: no ErrNothingClaimed.
-		return store.Claim{Lease: req.Lease}, 0, wrap("claim: commit", err)
+		// The commit's outcome is unknown: no ErrNothingClaimed, and no
+		// second run under the same lease.
+		return store.Claim{Lease: req.Lease}, 0, &afterCommit{wrap("claim: commit", err)}
 	}
 	if parked > 0 && len(c.Events) == 0 {
 		return c, parked, nil
@@ -518,7 +531,10 @@ func (s *Store) claimOwned(ctx context.Context, req store.OwnedClaimRequest, rea
 		return c, parked, nil
 	}
 	if c.Events, err = store.Screen(ctx, c.Lease, c.Events, bad, req.HoldDeadKeys, s.Bury, s.Release); err != nil {
-		return store.Claim{Lease: req.Lease}, parked, fmt.Errorf("mysqlstore: claim: %w", err)
+		// The claim is committed: running it again under the same lease
+		// would leave these rows claimed and unseen (a deadlock here must
+		// not be retried by ClaimOwned).
+		return store.Claim{Lease: req.Lease}, parked, &afterCommit{fmt.Errorf("mysqlstore: claim: %w", err)}
 	}
 	return c, parked, nil
 }
@@ -631,9 +647,12 @@ func (s *Store) Balance(ctx context.Context, req store.BalanceRequest) (store.Ow
 			return store.Ownership{Shards: numShards}, wrap("balance", err)
 		}
 	}
-	if err := s.sweep(ctx, req.HoldDeadKeys); err != nil {
-		return store.Ownership{Shards: numShards}, wrap("balance: sweep", err)
-	}
+	// The heartbeat stands whatever the orphan sweep does: it runs under a
+	// short deadline of its own (its UPDATEs may wait on locked rows), and
+	// one that fails is tried again by the next heartbeat.
+	sctx, cancel := context.WithTimeout(ctx, sweepTimeout)
+	_ = s.sweep(sctx, req.HoldDeadKeys)
+	cancel()
 	return own, nil
 }
 

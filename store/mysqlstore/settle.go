@@ -244,6 +244,12 @@ func (s *Store) Bury(ctx context.Context, lease store.Lease, burials []store.Bur
 			reason[b.ID] = b.Error
 		}
 	}
+	return s.unparkAfter(ctx, "bury", ids, func() error {
+		return s.bury(ctx, lease, ids, reason)
+	})
+}
+
+func (s *Store) bury(ctx context.Context, lease store.Lease, ids []int64, reason map[int64]string) error {
 	return s.leased(ctx, "bury", len(ids), func(part []int64) (string, []any) {
 		var b strings.Builder
 		args := make([]any, 0, len(part)*2+2)
@@ -265,8 +271,31 @@ func (s *Store) Release(ctx context.Context, lease store.Lease, ids []int64) err
 	if len(ids) == 0 {
 		return nil
 	}
-	return s.leased(ctx, "release", len(ids), func(part []int64) (string, []any) {
-		return "UPDATE " + s.table + byID + " SET status = 'NEW', lease_owner = '', lease_until = NULL WHERE id IN (" + marks(len(part)) + ")" + leaseCheck + " AND lease_until > NOW(6)",
-			append(appendIDs(nil, part), lease.Owner, lease.Epoch)
-	}, ids)
+	return s.unparkAfter(ctx, "release", ids, func() error {
+		return s.leased(ctx, "release", len(ids), func(part []int64) (string, []any) {
+			return "UPDATE " + s.table + byID + " SET status = 'NEW', lease_owner = '', lease_until = NULL WHERE id IN (" + marks(len(part)) + ")" + leaseCheck + " AND lease_until > NOW(6)",
+				append(appendIDs(nil, part), lease.Owner, lease.Epoch)
+		}, ids)
+	})
+}
+
+// unparkAfter runs a settle of ids that makes their keys move on (bury,
+// release) and then unparks the rows parked behind those keys, as Ack
+// does, so that they wait for no sweep: the next claim decides again
+// whether anything still holds them.
+func (s *Store) unparkAfter(ctx context.Context, op string, ids []int64, settle func() error) error {
+	var keys []string
+	for _, part := range chunks(ids, maxIDsPerStatement) {
+		k, err := s.parkedKeys(ctx, byID, "o.id IN ("+marks(len(part))+")", appendIDs(nil, part)...)
+		if err != nil {
+			return wrap(op, err)
+		}
+		keys = append(keys, k...)
+	}
+	err := settle()
+	if uerr := s.unparkKeys(ctx, keys); uerr != nil && err == nil {
+		// The settle stands; Balance's sweep unparks what this missed.
+		return wrap(op+": unpark", uerr)
+	}
+	return err
 }

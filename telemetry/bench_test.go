@@ -7,8 +7,10 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -51,6 +53,10 @@ func (s *settled) OnSettle(_ context.Context, r relay.BatchReport) { s.n.Add(int
 //	go test -run XXX -bench TelemetryOverhead/all -benchtime 1x ./telemetry/
 //	go test -run XXX -bench TelemetryOverhead/traced -benchtime 1x ./telemetry/
 //
+// OUTBOX_BENCH_EVENTS (default 20,000) and OUTBOX_BENCH_ROUNDS (5 and 10)
+// set the drain size and the rounds: longer drains resolve smaller
+// differences on a quiet machine.
+//
 // "all-on" is what `outbox relay --metrics-addr … --otlp-endpoint …
 // --dashboard-addr …` runs: Metrics, State scraped every second, Tracing
 // (its default, a span per publish call) with the SDK's batch processor
@@ -71,12 +77,20 @@ func (s *settled) OnSettle(_ context.Context, r relay.BatchReport) { s.n.Add(int
 // event in the same round's off variant.
 func BenchmarkTelemetryOverhead(b *testing.B) {
 	b.Run("all", func(b *testing.B) {
-		overhead(b, 20_000, 5, []string{"off", "all-on", "off-traced", "all-on-traced", "on-traced-event"},
+		overhead(b, envInt("OUTBOX_BENCH_EVENTS", 20_000), envInt("OUTBOX_BENCH_ROUNDS", 5), []string{"off", "all-on", "off-traced", "all-on-traced", "on-traced-event"},
 			[][2]string{{"off", "all-on"}, {"off-traced", "all-on-traced"}, {"off-traced", "on-traced-event"}})
 	})
 	b.Run("traced", func(b *testing.B) {
-		overhead(b, 20_000, 10, []string{"off-traced", "all-on-traced"}, [][2]string{{"off-traced", "all-on-traced"}})
+		overhead(b, envInt("OUTBOX_BENCH_EVENTS", 20_000), envInt("OUTBOX_BENCH_ROUNDS", 10), []string{"off-traced", "all-on-traced"}, [][2]string{{"off-traced", "all-on-traced"}})
 	})
+}
+
+// envInt is the positive integer in the environment variable name, or def.
+func envInt(name string, def int) int {
+	if n, err := strconv.Atoi(os.Getenv(name)); err == nil && n > 0 {
+		return n
+	}
+	return def
 }
 
 func overhead(b *testing.B, events, rounds int, variants []string, pairs [][2]string) {

@@ -1,21 +1,14 @@
 package pgcdc
 
 import (
-	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"io"
 	"log/slog"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/outbox-go/outbox/internal/testenv"
 	"github.com/outbox-go/outbox/source"
-	"github.com/outbox-go/outbox/store"
-	"github.com/outbox-go/outbox/store/pgstore"
 )
 
 // The server streams a commit as soon as its WAL is flushed, before the
@@ -25,39 +18,12 @@ import (
 // stay NEW behind the slot for good. An open transaction whose rows are
 // "streamed" models that window: Ack waits for it, then deletes its rows.
 func TestAckWaitsForTheCommitToBeVisible(t *testing.T) {
-	url := testenv.Require(t, testenv.Postgres)
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	pool, err := pgxpool.New(ctx, url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close) // after the drops below (cleanups run last first)
-	if err := pool.Ping(ctx); err != nil {
-		testenv.Unavailable(t, testenv.Postgres, err)
-	}
-	b := make([]byte, 5)
-	_, _ = rand.Read(b)
-	table := "cdc_ack_" + hex.EncodeToString(b)
-	st, err := pgstore.New(pool, pgstore.Config{Options: store.Options{Table: table}, DisableNotify: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
-	if err := st.Migrate(ctx); err != nil {
-		t.Fatal(err)
-	}
+	ctx, pool, table, drop := internalFixture(t, "cdc_ack_")
 	s, err := New(pool, Config{Table: table, LeaseFor: 5 * time.Second, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
-		ctx := context.Background()
-		_, _ = pool.Exec(ctx, "DROP PUBLICATION IF EXISTS "+pgx.Identifier{s.cfg.Publication}.Sanitize())
-		for _, suffix := range []string{"", "_cdc", "_parked", "_archive", "_claims", "_migrations"} {
-			_, _ = pool.Exec(ctx, "DROP TABLE IF EXISTS "+pgx.Identifier{table + suffix}.Sanitize()+" CASCADE")
-		}
-	})
+	drop(s.cfg)
 	if err := Setup(ctx, pool, s.cfg); err != nil {
 		t.Fatal(err)
 	}

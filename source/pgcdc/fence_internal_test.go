@@ -2,21 +2,13 @@ package pgcdc
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"io"
 	"log/slog"
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
-
-	"github.com/outbox-go/outbox/internal/testenv"
 	"github.com/outbox-go/outbox/source"
-	"github.com/outbox-go/outbox/store"
-	"github.com/outbox-go/outbox/store/pgstore"
 )
 
 // A holder that stalled past its lease (A) and reconnects on waking must
@@ -24,53 +16,14 @@ import (
 // (B): ensureSlot checks the lease, in the transaction that terminates a
 // walsender, and A stops with source.ErrFenced while B streams on.
 func TestStaleHolderLeavesTheNewStreamAlone(t *testing.T) {
-	url := testenv.Require(t, testenv.Postgres)
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	pool, err := pgxpool.New(ctx, url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close) // after the drops below (cleanups run last first)
-	if err := pool.Ping(ctx); err != nil {
-		testenv.Unavailable(t, testenv.Postgres, err)
-	}
-	b := make([]byte, 5)
-	_, _ = rand.Read(b)
-	table := "cdc_fence_" + hex.EncodeToString(b)
-	st, err := pgstore.New(pool, pgstore.Config{Options: store.Options{Table: table}, DisableNotify: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
-	if err := st.Migrate(ctx); err != nil {
-		t.Fatal(err)
-	}
+	ctx, pool, table, drop := internalFixture(t, "cdc_fence_")
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	cfg := Config{Table: table, LeaseFor: 5 * time.Second, Heartbeat: -1, Logger: quiet}
 	a, err := New(pool, withOwner(cfg, "holder-a"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
-		ctx := context.Background()
-		for i := 0; i < 50; i++ {
-			si, err := readSlot(ctx, pool, a.cfg.Slot)
-			if err != nil || !si.exists {
-				break
-			}
-			if si.active {
-				_, _ = pool.Exec(ctx, "SELECT pg_terminate_backend($1)", si.activePID)
-				time.Sleep(100 * time.Millisecond)
-				continue
-			}
-			_, _ = pool.Exec(ctx, "SELECT pg_drop_replication_slot($1)", a.cfg.Slot)
-		}
-		_, _ = pool.Exec(ctx, "DROP PUBLICATION IF EXISTS "+pgx.Identifier{a.cfg.Publication}.Sanitize())
-		for _, suffix := range []string{"", "_cdc", "_parked", "_archive", "_claims", "_migrations", "_relays", "_shards"} {
-			_, _ = pool.Exec(ctx, "DROP TABLE IF EXISTS "+pgx.Identifier{table + suffix}.Sanitize()+" CASCADE")
-		}
-	})
+	drop(a.cfg)
 	if err := Setup(ctx, pool, a.cfg); err != nil {
 		t.Fatal(err)
 	}

@@ -32,7 +32,8 @@ type Config struct {
 	// unique among running relays. With Ownership, a name given here gets
 	// "~" and 8 random hex digits appended (Relay.Owner says the result),
 	// so that a process restarted under the same name is a new owner and
-	// waits for the claims of the one that died.
+	// waits for the claims of the one that died; a name that ends so
+	// already (a supervisor made it unique per process) is kept.
 	Owner string
 	// BatchSize is the most events claimed at once; default 500. Memory is
 	// bounded by 2 × Workers × BatchSize × the largest payload: each worker
@@ -172,12 +173,30 @@ func (c Config) normalize() (Config, error) {
 // leased, and could publish a key's later events before those claims
 // expire and their earlier events go out again.
 func incarnation(name string) string {
+	if hasIncarnation(name) {
+		return name // a supervisor made the name unique per process already
+	}
 	if len(name) > 55 {
 		name = name[:55]
 	}
 	b := make([]byte, 4)
 	_, _ = rand.Read(b)
 	return name + "~" + hex.EncodeToString(b)
+}
+
+// hasIncarnation reports whether name ends in "~" and 8 lower-case hex
+// digits.
+func hasIncarnation(name string) bool {
+	i := len(name) - 9
+	if i < 1 || name[i] != '~' {
+		return false
+	}
+	for _, c := range name[i+1:] {
+		if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return false
+		}
+	}
+	return true
 }
 
 func defaultOwner() string {

@@ -78,3 +78,20 @@ func TestOwnerKeptWithoutOwnership(t *testing.T) {
 		t.Errorf("Owner() = %q, want relay-y", r.Owner())
 	}
 }
+
+// A name that ends in ~ and 8 hex digits is unique per process already
+// (a supervisor made it so): it is kept.
+func TestOwnerWithAnIncarnationKept(t *testing.T) {
+	st := teststores.Open(t, "sqlite", store.Options{}).Store
+	for name, kept := range map[string]bool{"relay-y~0000002a": true, "relay-y~0000002A": false, "~0000002a": false, "relay-y~2a": false} {
+		cfg := ownedConfig()
+		cfg.Owner = name
+		r, err := relay.New(st, newMem(t, membroker.Config{}), cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := r.Owner() == name; got != kept {
+			t.Errorf("Owner %q became %q; kept = %v, want %v", name, r.Owner(), got, kept)
+		}
+	}
+}

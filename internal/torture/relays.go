@@ -12,7 +12,7 @@ import (
 // relaySet runs the relay processes and restarts any that exits without
 // being told to, as a process manager would.
 type relaySet struct {
-	prefix string                        // owner names are prefix-relay-<slot>-<generation>
+	prefix string                        // owner names are prefix-relay-<slot>-<generation>~<generation, 8 hex>
 	cmd    func(owner string) *exec.Cmd  // builds one relay process
 	logf   func(format string, a ...any) // progress
 
@@ -53,7 +53,9 @@ func (s *relaySet) start(i int) error {
 		s.mu.Unlock()
 		return nil
 	}
-	owner := fmt.Sprintf("%s-relay-%d-%d", s.prefix, i, s.gen)
+	// Unique per process already: the relay keeps a name that ends in ~
+	// and 8 hex digits, and the fencing probe matches it exactly.
+	owner := fmt.Sprintf("%s-relay-%d-%d~%08x", s.prefix, i, s.gen, s.gen)
 	s.gen++
 	s.mu.Unlock()
 	p := &relayProc{slot: i, owner: owner, done: make(chan struct{}), stderr: newTail(32 << 10)}

@@ -2,16 +2,14 @@ package mqttbroker_test
 
 import (
 	"context"
-	"fmt"
 	"io"
 	"log/slog"
-	"strconv"
 	"testing"
 	"time"
 
-	outbox "github.com/outbox-go/outbox"
 	"github.com/outbox-go/outbox/broker/mqttbroker"
 	"github.com/outbox-go/outbox/inbox/mqttmsg"
+	"github.com/outbox-go/outbox/internal/e2echeck"
 	"github.com/outbox-go/outbox/internal/teststores"
 	"github.com/outbox-go/outbox/internal/torture"
 	"github.com/outbox-go/outbox/relay"
@@ -36,25 +34,10 @@ func TestRelayEndToEnd(t *testing.T) {
 	s := subscribe(t, addr, topic)
 
 	const n, keys = 3000, 30
-	msgs := make([]outbox.Message, n)
-	for i := range msgs {
-		key := fmt.Sprintf("order-%d", i%keys)
-		if i%11 == 0 {
-			key = ""
-		}
-		msgs[i] = outbox.Message{
-			Topic: topic, Key: key, Type: "OrderBumped", AggregateType: "Order", SchemaVersion: 2,
-			Payload: fmt.Appendf(nil, `{"i":%d}`, i), Headers: map[string]string{"tenant": "acme", "seq": strconv.Itoa(i)},
-		}
-	}
+	msgs := e2echeck.Workload(t, st, topic, n, keys)
 	ctx := context.Background()
-	for i := 0; i < n; i += 500 {
-		if err := st.Enqueue(ctx, msgs[i:i+500]...); err != nil {
-			t.Fatal(err)
-		}
-	}
 
-	b := dial(t, "mqtt://"+proxy.Addr(), mqttbroker.Config{Source: "/orders"})
+	b := dial(t, "mqtt://"+proxy.Addr(), mqttbroker.Config{Source: e2echeck.Source})
 	rl, err := relay.New(st, b, relay.Config{
 		BatchSize: 200, PollInterval: 20 * time.Millisecond, BackoffBase: 10 * time.Millisecond, BackoffMax: 200 * time.Millisecond,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
@@ -73,40 +56,20 @@ func TestRelayEndToEnd(t *testing.T) {
 	}()
 
 	start := time.Now()
-	seen := map[string]bool{}
-	lastSeq := map[string]int{}
-	dups, reset := 0, false
+	rb := e2echeck.NewReadback(t, msgs)
+	reset := false
 	deadline := ctxFor(t, 90*time.Second)
-	for len(seen) < n {
+	for rb.Seen() < n {
 		p, err := s.next(deadline)
 		if err != nil {
-			t.Fatalf("%d of %d events arrived, then: %v", len(seen), n, err)
+			t.Fatalf("%d of %d events arrived, then: %v", rb.Seen(), n, err)
 		}
 		m, err := mqttmsg.FromPublish(p)
 		if err != nil {
 			t.Fatalf("FromPublish: %v", err)
 		}
-		if seen[m.EventID] {
-			dups++
-			continue
-		}
-		seen[m.EventID] = true
-		i, err := strconv.Atoi(m.Headers["seq"])
-		if err != nil || i < 0 || i >= n {
-			t.Fatalf("message with seq %q", m.Headers["seq"])
-		}
-		want := msgs[i]
-		if m.Key != want.Key || m.Type != want.Type || m.AggregateType != "Order" || m.SchemaVersion != 2 || m.Source != "/orders" ||
-			string(m.Payload) != string(want.Payload) || m.Headers["tenant"] != "acme" || m.ContentType != outbox.DefaultContentType || m.Topic != topic {
-			t.Fatalf("event %d arrived as %+v", i, m)
-		}
-		if want.Key != "" {
-			if prev, ok := lastSeq[want.Key]; ok && prev > i {
-				t.Fatalf("key %s: event %d first delivered after event %d", want.Key, i, prev)
-			}
-			lastSeq[want.Key] = i
-		}
-		if len(seen) == 500 && !reset {
+		rb.Add(m)
+		if rb.Seen() == 500 && !reset {
 			if k := proxy.ResetAll(); k != 1 {
 				t.Fatalf("reset %d connections, want the relay's 1", k)
 			}
@@ -114,13 +77,6 @@ func TestRelayEndToEnd(t *testing.T) {
 			t.Logf("reset after %v", time.Since(start))
 		}
 	}
-	t.Logf("%d events, %d duplicates after the connection was reset; %v", n, dups, time.Since(start))
-	stats, err := st.Stats(ctx)
-	for err == nil && stats.Pending() > 0 && deadline.Err() == nil {
-		time.Sleep(50 * time.Millisecond)
-		stats, err = st.Stats(ctx)
-	}
-	if err != nil || stats.Pending() != 0 || stats.Dead != 0 {
-		t.Errorf("store after the drain: %+v, %v", stats, err)
-	}
+	t.Logf("%d events, %d duplicates after the connection was reset; %v", n, rb.Dups, time.Since(start))
+	e2echeck.Drained(deadline, t, st)
 }

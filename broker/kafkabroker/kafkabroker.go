@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/url"
 	"strconv"
 	"strings"
 	"sync"
@@ -256,47 +255,17 @@ func retryBackoff(tries int) time.Duration {
 // parseURL splits a --broker URL into seeds and client options, and fills
 // cfg from its query string.
 func parseURL(raw string, cfg *Config) ([]string, []kgo.Opt, error) {
-	raw = strings.TrimSpace(raw)
-	if raw == "" {
-		return []string{"127.0.0.1:9092"}, nil, nil
+	hl, err := broker.ParseHostList(raw, broker.HostListSpec{
+		Adapter: "kafkabroker", Scheme: "kafka", Host: "broker address", Userinfo: "user:password (SASL/PLAIN)", Example: "127.0.0.1:9092",
+	})
+	if err != nil {
+		return nil, nil, err
 	}
-	query := ""
-	if i := strings.IndexByte(raw, '?'); i >= 0 {
-		raw, query = raw[:i], raw[i+1:]
-	}
-	var seeds []string
 	var opts []kgo.Opt
-	for i, part := range strings.Split(raw, ",") {
-		part = strings.TrimSpace(part)
-		if rest, ok := strings.CutPrefix(part, "kafka://"); ok {
-			part = rest
-		} else if strings.Contains(part, "://") {
-			return nil, nil, fmt.Errorf("kafkabroker: broker address %q: the scheme must be kafka://, e.g. kafka://127.0.0.1:9092", redact.URL(part))
-		}
-		part = strings.TrimSuffix(part, "/")
-		if at := strings.LastIndexByte(part, '@'); at >= 0 {
-			if i != 0 {
-				return nil, nil, errors.New("kafkabroker: only the first broker address may carry user:password@ (SASL/PLAIN for the whole cluster)")
-			}
-			u, err := url.Parse("kafka://" + part)
-			if err != nil || u.User == nil {
-				return nil, nil, errors.New("kafkabroker: the user:password@ part of the broker URL is not valid; percent-encode reserved characters in the password")
-			}
-			pass, _ := u.User.Password()
-			user := u.User.Username()
-			opts = append(opts, kgo.SASL(plain.Auth{User: user, Pass: pass}.AsMechanism()))
-			part = part[at+1:]
-		}
-		if part == "" || strings.ContainsAny(part, "/ ") {
-			return nil, nil, fmt.Errorf("kafkabroker: broker address %q is not host:port, e.g. kafka://127.0.0.1:9092,127.0.0.2:9092", redact.URL(part))
-		}
-		seeds = append(seeds, part)
+	if hl.HasUser {
+		opts = append(opts, kgo.SASL(plain.Auth{User: hl.User, Pass: hl.Secret}.AsMechanism()))
 	}
-	if query != "" {
-		q, err := url.ParseQuery(query)
-		if err != nil {
-			return nil, nil, fmt.Errorf("kafkabroker: the query string of the broker URL is malformed: %w", err)
-		}
+	if q := hl.Query; q != nil {
 		for k, vs := range q {
 			v := vs[len(vs)-1]
 			switch k {
@@ -323,7 +292,7 @@ func parseURL(raw string, cfg *Config) ([]string, []kgo.Opt, error) {
 			}
 		}
 	}
-	return seeds, opts, nil
+	return hl.Hosts, opts, nil
 }
 
 // Client returns the franz-go client the Broker produces with.

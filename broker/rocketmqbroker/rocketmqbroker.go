@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -186,47 +185,18 @@ func CheckURL(rawURL string) error {
 }
 
 func parseURL(raw string, cfg *Config) ([]string, []producer.Option, error) {
-	raw = strings.TrimSpace(raw)
-	if raw == "" {
-		return []string{"127.0.0.1:9876"}, nil, nil
+	hl, err := broker.ParseHostList(raw, broker.HostListSpec{
+		Adapter: "rocketmqbroker", Scheme: "rocketmq", Host: "name server", Userinfo: "accesskey:secretkey", Example: "127.0.0.1:9876", RequirePort: true,
+	})
+	if err != nil {
+		return nil, nil, err
 	}
-	query := ""
-	if i := strings.IndexByte(raw, '?'); i >= 0 {
-		raw, query = raw[:i], raw[i+1:]
-	}
-	var addrs []string
 	var opts []producer.Option
-	for i, part := range strings.Split(raw, ",") {
-		part = strings.TrimSpace(part)
-		if rest, ok := strings.CutPrefix(part, "rocketmq://"); ok {
-			part = rest
-		} else if strings.Contains(part, "://") {
-			return nil, nil, fmt.Errorf("rocketmqbroker: name server %q: the scheme must be rocketmq://, e.g. rocketmq://127.0.0.1:9876", redact.URL(part))
-		}
-		part = strings.TrimSuffix(part, "/")
-		if at := strings.LastIndexByte(part, '@'); at >= 0 {
-			if i != 0 {
-				return nil, nil, errors.New("rocketmqbroker: only the first name server may carry accesskey:secretkey@")
-			}
-			u, err := url.Parse("rocketmq://" + part)
-			if err != nil || u.User == nil {
-				return nil, nil, errors.New("rocketmqbroker: the accesskey:secretkey@ part of the URL is not valid; percent-encode reserved characters in the secret key")
-			}
-			secret, _ := u.User.Password()
-			opts = append(opts, producer.WithCredentials(primitive.Credentials{AccessKey: u.User.Username(), SecretKey: secret}))
-			part = part[at+1:]
-		}
-		if part == "" || strings.ContainsAny(part, "/ ") || !strings.Contains(part, ":") {
-			return nil, nil, fmt.Errorf("rocketmqbroker: name server %q is not host:port, e.g. rocketmq://127.0.0.1:9876", redact.URL(part))
-		}
-		addrs = append(addrs, part)
+	if hl.HasUser {
+		opts = append(opts, producer.WithCredentials(primitive.Credentials{AccessKey: hl.User, SecretKey: hl.Secret}))
 	}
 	retries := 2
-	if query != "" {
-		q, err := url.ParseQuery(query)
-		if err != nil {
-			return nil, nil, fmt.Errorf("rocketmqbroker: the query string of the URL is malformed: %w", err)
-		}
+	if q := hl.Query; q != nil {
 		for k, vs := range q {
 			v := vs[len(vs)-1]
 			switch k {
@@ -254,7 +224,7 @@ func parseURL(raw string, cfg *Config) ([]string, []producer.Option, error) {
 		}
 	}
 	opts = append(opts, producer.WithRetry(retries))
-	return addrs, opts, nil
+	return hl.Hosts, opts, nil
 }
 
 // Features declares OrderKey: within a call, a key's events are sent one

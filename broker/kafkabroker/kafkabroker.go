@@ -256,7 +256,7 @@ func retryBackoff(tries int) time.Duration {
 // cfg from its query string.
 func parseURL(raw string, cfg *Config) ([]string, []kgo.Opt, error) {
 	hl, err := broker.ParseHostList(raw, broker.HostListSpec{
-		Adapter: "kafkabroker", Scheme: "kafka", Host: "broker address", Userinfo: "user:password (SASL/PLAIN)", Example: "127.0.0.1:9092",
+		Adapter: "kafkabroker", Scheme: "kafka", Host: "broker address", Userinfo: "user:password", Example: "127.0.0.1:9092",
 	})
 	if err != nil {
 		return nil, nil, err

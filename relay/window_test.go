@@ -2,7 +2,7 @@ package relay_test
 
 import (
 	"context"
-	"fmt"
+	"errors"
 	"sync"
 	"testing"
 	"time"
@@ -19,64 +19,88 @@ import (
 // retried and everything is delivered in key order.
 func TestInFlightWindowIsSharedAndWaitingIsNoAttempt(t *testing.T) {
 	forEachStore(t, func(t *testing.T, st store.Store) {
-		mb := newMem(t, membroker.Config{MaxInFlight: 20, Latency: 100 * time.Millisecond})
-		msgs := workload(t, st, "t", 300, 30)
-		cfg := fastConfig()
-		cfg.Workers = 3
-		cfg.BatchSize = 50
-		cfg.PublishTimeout = 250 * time.Millisecond // less than a wave waits for two others and publishes itself (300 ms), with room for a loaded machine
-		r, _ := run(t, st, mb, cfg)
-		waitFor(t, "all delivered", 60*time.Second, func() bool { return pending(t, st).Pending() == 0 })
-		checkDelivered(t, msgs, mb.Events("t"))
-		if peak := mb.Stats().PeakInFlight; peak > 20 {
-			t.Errorf("the broker saw %d events in flight at once; it declared 20", peak)
-		}
-		if n := r.Totals().Retried.Load(); n != 0 {
-			t.Errorf("%d events retried: waiting for the window was counted as a failed publish", n)
-		}
+		windowWaitIsNoAttempt(t, st, fastConfig())
 	})
 }
 
-// failures is a hook that keeps the errors of the events a publish call
-// did not confirm, so that a test can say what was counted as an attempt.
+// The same with ordering by ownership: a batch that waits for room in the
+// window, or for its keys' earlier events in other batches, is charged no
+// attempt.
+func TestInFlightWindowIsSharedAndWaitingIsNoAttemptOwned(t *testing.T) {
+	forOwnedStores(t, func(t *testing.T, o teststores.Opened) {
+		windowWaitIsNoAttempt(t, o.Store, ownedConfig())
+	})
+}
+
+// windowWaitIsNoAttempt runs 300 events on 30 keys through three workers
+// and a window of 20 events, where each publish call takes 200 ms: a wave
+// that waits for two others and publishes itself takes 600 ms, more than
+// its 500 ms PublishTimeout, so a wait charged to the deadline fails it.
+//
+// A failed publish is a waiting bug only if its call was given less than
+// PublishTimeout: a call that ran its full deadline and still missed it
+// (the broker's 200 ms stretched past 500 ms by a starved scheduler, on a
+// loaded machine running the whole package under -race) was a real
+// attempt, rightly counted; it is logged, not failed. A retry with no
+// failed publish behind it fails the test too.
+func windowWaitIsNoAttempt(t *testing.T, st store.Store, cfg relay.Config) {
+	mb := newMem(t, membroker.Config{MaxInFlight: 20, Latency: 200 * time.Millisecond})
+	msgs := workload(t, st, "t", 300, 30)
+	cfg.Workers = 3
+	cfg.BatchSize = 50
+	cfg.PublishTimeout = 500 * time.Millisecond
+	f := &failures{}
+	cfg.Hooks = append(cfg.Hooks, f)
+	r, _ := run(t, st, mb, cfg)
+	waitFor(t, "all delivered", 90*time.Second, func() bool { return pending(t, st).Pending() == 0 })
+	checkDelivered(t, msgs, mb.Events("t"))
+	if peak := mb.Stats().PeakInFlight; peak > 20 {
+		t.Errorf("the broker saw %d events in flight at once; it declared 20", peak)
+	}
+	retried := r.Totals().Retried.Load()
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if retried > int64(len(f.failed)) {
+		t.Errorf("%d events retried, but only %d publish results failed: an event was charged an attempt it did not get", retried, len(f.failed))
+	}
+	short := 0
+	for _, c := range f.failed {
+		// the deadline starts a moment before the call is timed: 50 ms
+		// of slack, far less than a wait for one other wave (200 ms)
+		if c.took < cfg.PublishTimeout-50*time.Millisecond {
+			short++
+			if short <= 3 {
+				t.Errorf("event %d failed after %v, less than its PublishTimeout of %v: its deadline was spent waiting (%v)", c.id, c.took, cfg.PublishTimeout, c.err)
+			}
+		}
+	}
+	if short == 0 && len(f.failed) > 0 {
+		t.Logf("%d events failed after their full PublishTimeout (a starved scheduler, not a wait), e.g. event %d after %v: %v",
+			len(f.failed), f.failed[0].id, f.failed[0].took, f.failed[0].err)
+	}
+}
+
+// failures is a hook that keeps every event a publish call failed, but
+// for a cancelled call's, with how long that call ran.
 type failures struct {
-	mu   sync.Mutex
-	errs []string
+	mu     sync.Mutex
+	failed []failedPublish
+}
+
+type failedPublish struct {
+	id   int64
+	took time.Duration
+	err  error
 }
 
 func (f *failures) OnPublishEnd(_ context.Context, p relay.PublishInfo) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	for i, r := range p.Results {
-		if r.Err != nil && len(f.errs) < 5 {
-			f.errs = append(f.errs, fmt.Sprintf("event %d after %v: %v", p.Events[i].ID, p.Took, r.Err))
+		// a call cut short by a lost lease or a stop gives its events
+		// back, charging no attempt: not a failure here
+		if r.Err != nil && !errors.Is(r.Err, context.Canceled) {
+			f.failed = append(f.failed, failedPublish{id: p.Events[i].ID, took: p.Took, err: r.Err})
 		}
 	}
-}
-
-// The same with ownership: a batch that waits for window room, or for
-// the earlier events of its keys in other batches, is charged no attempt.
-func TestInFlightWindowIsSharedAndWaitingIsNoAttemptOwned(t *testing.T) {
-	forOwnedStores(t, func(t *testing.T, o teststores.Opened) {
-		st := o.Store
-		mb := newMem(t, membroker.Config{MaxInFlight: 20, Latency: 100 * time.Millisecond})
-		msgs := workload(t, st, "t", 300, 30)
-		cfg := ownedConfig()
-		cfg.Workers = 3
-		cfg.BatchSize = 50
-		cfg.PublishTimeout = 250 * time.Millisecond
-		f := &failures{}
-		cfg.Hooks = []relay.Hook{f}
-		r, _ := run(t, st, mb, cfg)
-		waitFor(t, "all delivered", 60*time.Second, func() bool { return pending(t, st).Pending() == 0 })
-		checkDelivered(t, msgs, mb.Events("t"))
-		if peak := mb.Stats().PeakInFlight; peak > 20 {
-			t.Errorf("the broker saw %d events in flight at once; it declared 20", peak)
-		}
-		if n := r.Totals().Retried.Load(); n != 0 {
-			f.mu.Lock()
-			t.Errorf("%d events retried: waiting was counted as a failed publish; first failures: %q", n, f.errs)
-			f.mu.Unlock()
-		}
-	})
 }

@@ -128,3 +128,21 @@ func TestCheckRow(t *testing.T) {
 		}
 	}
 }
+
+func TestBalanceRequestCheck(t *testing.T) {
+	for _, c := range []struct {
+		req  store.BalanceRequest
+		want string
+	}{
+		{store.BalanceRequest{Owner: "r"}, ""},
+		{store.BalanceRequest{}, "owner is empty"},
+		{store.BalanceRequest{Owner: strings.Repeat("r", 65)}, "longer than 64 bytes"},
+		{store.BalanceRequest{Owner: "r", Release: []int{64}}, "shard 64 does not exist"},
+		{store.BalanceRequest{Owner: "r", Release: []int{-1}}, "shard -1 does not exist"},
+	} {
+		err := c.req.Check(64)
+		if c.want == "" && err != nil || c.want != "" && (err == nil || !strings.Contains(err.Error(), c.want)) {
+			t.Errorf("Check(%+v) = %v, want %q", c.req, err, c.want)
+		}
+	}
+}

@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 )
 
@@ -106,6 +107,24 @@ func (r BalanceRequest) Normalize() BalanceRequest {
 		r.LeaseFor = DefaultLeaseFor
 	}
 	return r
+}
+
+// Check refuses a request a store cannot carry out on a table of shards
+// shards: no owner, an owner longer than 64 bytes, a shard to release that
+// does not exist. Its error says what to change.
+func (r BalanceRequest) Check(shards int) error {
+	if r.Owner == "" {
+		return errors.New("the owner is empty; give each relay process a unique owner name")
+	}
+	if len(r.Owner) > 64 {
+		return fmt.Errorf("owner %q is longer than 64 bytes; use a shorter relay name", r.Owner)
+	}
+	for _, sh := range r.Release {
+		if sh < 0 || sh >= shards {
+			return fmt.Errorf("shard %d does not exist: a table has shards 0 to %d", sh, shards-1)
+		}
+	}
+	return nil
 }
 
 // ErrNothingClaimed marks a ClaimOwned error after which nothing can have

@@ -626,16 +626,8 @@ func fmtShards(ls []store.ShardLease) string {
 func (s *Store) Balance(ctx context.Context, req store.BalanceRequest) (store.Ownership, error) {
 	req = req.Normalize()
 	own := store.Ownership{Shards: numShards}
-	if req.Owner == "" {
-		return own, errors.New("mysqlstore: balance: the owner is empty; give each relay process a unique owner name")
-	}
-	if len(req.Owner) > 64 {
-		return own, fmt.Errorf("mysqlstore: balance: owner %q is longer than 64 bytes; use a shorter relay name", req.Owner)
-	}
-	for _, sh := range req.Release {
-		if sh < 0 || sh >= numShards {
-			return own, fmt.Errorf("mysqlstore: balance: shard %d does not exist: a table has shards 0 to %d", sh, numShards-1)
-		}
+	if err := req.Check(numShards); err != nil {
+		return own, fmt.Errorf("mysqlstore: balance: %w", err)
 	}
 	for tries := 1; ; tries++ {
 		own = store.Ownership{Shards: numShards}

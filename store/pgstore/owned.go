@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"slices"
 	"strconv"
@@ -384,16 +383,8 @@ func fmtShards(ls []store.ShardLease) string {
 func (s *Store) Balance(ctx context.Context, req store.BalanceRequest) (store.Ownership, error) {
 	req = req.Normalize()
 	own := store.Ownership{Shards: numShards}
-	if req.Owner == "" {
-		return own, errors.New("pgstore: balance: the owner is empty; give each relay process a unique owner name")
-	}
-	if len(req.Owner) > 64 {
-		return own, fmt.Errorf("pgstore: balance: owner %q is longer than 64 bytes; use a shorter relay name", req.Owner)
-	}
-	for _, sh := range req.Release {
-		if sh < 0 || sh >= numShards {
-			return own, fmt.Errorf("pgstore: balance: shard %d does not exist: a table has shards 0 to %d", sh, numShards-1)
-		}
+	if err := req.Check(numShards); err != nil {
+		return own, fmt.Errorf("pgstore: balance: %w", err)
 	}
 	release := req.Release
 	if release == nil {

@@ -100,8 +100,8 @@ func (s *Store) relaysTable() string { return quote(s.opts.Table + "_relays") }
 // parked row can never be forgotten.
 func (s *Store) Balance(ctx context.Context, req store.BalanceRequest) (store.Ownership, error) {
 	req = req.Normalize()
-	if req.Owner == "" || len(req.Owner) > 64 {
-		return store.Ownership{}, fmt.Errorf("sqlitestore: balance: owner %q must be 1 to 64 characters", req.Owner)
+	if err := req.Check(shardCount); err != nil {
+		return store.Ownership{}, fmt.Errorf("sqlitestore: balance: %w", err)
 	}
 	own := store.Ownership{Shards: shardCount}
 	lease := req.LeaseFor.Microseconds()

@@ -22,6 +22,8 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
 	outbox "github.com/outbox-go/outbox"
+	"github.com/outbox-go/outbox/broker"
+	"github.com/outbox-go/outbox/broker/membroker"
 	"github.com/outbox-go/outbox/broker/natsbroker"
 	"github.com/outbox-go/outbox/dashboard"
 	"github.com/outbox-go/outbox/internal/testnats"
@@ -53,9 +55,13 @@ func (s *settled) OnSettle(_ context.Context, r relay.BatchReport) { s.n.Add(int
 //	go test -run XXX -bench TelemetryOverhead/all -benchtime 1x ./telemetry/
 //	go test -run XXX -bench TelemetryOverhead/traced -benchtime 1x ./telemetry/
 //
-// OUTBOX_BENCH_EVENTS (default 20,000) and OUTBOX_BENCH_ROUNDS (5 and 10)
-// set the drain size and the rounds: longer drains resolve smaller
-// differences on a quiet machine.
+//	go test -run XXX -bench TelemetryOverhead/mem -benchtime 1x ./telemetry/
+//
+// OUTBOX_BENCH_EVENTS (default 20,000; 500,000 for mem) and
+// OUTBOX_BENCH_ROUNDS (5, 10 and 20) set the drain size and the rounds:
+// longer drains resolve smaller differences on a quiet machine. "mem" runs
+// the relay alone (an in-memory store and membroker in this process), the
+// worst case for the hooks' share, and the steadiest rate.
 //
 // "all-on" is what `outbox relay --metrics-addr … --otlp-endpoint …
 // --dashboard-addr …` runs: Metrics, State scraped every second, Tracing
@@ -83,7 +89,21 @@ func BenchmarkTelemetryOverhead(b *testing.B) {
 	b.Run("traced", func(b *testing.B) {
 		overhead(b, envInt("OUTBOX_BENCH_EVENTS", 20_000), envInt("OUTBOX_BENCH_ROUNDS", 10), []string{"off-traced", "all-on-traced"}, [][2]string{{"off-traced", "all-on-traced"}})
 	})
+	// The relay alone: an in-memory store (memStore) and membroker, so the
+	// relay's own work is all there is and the hooks' share of it the
+	// largest it can be; no other process shares the drain, which makes
+	// the rate steady enough to resolve a few per cent.
+	b.Run("mem", func(b *testing.B) {
+		memBench = true
+		defer func() { memBench = false }()
+		overhead(b, envInt("OUTBOX_BENCH_EVENTS", 500_000), envInt("OUTBOX_BENCH_ROUNDS", 20), []string{"off", "all-on", "off-traced", "all-on-traced"},
+			[][2]string{{"off", "all-on"}, {"off-traced", "all-on-traced"}})
+	})
 }
+
+// memBench makes overhead drain memStores into membroker instead of
+// PostgreSQL tables into NATS JetStream (the "mem" sub-benchmark).
+var memBench bool
 
 // envInt is the positive integer in the environment variable name, or def.
 func envInt(name string, def int) int {
@@ -94,11 +114,17 @@ func envInt(name string, def int) int {
 }
 
 func overhead(b *testing.B, events, rounds int, variants []string, pairs [][2]string) {
-	url := testnats.Shared(b)
-	stream := testnats.NewStream(b, url)
+	topic := func(string) string { return "bench.mem" }
 	tables := map[string]store.Store{} // a table per variant: a drain leaves it empty
 	for _, v := range variants {
-		tables[v] = teststores.Open(b, "postgres", store.Options{}).Store
+		tables[v] = &memStore{}
+	}
+	if !memBench {
+		stream := testnats.NewStream(b, testnats.Shared(b))
+		topic = stream.Topic
+		for _, v := range variants {
+			tables[v] = teststores.Open(b, "postgres", store.Options{}).Store
+		}
 	}
 	for i := 0; i < b.N; i++ {
 		rates, cpus, inHooks := map[string][]float64{}, map[string][]float64{}, map[string][]float64{}
@@ -110,7 +136,7 @@ func overhead(b *testing.B, events, rounds int, variants []string, pairs [][2]st
 			order := make([]string, len(variants))
 			for j := range variants {
 				order[j] = variants[(j+max(round, 0))%len(variants)]
-				fill(b, tables[order[j]], order[j], stream.Topic(fmt.Sprintf("r%d%s", round+1, order[j])), events)
+				fill(b, tables[order[j]], order[j], topic(fmt.Sprintf("r%d%s", round+1, order[j])), events)
 			}
 			for _, v := range order {
 				rate[v], cpu[v], hooks[v] = drainOnce(b, tables[v], v, events)
@@ -215,7 +241,13 @@ func drainOnce(b *testing.B, st store.Store, variant string, n int) (rate, cpuPe
 		reg = prometheus.NewRegistry()
 		reg.MustRegister(th.m)
 	}
-	br, err := natsbroker.Dial(testnats.Shared(b), natsbroker.Config{})
+	var br broker.Broker
+	var err error
+	if memBench {
+		br, err = membroker.New(membroker.Config{})
+	} else {
+		br, err = natsbroker.Dial(testnats.Shared(b), natsbroker.Config{})
+	}
 	if err != nil {
 		b.Fatal(err)
 	}

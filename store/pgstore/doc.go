@@ -65,7 +65,7 @@
 //     relay looks again after each batch), and the merge's walk per shard
 //     is about 1 ms of database CPU even over empty shards: so a claim
 //     first asks one index scan over the same shards (one descent per
-//     shard, no transaction) whether any row there is takeable, and runs
+//     shard, one round trip, no lock) whether any row there is takeable, and runs
 //     the claim only when one is.
 //   - Parking. A keyed row is not claimable while an earlier row of its
 //     key waits for a retry or a delayed AvailableAt, is DEAD (with

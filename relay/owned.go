@@ -367,6 +367,13 @@ func (o *ownership) balance(ctx context.Context, leave bool) error {
 			o.r.cfg.Logger.Info("relay: shards taken", "shards", info.Gained, "relays", own.Relays)
 			o.r.Wake()
 		}
+		if !leave && len(o.drained()) > 0 {
+			// Shards just marked Revoke are no longer claimed from, and
+			// those with no batch in flight will not signal a drain:
+			// release them now, not a heartbeat later, or nobody claims
+			// their events meanwhile (the other relay waits for them).
+			poke(o.kick)
+		}
 	}
 	for _, h := range o.r.hooks.shards {
 		h.OnShards(ctx, info)

@@ -177,7 +177,7 @@ func Run(ctx context.Context, c Config) (Result, error) {
 	}
 	defer db.Close()
 	defer func() {
-		for _, t := range []string{"", "_archive", "_migrations", "_claims", "_lock"} {
+		for _, t := range []string{"", "_archive", "_migrations", "_claims", "_lock", "_shards", "_relays"} {
 			_, _ = db.Exec("DROP TABLE IF EXISTS " + opts.Table + t)
 		}
 		if dialect == "postgres" {

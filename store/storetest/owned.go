@@ -83,6 +83,7 @@ func (s *suite) allOwnedTests() []struct {
 		{"Owned/StaleClaimFenced", s.testOwnedStaleClaim},
 		{"Owned/SkipsShardOfAnotherLiveClaim", s.testOwnedSkipsBusyShard},
 		{"Owned/OwnInFlightDoesNotHold", s.testOwnedOwnInFlight},
+		{"Owned/OwnExpiredClaimTakenBack", s.testOwnedOwnExpired},
 		{"Owned/PerKey/Delayed", s.testOwnedDelayed},
 		{"Owned/PerKey/Retrying", s.testOwnedRetrying},
 		{"Owned/PerKey/DeadRequeue", func(t *testing.T) { s.testOwnedDead(t, "requeue") }},
@@ -516,6 +517,28 @@ func (s *suite) testOwnedOwnInFlight(t *testing.T) {
 	ack(t, fx, c2)
 	if c := claimOwned(t, o, s.ownedReq("a", claimable(own), 10, true)); len(c.Events) != 0 {
 		t.Errorf("claim after all acks: %v", labels(c.Events))
+	}
+}
+
+// testOwnedOwnExpired: a relay's own claim whose lease ran out (its
+// settle failed, or the process stalled) no longer keeps its events from
+// the relay's next claim: they come back, and nothing else is pending to
+// bring the claim to look (a store that answers "nothing to take" before
+// it takes expired claims over must count their rows as takeable).
+func (s *suite) testOwnedOwnExpired(t *testing.T) {
+	fx, o := s.ownedFixture(t)
+	own := sole(t, o, "a", true)
+	enqueue(t, fx, msg("k1", "K"), msg("o1", "O"))
+	r := s.ownedReq("a", claimable(own), 10, true)
+	r.LeaseFor = time.Second
+	c1 := claimOwned(t, o, r)
+	wantLabels(t, "first claim", c1.Events, "k1", "o1")
+	sleepUntil(c1.Until.Add(200 * time.Millisecond))
+	c2 := claimOwned(t, o, s.ownedReq("a", claimable(own), 10, true))
+	wantLabels(t, "the next claim after the first one's lease ran out", c2.Events, "k1", "o1")
+	ack(t, fx, c2)
+	if st := stats(t, fx); st.Pending() != 0 {
+		t.Errorf("Stats after the ack: %+v; want nothing pending", st)
 	}
 }
 

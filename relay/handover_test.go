@@ -1,0 +1,99 @@
+package relay_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	outbox "github.com/outbox-go/outbox"
+	"github.com/outbox-go/outbox/broker/membroker"
+	"github.com/outbox-go/outbox/internal/teststores"
+	"github.com/outbox-go/outbox/relay"
+)
+
+// shardWatch is a HookShards that keeps a relay's latest heartbeat and
+// when it first marked shards Revoke.
+type shardWatch struct {
+	mu      sync.Mutex
+	last    relay.ShardInfo
+	revoked time.Time // first heartbeat that marked a shard Revoke
+}
+
+func (w *shardWatch) OnShards(_ context.Context, s relay.ShardInfo) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if s.Err != nil {
+		return
+	}
+	w.last = s
+	for _, l := range s.Held {
+		if l.Revoke && w.revoked.IsZero() {
+			w.revoked = time.Now()
+		}
+	}
+}
+
+func (w *shardWatch) get() (relay.ShardInfo, time.Time) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.last, w.revoked
+}
+
+// Two relays started together on a fresh table (every deploy): the first
+// heartbeat of A takes every shard before B is live; B then finds none
+// free, and A learns of B at its next heartbeat (LeaseFor/3 later) and
+// marks its surplus Revoke. A stops claiming from those shards at once, so
+// it must hand them over at once too: it released them only at its next
+// heartbeat, another LeaseFor/3 later when no batch of them was in flight
+// to signal the drain, and their events waited that long (10 s with the
+// default 30 s lease: p99 ≈ 10 s in `outbox bench` at each start).
+func TestOwnedRevokedIdleShardsAreHandedOverAtOnce(t *testing.T) {
+	forOwnedStores(t, func(t *testing.T, o teststores.Opened) {
+		st := o.Store
+		mb := newMem(t, membroker.Config{})
+		cfg := ownedConfig()
+		cfg.LeaseFor = 30 * time.Second // a heartbeat every 10 s, as by default
+		var a, b shardWatch
+		cfgA, cfgB := cfg, cfg
+		cfgA.Hooks, cfgB.Hooks = []relay.Hook{&a}, []relay.Hook{&b}
+		run(t, st, mb, cfgA)
+		waitFor(t, "relay A to take every shard", 20*time.Second, func() bool {
+			s, _ := a.get()
+			return s.Shards > 0 && len(s.Held) == s.Shards
+		})
+		if s, _ := a.get(); s.Shards < 2 {
+			t.Logf("%s has %d shard: a relay's share is at most one, nothing is revoked or handed over", t.Name(), s.Shards)
+			return
+		}
+		run(t, st, mb, cfgB)
+		waitFor(t, "relay B's first heartbeat", 20*time.Second, func() bool {
+			s, _ := b.get()
+			return s.Relays == 2
+		})
+		// A's next heartbeat, about 10 s after its first, marks the
+		// surplus.
+		var revoked time.Time
+		waitFor(t, "relay A to mark its surplus Revoke", 30*time.Second, func() bool {
+			_, revoked = a.get()
+			return !revoked.IsZero()
+		})
+		msgs := make([]outbox.Message, 200)
+		for i := range msgs {
+			msgs[i] = outbox.Message{Topic: "t", Key: fmt.Sprintf("k%d", i), Type: "Bumped", Payload: fmt.Appendf(nil, "k%d#1", i)}
+		}
+		if err := st.Enqueue(context.Background(), msgs...); err != nil {
+			t.Fatal(err)
+		}
+		// Well under the 10 s until A's next heartbeat.
+		const within = 5 * time.Second
+		waitFor(t, "relay B to hold its share", within, func() bool {
+			s, _ := b.get()
+			return len(s.Held) == s.Shards/2
+		})
+		waitFor(t, "every event delivered", within, func() bool { return pending(t, st).Pending() == 0 })
+		checkDelivered(t, msgs, mb.Events("t"))
+		t.Logf("B held its share %s after A marked the revoke", time.Since(revoked).Round(time.Millisecond))
+	})
+}

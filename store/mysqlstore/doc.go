@@ -76,6 +76,19 @@
 // however many rows are parked (storetest's ClaimReadsBounded measures it
 // with the session's Handler_read counters).
 //
+// Shard leases: a shard is held while its row in <table>_shards names the
+// owner, under its epoch, and the owner's row in <table>_relays is live;
+// the heartbeat (Balance) renews that one row. A claim locks its shard
+// rows FOR UPDATE and only reads the relay row, so a heartbeat never waits
+// for its own relay's claims (InnoDB has no pair of lock modes like
+// PostgreSQL's FOR KEY SHARE and FOR NO KEY UPDATE that would let it renew
+// a row a claim holds), while another relay's takeover, FOR UPDATE SKIP
+// LOCKED on the shard rows, still passes over a shard a claim works in and
+// then sees that claim's in-flight rows. (<table>_shards.lease_until is
+// only the lease at the time a shard was taken; relays built before this
+// rule judged leases by it, so ownership relays of such a build must be
+// stopped before relays of this one start.)
+//
 // A claim is one READ COMMITTED transaction: the owner's shard rows FOR
 // UPDATE (fencing by owner and epoch, lease times from NOW(6) on the
 // database), the expired in-flight rows of its shards FOR UPDATE (so a

@@ -37,6 +37,7 @@ type Store struct {
 	watch   watcher // notify.go
 
 	sweepAfter string // owned.go: where the next sweep of parked keys starts
+	claimHook  func() // tests: runs in an owned claim before its commit
 }
 
 var _ store.Store = (*Store)(nil)

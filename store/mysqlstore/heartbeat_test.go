@@ -2,7 +2,9 @@ package mysqlstore_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -155,5 +157,74 @@ func TestBalanceBesideOwnClaim(t *testing.T) {
 	}
 	if left != 0 {
 		t.Fatalf("%d events left after relay a acked all of them", left)
+	}
+}
+
+// TestOwnershipWaitsBesideExclusion: while an exclusion-mode relay (here
+// this version's Claim; an earlier version's leaves the same rows) has
+// events in flight, an ownership relay's heartbeat and claims refuse with
+// an error naming it, and hold nothing; once its events are settled the
+// ownership relay takes the shards and claims.
+func TestOwnershipWaitsBesideExclusion(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := openStore(t).DB()
+	table := uniqueTable("modes_")
+	dropTables(t, db, table)
+	st, err := mysqlstore.New(db, mysqlstore.Config{Options: store.Options{Table: table}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	if err := st.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var msgs []outbox.Message
+	for i := range 10 {
+		msgs = append(msgs, outbox.Message{Topic: "t", Key: fmt.Sprintf("k%d", i%3), Type: "T", Payload: []byte(`{}`)})
+	}
+	if err := st.Enqueue(ctx, msgs...); err != nil {
+		t.Fatal(err)
+	}
+	// The ownership relay first: it holds every shard, and claims nothing
+	// yet.
+	own, err := st.Balance(ctx, store.BalanceRequest{Owner: "new", LeaseFor: time.Minute})
+	if err != nil || len(own.Held) != 64 {
+		t.Fatalf("ownership relay alone: %d shards, %v", len(own.Held), err)
+	}
+	oldLease := store.Lease{Owner: "old-relay", Epoch: 1}
+	ex, err := st.Claim(ctx, store.ClaimRequest{Lease: oldLease, Limit: 4, LeaseFor: time.Minute})
+	if err != nil || len(ex.Events) == 0 {
+		t.Fatalf("exclusion claim: %d events, %v", len(ex.Events), err)
+	}
+	_, err = st.Balance(ctx, store.BalanceRequest{Owner: "new", LeaseFor: time.Minute})
+	if err == nil || !strings.Contains(err.Error(), `"old-relay"`) || !strings.Contains(err.Error(), "exclusion") {
+		t.Fatalf("ownership heartbeat beside an exclusion relay's claim: %v, want a refusal naming it", err)
+	}
+	t.Logf("refused: %v", err)
+	c, err := st.ClaimOwned(ctx, store.OwnedClaimRequest{
+		ClaimRequest: store.ClaimRequest{Lease: store.Lease{Owner: "new", Epoch: 1}, Limit: 100, LeaseFor: time.Minute},
+		Shards:       own.Held,
+	})
+	if err == nil || !errors.Is(err, store.ErrNothingClaimed) || len(c.Events) != 0 {
+		t.Fatalf("owned claim beside an exclusion relay's claim: %d events, %v; want a refusal", len(c.Events), err)
+	}
+	ids := make([]int64, len(ex.Events))
+	for i, e := range ex.Events {
+		ids[i] = e.ID
+	}
+	if err := st.Ack(ctx, oldLease, ids); err != nil {
+		t.Fatal(err)
+	}
+	own, err = st.Balance(ctx, store.BalanceRequest{Owner: "new", LeaseFor: time.Minute})
+	if err != nil || len(own.Held) != 64 {
+		t.Fatalf("ownership relay after the exclusion relay's events were settled: %d shards, %v", len(own.Held), err)
+	}
+	c, err = st.ClaimOwned(ctx, store.OwnedClaimRequest{
+		ClaimRequest: store.ClaimRequest{Lease: store.Lease{Owner: "new", Epoch: 2}, Limit: 100, LeaseFor: time.Minute},
+		Shards:       own.Held,
+	})
+	if err != nil || len(c.Events) != len(msgs)-len(ids) {
+		t.Fatalf("owned claim after the exclusion relay stopped: %d events, %v; want %d", len(c.Events), err, len(msgs)-len(ids))
 	}
 }

@@ -38,6 +38,7 @@ type Store struct {
 
 	sweepAfter string // owned.go: where the next sweep of parked keys starts
 	claimHook  func() // tests: runs in an owned claim before its commit
+	exclusion  string // owned.go: an exclusion-mode relay the last heartbeat saw, or ""
 }
 
 var _ store.Store = (*Store)(nil)

@@ -262,6 +262,12 @@ func (s *Store) claimOwned(ctx context.Context, req store.OwnedClaimRequest, rea
 	if len(req.Shards) == 0 {
 		return c, 0, nil
 	}
+	s.mu.Lock()
+	other := s.exclusion
+	s.mu.Unlock()
+	if other != "" {
+		return c, 0, fmt.Errorf("%w (%w)", mixedModes("claim", other), store.ErrNothingClaimed)
+	}
 	leases := slices.Clone(req.Shards)
 	slices.SortFunc(leases, func(a, b store.ShardLease) int { return cmp.Compare(a.Shard, b.Shard) })
 	leases = slices.CompactFunc(leases, func(a, b store.ShardLease) bool { return a.Shard == b.Shard })
@@ -654,6 +660,11 @@ func (s *Store) Balance(ctx context.Context, req store.BalanceRequest) (store.Ow
 	if err := req.Check(numShards); err != nil {
 		return own, fmt.Errorf("mysqlstore: balance: %w", err)
 	}
+	if !req.Leave {
+		if err := s.checkModes(ctx); err != nil {
+			return own, err
+		}
+	}
 	for tries := 1; ; tries++ {
 		own = store.Ownership{Shards: numShards}
 		err := s.balance(ctx, req, &own)
@@ -671,6 +682,40 @@ func (s *Store) Balance(ctx context.Context, req store.BalanceRequest) (store.Ow
 	_ = s.sweep(sctx, req.HoldDeadKeys)
 	cancel()
 	return own, nil
+}
+
+// checkModes refuses to heartbeat, and makes this Store's owned claims
+// refuse, while events of the table are in flight under a live lease of
+// an owner that is no relay of ownership mode (no row in <table>_relays):
+// an exclusion-mode relay (a relay of an earlier version, during a rolling
+// upgrade, or one run without ownership). Its claims and owned claims do
+// not exclude each other on MariaDB (exclusion claims serialize on a
+// GET_LOCK, which has no shared mode for owned claims to take), so a key's
+// later events could be published by one relay while its earlier ones are
+// in flight at the other. The ownership relays wait (their leases run out)
+// until it stops. One probe of the busy index per in-flight row.
+func (s *Store) checkModes(ctx context.Context) error {
+	var other string
+	err := s.db.QueryRowContext(ctx, "SELECT o.lease_owner FROM "+s.table+" o FORCE INDEX ("+s.busyIdx()+") WHERE o.busy BETWEEN 0 AND ? AND o.lease_until > NOW(6) AND NOT EXISTS (SELECT 1 FROM "+s.relaysTable()+" r WHERE r.owner = o.lease_owner) LIMIT 1", numShards-1).Scan(&other)
+	if errors.Is(err, sql.ErrNoRows) {
+		s.mu.Lock()
+		s.exclusion = ""
+		s.mu.Unlock()
+		return nil
+	}
+	if err != nil {
+		return wrap("balance", err)
+	}
+	s.mu.Lock()
+	s.exclusion = other
+	s.mu.Unlock()
+	return mixedModes("balance", other)
+}
+
+// mixedModes is the error of a heartbeat or owned claim refused beside an
+// exclusion-mode relay.
+func mixedModes(op, other string) error {
+	return fmt.Errorf("mysqlstore: %s: relay %q claims from this table by exclusion (an earlier version, or run without ownership), which ownership relays cannot run beside on MariaDB; they wait until it stops: stop it or restart it as an ownership relay", op, other)
 }
 
 // lockUnclaimed locks the shard rows that where selects (a condition with

@@ -102,10 +102,23 @@
 // all metadata-only (ALGORITHM=INSTANT), then builds the three indexes
 // online (ALGORITHM=INPLACE, LOCK=NONE): the table is read once, not
 // copied, and producers keep inserting meanwhile (BENCHMARKS.md §11 has
-// the cost on a 1,000,000-row table). An exclusion-mode Claim (a relay of
-// an earlier version, during an upgrade) and owned claims must not run on
-// one table at the same time: unlike pgstore's, they do not exclude each
-// other here.
+// the cost on a 1,000,000-row table).
+//
+// Exclusion beside ownership (a rolling upgrade). This version's
+// exclusion-mode Claim locks every shard row for its two statements, and
+// an owned claim its owner's: the two exclude each other (owned claims of
+// different relays do not), and each sees the other's in-flight rows. A
+// relay of an earlier version claims by exclusion under a GET_LOCK only,
+// which owned claims cannot share (GET_LOCK has no shared mode), so they
+// do not exclude each other: an ownership relay's heartbeat therefore
+// refuses, with an error naming the other relay, and its claims refuse,
+// while any event is in flight under a live lease of an owner that is not
+// an ownership relay (no row in <table>_relays); the ownership relays hold
+// nothing until those events are settled. That check sees an exclusion
+// relay only once it has claimed: an earlier version's first claim can
+// still race an owned claim. The safe upgrade from an earlier version is
+// therefore in two steps: run this version without ownership everywhere
+// first, then switch relays to ownership one by one (README, upgrading).
 //
 // MySQL has no LISTEN: Notify is an in-process signal after Enqueue and
 // EnqueueTx through this Store (for EnqueueTx also once more shortly after,

@@ -228,3 +228,78 @@ func TestOwnershipWaitsBesideExclusion(t *testing.T) {
 		t.Fatalf("owned claim after the exclusion relay stopped: %d events, %v; want %d", len(c.Events), err, len(msgs)-len(ids))
 	}
 }
+
+// TestExclusionClaimBesideOwnedClaim: this version's exclusion-mode Claim
+// and an owned claim exclude each other. An owned claim held open before
+// its commit has taken a key's first two events; an exclusion claim that
+// starts meanwhile must not take that key's later events (it waits for
+// the owned claim and then sees the key in flight).
+func TestExclusionClaimBesideOwnedClaim(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := openStore(t).DB()
+	table := uniqueTable("mixed_")
+	dropTables(t, db, table)
+	st, err := mysqlstore.New(db, mysqlstore.Config{Options: store.Options{Table: table}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	if err := st.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var msgs []outbox.Message
+	for range 5 {
+		msgs = append(msgs, outbox.Message{Topic: "t", Key: "k", Type: "T", Payload: []byte(`{}`)})
+	}
+	if err := st.Enqueue(ctx, msgs...); err != nil {
+		t.Fatal(err)
+	}
+	own, err := st.Balance(ctx, store.BalanceRequest{Owner: "a", LeaseFor: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	entered, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	mysqlstore.SetClaimHook(st, func() {
+		once.Do(func() {
+			close(entered)
+			<-release
+		})
+	})
+	type result struct {
+		c   store.Claim
+		err error
+	}
+	owned, excl := make(chan result, 1), make(chan result, 1)
+	go func() {
+		c, err := st.ClaimOwned(ctx, store.OwnedClaimRequest{
+			ClaimRequest: store.ClaimRequest{Lease: store.Lease{Owner: "a", Epoch: 1}, Limit: 2, LeaseFor: time.Minute},
+			Shards:       own.Held,
+		})
+		owned <- result{c, err}
+	}()
+	<-entered
+	go func() {
+		c, err := st.Claim(ctx, store.ClaimRequest{Lease: store.Lease{Owner: "x", Epoch: 1}, Limit: 10, LeaseFor: time.Minute})
+		excl <- result{c, err}
+	}()
+	// Let the exclusion claim run as far as it can while the owned one is
+	// open (on the old code: its SELECT read all five as claimable).
+	time.Sleep(time.Second)
+	close(release)
+	o, x := <-owned, <-excl
+	if o.err != nil || x.err != nil {
+		t.Fatalf("owned claim: %v; exclusion claim: %v", o.err, x.err)
+	}
+	if len(o.c.Events) != 2 {
+		t.Fatalf("the owned claim took %d events, want 2", len(o.c.Events))
+	}
+	if len(x.c.Events) != 0 {
+		ids := make([]int64, len(x.c.Events))
+		for i, e := range x.c.Events {
+			ids[i] = e.ID
+		}
+		t.Fatalf("the exclusion claim took events %v of key k while its events %d and %d were in flight under the owned claim", ids, o.c.Events[0].ID, o.c.Events[1].ID)
+	}
+}

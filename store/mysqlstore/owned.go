@@ -41,8 +41,6 @@ const (
 // after InnoDB chose them as a deadlock's victim (it rolled them back).
 const maxDeadlockRetries = 5
 
-// deadlock reports whether err is InnoDB's deadlock error (1213), after
-// which the transaction was rolled back.
 // afterCommit marks a claim error that came after the claim's transaction
 // committed (or while its commit's outcome was unknown): its rows may be
 // claimed under the lease, so the claim must not run again under it.
@@ -54,6 +52,14 @@ func (e *afterCommit) Unwrap() error { return e.err }
 // sweepTimeout bounds Balance's orphan sweep.
 const sweepTimeout = 500 * time.Millisecond
 
+// noTable reports whether err is MySQL's "table does not exist" (1146).
+func noTable(err error) bool {
+	var me *mysql.MySQLError
+	return errors.As(err, &me) && me.Number == errNoSuchTable
+}
+
+// deadlock reports whether err is InnoDB's deadlock error (1213), after
+// which the transaction was rolled back.
 func deadlock(err error) bool {
 	var me *mysql.MySQLError
 	return errors.As(err, &me) && me.Number == 1213

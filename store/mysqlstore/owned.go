@@ -49,6 +49,12 @@ type afterCommit struct{ err error }
 func (e *afterCommit) Error() string { return e.err.Error() }
 func (e *afterCommit) Unwrap() error { return e.err }
 
+// relayRetention is how long a relay's row in <table>_relays stays after
+// its membership ended (it left, or its lease ran out): checkModes tells
+// the events still in flight under its claims from an exclusion-mode
+// relay's by that row, and a claim's lease rarely outlasts it.
+const relayRetention = 10 * time.Minute
+
 // sweepTimeout bounds Balance's orphan sweep.
 const sweepTimeout = 500 * time.Millisecond
 
@@ -777,7 +783,9 @@ func (s *Store) balance(ctx context.Context, req store.BalanceRequest, own *stor
 		if err := freeShards(ctx, tx, shards, req.Owner, mine); err != nil {
 			return err
 		}
-		if _, err := tx.ExecContext(ctx, "DELETE FROM "+relays+" WHERE owner = ?", req.Owner); err != nil {
+		// The membership ends now; its row stays a while (see
+		// relayRetention), naming an ownership relay to checkModes.
+		if _, err := tx.ExecContext(ctx, "UPDATE "+relays+" SET lease_until = LEAST(lease_until, ?) WHERE owner = ?", now, req.Owner); err != nil {
 			return err
 		}
 		if err := tx.QueryRowContext(ctx, "SELECT COUNT(*) FROM "+relays+" WHERE lease_until > ?", now).Scan(&own.Relays); err != nil {
@@ -793,7 +801,7 @@ func (s *Store) balance(ctx context.Context, req store.BalanceRequest, own *stor
 	if _, err := tx.ExecContext(ctx, "INSERT INTO "+relays+" (owner, lease_until) VALUES (?, ?) ON DUPLICATE KEY UPDATE lease_until = VALUES(lease_until)", req.Owner, until); err != nil {
 		return err
 	}
-	if _, err := tx.ExecContext(ctx, "DELETE FROM "+relays+" WHERE lease_until <= ?", now-time.Minute.Microseconds()); err != nil {
+	if _, err := tx.ExecContext(ctx, "DELETE FROM "+relays+" WHERE lease_until <= ?", now-relayRetention.Microseconds()); err != nil {
 		return err
 	}
 	if len(req.Release) > 0 {

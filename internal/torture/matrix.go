@@ -36,6 +36,7 @@ var Matrix = []Cell{
 	{Store: "sqlite", Broker: "nats", Keys: 1, Ownership: true, Faults: []Kind{Leave, Kill, Stop, Leave, BrokerReset}},
 	{Store: "postgres", Broker: "nats", Keys: 3, Ownership: true, Faults: []Kind{Leave, Kill, Leave, Stop, PGTerminate, Leave}},
 	{Store: "postgres", Broker: "nats", Keys: 1, Ownership: true, Faults: []Kind{Stop, Leave, Kill, DBLatency, Leave, BrokerReset}},
+	{Store: "mysql", Broker: "nats", Keys: 3, Ownership: true, Faults: []Kind{Leave, Kill, Leave, Stop, DBReset, Leave}},
 	// {Store: "postgres", Broker: "kafka"},
 	// CDC: one relay streams the slot, two wait on its lease; the faults
 	// aim at the one that streams.

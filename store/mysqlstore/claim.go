@@ -140,9 +140,15 @@ func epoch(v sql.NullString) (time.Time, error) {
 // of the candidates, which sees every committed claim because it starts after
 // the previous holder's UPDATE committed, and an UPDATE by primary key that
 // re-checks claimability, so an event acked or changed in between is
-// skipped. Four round trips: GET_LOCK, SELECT, UPDATE, and RELEASE_LOCK
-// together with reading the stored lease expiry. No row lock is held between
-// statements, so nothing a claim does can stall another relay's ack or retry.
+// skipped. The two run in one transaction that first locks every row of
+// <table>_shards (FOR UPDATE): owned claims lock their owner's shard rows
+// for their whole transaction, so an exclusion claim and an owned claim of
+// this version exclude each other (a rolling upgrade from exclusion to
+// ownership; owned claims of different relays still run side by side),
+// and each sees what the other committed. Seven round trips: GET_LOCK,
+// BEGIN, the shard lock, SELECT, UPDATE, COMMIT, and RELEASE_LOCK together
+// with reading the stored lease expiry. No row lock outlives the claim, so
+// nothing a claim does can stall another relay's ack or retry for long.
 func (s *Store) Claim(ctx context.Context, req store.ClaimRequest) (store.Claim, error) {
 	req = req.Normalize()
 	c := store.Claim{Lease: req.Lease}
@@ -151,7 +157,21 @@ func (s *Store) Claim(ctx context.Context, req store.ClaimRequest) (store.Claim,
 		return c, wrap("claim", err)
 	}
 	defer l.unlock("", nil) //nolint:errcheck // a failed release discards the connection, which releases the lock
-	conn := l.conn
+	conn, err := l.conn.BeginTx(ctx, nil)
+	if err != nil {
+		return c, wrap("claim", err)
+	}
+	committed := false
+	defer func() {
+		if !committed {
+			_ = conn.Rollback()
+		}
+	}()
+	// A table migrated before ownership existed has no shard rows, and no
+	// owned claims.
+	if _, err := conn.ExecContext(ctx, "SELECT COUNT(*) FROM (SELECT shard FROM "+s.shardsTable()+" FOR UPDATE) x"); err != nil && !noTable(err) {
+		return c, wrap("claim: lock shards", err)
+	}
 
 	q := s.claimSQL
 	if req.HoldDeadKeys {
@@ -183,7 +203,8 @@ func (s *Store) Claim(ctx context.Context, req store.ClaimRequest) (store.Claim,
 		return c, wrap("claim", err)
 	}
 	if len(events) == 0 {
-		return c, nil
+		committed = true
+		return c, wrap("claim", conn.Commit())
 	}
 
 	ids := make([]int64, len(events))
@@ -230,8 +251,15 @@ func (s *Store) Claim(ctx context.Context, req store.ClaimRequest) (store.Claim,
 		}
 		events = kept
 		if len(events) == 0 {
-			return c, nil
+			committed = true
+			return c, wrap("claim", conn.Commit())
 		}
+	}
+	committed = true
+	if err := conn.Commit(); err != nil {
+		// Its outcome is unknown: the rows may be claimed under the lease
+		// (their lease runs out; nothing is lost).
+		return store.Claim{Lease: req.Lease}, wrap("claim: commit", err)
 	}
 	c.Events = events // already in id order
 	// Release the lock and read the lease_until the UPDATE stored in one

@@ -76,6 +76,19 @@
 // however many rows are parked (storetest's ClaimReadsBounded measures it
 // with the session's Handler_read counters).
 //
+// Shard leases: a shard is held while its row in <table>_shards names the
+// owner, under its epoch, and the owner's row in <table>_relays is live;
+// the heartbeat (Balance) renews that one row. A claim locks its shard
+// rows FOR UPDATE and only reads the relay row, so a heartbeat never waits
+// for its own relay's claims (InnoDB has no pair of lock modes like
+// PostgreSQL's FOR KEY SHARE and FOR NO KEY UPDATE that would let it renew
+// a row a claim holds), while another relay's takeover, FOR UPDATE SKIP
+// LOCKED on the shard rows, still passes over a shard a claim works in and
+// then sees that claim's in-flight rows. (<table>_shards.lease_until is
+// only the lease at the time a shard was taken; relays built before this
+// rule judged leases by it, so ownership relays of such a build must be
+// stopped before relays of this one start.)
+//
 // A claim is one READ COMMITTED transaction: the owner's shard rows FOR
 // UPDATE (fencing by owner and epoch, lease times from NOW(6) on the
 // database), the expired in-flight rows of its shards FOR UPDATE (so a
@@ -89,10 +102,23 @@
 // all metadata-only (ALGORITHM=INSTANT), then builds the three indexes
 // online (ALGORITHM=INPLACE, LOCK=NONE): the table is read once, not
 // copied, and producers keep inserting meanwhile (BENCHMARKS.md §11 has
-// the cost on a 1,000,000-row table). An exclusion-mode Claim (a relay of
-// an earlier version, during an upgrade) and owned claims must not run on
-// one table at the same time: unlike pgstore's, they do not exclude each
-// other here.
+// the cost on a 1,000,000-row table).
+//
+// Exclusion beside ownership (a rolling upgrade). This version's
+// exclusion-mode Claim locks every shard row for its two statements, and
+// an owned claim its owner's: the two exclude each other (owned claims of
+// different relays do not), and each sees the other's in-flight rows. A
+// relay of an earlier version claims by exclusion under a GET_LOCK only,
+// which owned claims cannot share (GET_LOCK has no shared mode), so they
+// do not exclude each other: an ownership relay's heartbeat therefore
+// refuses, with an error naming the other relay, and its claims refuse,
+// while any event is in flight under a live lease of an owner that is not
+// an ownership relay (no row in <table>_relays); the ownership relays hold
+// nothing until those events are settled. That check sees an exclusion
+// relay only once it has claimed: an earlier version's first claim can
+// still race an owned claim. The safe upgrade from an earlier version is
+// therefore in two steps: run this version without ownership everywhere
+// first, then switch relays to ownership one by one (README, upgrading).
 //
 // MySQL has no LISTEN: Notify is an in-process signal after Enqueue and
 // EnqueueTx through this Store (for EnqueueTx also once more shortly after,

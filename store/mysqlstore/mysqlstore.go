@@ -37,6 +37,8 @@ type Store struct {
 	watch   watcher // notify.go
 
 	sweepAfter string // owned.go: where the next sweep of parked keys starts
+	claimHook  func() // tests: runs in an owned claim before its commit
+	exclusion  string // owned.go: an exclusion-mode relay the last heartbeat saw, or ""
 }
 
 var _ store.Store = (*Store)(nil)

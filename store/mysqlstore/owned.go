@@ -41,8 +41,6 @@ const (
 // after InnoDB chose them as a deadlock's victim (it rolled them back).
 const maxDeadlockRetries = 5
 
-// deadlock reports whether err is InnoDB's deadlock error (1213), after
-// which the transaction was rolled back.
 // afterCommit marks a claim error that came after the claim's transaction
 // committed (or while its commit's outcome was unknown): its rows may be
 // claimed under the lease, so the claim must not run again under it.
@@ -51,9 +49,23 @@ type afterCommit struct{ err error }
 func (e *afterCommit) Error() string { return e.err.Error() }
 func (e *afterCommit) Unwrap() error { return e.err }
 
+// relayRetention is how long a relay's row in <table>_relays stays after
+// its membership ended (it left, or its lease ran out): checkModes tells
+// the events still in flight under its claims from an exclusion-mode
+// relay's by that row, and a claim's lease rarely outlasts it.
+const relayRetention = 10 * time.Minute
+
 // sweepTimeout bounds Balance's orphan sweep.
 const sweepTimeout = 500 * time.Millisecond
 
+// noTable reports whether err is MySQL's "table does not exist" (1146).
+func noTable(err error) bool {
+	var me *mysql.MySQLError
+	return errors.As(err, &me) && me.Number == errNoSuchTable
+}
+
+// deadlock reports whether err is InnoDB's deadlock error (1213), after
+// which the transaction was rolled back.
 func deadlock(err error) bool {
 	var me *mysql.MySQLError
 	return errors.As(err, &me) && me.Number == 1213
@@ -240,8 +252,11 @@ type candidate struct {
 // claimOwned runs one claim in one READ COMMITTED transaction:
 //
 //  1. lock the owner's shard rows (FOR UPDATE, in shard order): a takeover
-//     in Balance skips them and a renewal waits, and two claims of one
-//     owner over the same shards run one after the other;
+//     in Balance skips them, and two claims of one owner over the same
+//     shards run one after the other; then read (without a lock) the
+//     owner's row in <table>_relays, whose lease_until is every one of its
+//     shard leases: Balance renews that row and never a shard row, so a
+//     heartbeat never waits for its own relay's claims;
 //  2. read the in-flight rows of the shards held under the given epochs:
 //     a shard with a live one of another owner is skipped (the previous
 //     holder's work is not settled), expired ones are locked and taken
@@ -258,6 +273,12 @@ func (s *Store) claimOwned(ctx context.Context, req store.OwnedClaimRequest, rea
 	c := store.Claim{Lease: req.Lease}
 	if len(req.Shards) == 0 {
 		return c, 0, nil
+	}
+	s.mu.Lock()
+	other := s.exclusion
+	s.mu.Unlock()
+	if other != "" {
+		return c, 0, fmt.Errorf("%w (%w)", mixedModes("claim", other), store.ErrNothingClaimed)
 	}
 	leases := slices.Clone(req.Shards)
 	slices.SortFunc(leases, func(a, b store.ShardLease) int { return cmp.Compare(a.Shard, b.Shard) })
@@ -291,8 +312,10 @@ func (s *Store) claimOwned(ctx context.Context, req store.OwnedClaimRequest, rea
 	}()
 
 	// 1. The owner's shard rows, locked; those still held under the
-	// epochs asked for.
-	rows, err := tx.QueryContext(ctx, "SELECT shard, epoch, lease_until > "+dbNow+" FROM "+s.shardsTable()+" WHERE shard IN ("+marks(len(shardArgs))+") AND owner = ? ORDER BY shard FOR UPDATE",
+	// epochs asked for, while the owner's membership lease is live. The
+	// lease is read after the lock, in a statement of its own: a locking
+	// read would lock the relay row too, and the heartbeat would wait.
+	rows, err := tx.QueryContext(ctx, "SELECT shard, epoch FROM "+s.shardsTable()+" WHERE shard IN ("+marks(len(shardArgs))+") AND owner = ? ORDER BY shard FOR UPDATE",
 		append(slices.Clone(shardArgs), req.Lease.Owner)...)
 	if err != nil {
 		return nothing(wrap("lock shards", err))
@@ -301,17 +324,23 @@ func (s *Store) claimOwned(ctx context.Context, req store.OwnedClaimRequest, rea
 	for rows.Next() {
 		var sh int
 		var ep int64
-		var live bool
-		if err := rows.Scan(&sh, &ep, &live); err != nil {
+		if err := rows.Scan(&sh, &ep); err != nil {
 			rows.Close()
 			return nothing(err)
 		}
-		if live && ep == epochs[sh] {
+		if ep == epochs[sh] {
 			held = append(held, sh)
 		}
 	}
 	if err := rows.Err(); err != nil {
 		return nothing(err)
+	}
+	var live bool
+	if err := tx.QueryRowContext(ctx, "SELECT EXISTS (SELECT 1 FROM "+s.relaysTable()+" WHERE owner = ? AND lease_until > "+dbNow+")", req.Lease.Owner).Scan(&live); err != nil {
+		return nothing(wrap("relay lease", err))
+	}
+	if !live {
+		held = nil
 	}
 	if len(held) == 0 {
 		return store.Claim{}, 0, fmt.Errorf("mysqlstore: claim: owner %q holds none of the %d shards asked for (%s) under their epochs any more: %w", req.Lease.Owner, len(leases), fmtShards(leases), store.ErrLeaseLost)
@@ -518,6 +547,9 @@ func (s *Store) claimOwned(ctx context.Context, req store.OwnedClaimRequest, rea
 		}
 		*reads = after - before
 	}
+	if s.claimHook != nil {
+		s.claimHook()
+	}
 	committed = true
 	if err := tx.Commit(); err != nil {
 		// The commit's outcome is unknown: no ErrNothingClaimed, and no
@@ -623,11 +655,27 @@ func fmtShards(ls []store.ShardLease) string {
 // COMMITTED transaction; lease times are the database clock read once at
 // its start. Then, outside it, a bounded sweep unparks rows whose key
 // holds nothing any more.
+//
+// It waits for no lock a claim holds. A claim locks its owner's shard rows
+// FOR UPDATE (InnoDB has no lock mode that a renewal could take beside
+// it, as pgstore's FOR NO KEY UPDATE beside FOR KEY SHARE), so the lease
+// lives elsewhere: a shard is held while its row names the owner and the
+// owner's row in <table>_relays is live, and the renewal is one UPDATE of
+// that row, which claims only read. Releasing and taking shards lock
+// shard rows with SKIP LOCKED: a shard a claim is working in is released
+// or taken by a later heartbeat. A heartbeat that waited behind its own
+// relay's claims let the leases run out under load and left the relay
+// holding nothing (pgstore's torture showed it).
 func (s *Store) Balance(ctx context.Context, req store.BalanceRequest) (store.Ownership, error) {
 	req = req.Normalize()
 	own := store.Ownership{Shards: numShards}
 	if err := req.Check(numShards); err != nil {
 		return own, fmt.Errorf("mysqlstore: balance: %w", err)
+	}
+	if !req.Leave {
+		if err := s.checkModes(ctx); err != nil {
+			return own, err
+		}
 	}
 	for tries := 1; ; tries++ {
 		own = store.Ownership{Shards: numShards}
@@ -648,6 +696,70 @@ func (s *Store) Balance(ctx context.Context, req store.BalanceRequest) (store.Ow
 	return own, nil
 }
 
+// checkModes refuses to heartbeat, and makes this Store's owned claims
+// refuse, while events of the table are in flight under a live lease of
+// an owner that is no relay of ownership mode (no row in <table>_relays):
+// an exclusion-mode relay (a relay of an earlier version, during a rolling
+// upgrade, or one run without ownership). Its claims and owned claims do
+// not exclude each other on MariaDB (exclusion claims serialize on a
+// GET_LOCK, which has no shared mode for owned claims to take), so a key's
+// later events could be published by one relay while its earlier ones are
+// in flight at the other. The ownership relays wait (their leases run out)
+// until it stops. One probe of the busy index per in-flight row.
+func (s *Store) checkModes(ctx context.Context) error {
+	var other string
+	err := s.db.QueryRowContext(ctx, "SELECT o.lease_owner FROM "+s.table+" o FORCE INDEX ("+s.busyIdx()+") WHERE o.busy BETWEEN 0 AND ? AND o.lease_until > NOW(6) AND NOT EXISTS (SELECT 1 FROM "+s.relaysTable()+" r WHERE r.owner = o.lease_owner) LIMIT 1", numShards-1).Scan(&other)
+	if errors.Is(err, sql.ErrNoRows) {
+		s.mu.Lock()
+		s.exclusion = ""
+		s.mu.Unlock()
+		return nil
+	}
+	if err != nil {
+		return wrap("balance", err)
+	}
+	s.mu.Lock()
+	s.exclusion = other
+	s.mu.Unlock()
+	return mixedModes("balance", other)
+}
+
+// mixedModes is the error of a heartbeat or owned claim refused beside an
+// exclusion-mode relay.
+func mixedModes(op, other string) error {
+	return fmt.Errorf("mysqlstore: %s: relay %q claims from this table by exclusion (an earlier version, or run without ownership), which ownership relays cannot run beside on MariaDB; they wait until it stops: stop it or restart it as an ownership relay", op, other)
+}
+
+// lockUnclaimed locks the shard rows that where selects (a condition with
+// args) and that no claim is working in (FOR UPDATE SKIP LOCKED), in shard
+// order, and returns them.
+func lockUnclaimed(ctx context.Context, tx *sql.Tx, shards, where, tail string, args ...any) ([]int, error) {
+	rows, err := tx.QueryContext(ctx, "SELECT shard FROM "+shards+" WHERE "+where+tail+" FOR UPDATE SKIP LOCKED", args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []int
+	for rows.Next() {
+		var sh int
+		if err := rows.Scan(&sh); err != nil {
+			return nil, err
+		}
+		out = append(out, sh)
+	}
+	return out, rows.Err()
+}
+
+// freeShards gives up the shards of owner among locked (rows this transaction
+// locked).
+func freeShards(ctx context.Context, tx *sql.Tx, shards, owner string, locked []int) error {
+	if len(locked) == 0 {
+		return nil
+	}
+	_, err := tx.ExecContext(ctx, "UPDATE "+shards+" SET owner = '', lease_until = 0 WHERE owner = ? AND shard IN ("+marks(len(locked))+")", append([]any{owner}, intArgs(locked)...)...)
+	return err
+}
+
 func (s *Store) balance(ctx context.Context, req store.BalanceRequest, own *store.Ownership) error {
 	shards, relays := s.shardsTable(), s.relaysTable()
 	lease := req.LeaseFor.Microseconds()
@@ -656,16 +768,24 @@ func (s *Store) balance(ctx context.Context, req store.BalanceRequest, own *stor
 		return err
 	}
 	defer tx.Rollback() //nolint:errcheck // a no-op after Commit
-	// The owner's shard rows first, in shard order (as claims lock them).
 	var now int64
-	if err := tx.QueryRowContext(ctx, "SELECT "+dbNow+", (SELECT COUNT(*) FROM (SELECT shard FROM "+shards+" WHERE owner = ? ORDER BY shard FOR UPDATE) x)", req.Owner).Scan(&now, new(int)); err != nil {
+	if err := tx.QueryRowContext(ctx, "SELECT "+dbNow).Scan(&now); err != nil {
 		return err
 	}
 	if req.Leave {
-		if _, err := tx.ExecContext(ctx, "UPDATE "+shards+" SET owner = '', lease_until = 0 WHERE owner = ?", req.Owner); err != nil {
+		// The shards no claim works in are free at once; the others as
+		// soon as the membership is gone, for a taker that waits for the
+		// claim (the relay settled its work before leaving: there is none).
+		mine, err := lockUnclaimed(ctx, tx, shards, "owner = ?", " ORDER BY shard", req.Owner)
+		if err != nil {
 			return err
 		}
-		if _, err := tx.ExecContext(ctx, "DELETE FROM "+relays+" WHERE owner = ?", req.Owner); err != nil {
+		if err := freeShards(ctx, tx, shards, req.Owner, mine); err != nil {
+			return err
+		}
+		// The membership ends now; its row stays a while (see
+		// relayRetention), naming an ownership relay to checkModes.
+		if _, err := tx.ExecContext(ctx, "UPDATE "+relays+" SET lease_until = LEAST(lease_until, ?) WHERE owner = ?", now, req.Owner); err != nil {
 			return err
 		}
 		if err := tx.QueryRowContext(ctx, "SELECT COUNT(*) FROM "+relays+" WHERE lease_until > ?", now).Scan(&own.Relays); err != nil {
@@ -673,23 +793,25 @@ func (s *Store) balance(ctx context.Context, req store.BalanceRequest, own *stor
 		}
 		return tx.Commit()
 	}
+	// Renew: the owner's membership row is the lease of every shard whose
+	// row names it. A shard whose lease ran out but that nobody took is
+	// still this owner's (same epoch: nobody held it in between).
 	until := now + lease
 	own.Until = time.UnixMicro(until)
 	if _, err := tx.ExecContext(ctx, "INSERT INTO "+relays+" (owner, lease_until) VALUES (?, ?) ON DUPLICATE KEY UPDATE lease_until = VALUES(lease_until)", req.Owner, until); err != nil {
 		return err
 	}
-	if _, err := tx.ExecContext(ctx, "DELETE FROM "+relays+" WHERE lease_until <= ?", now-time.Minute.Microseconds()); err != nil {
+	if _, err := tx.ExecContext(ctx, "DELETE FROM "+relays+" WHERE lease_until <= ?", now-relayRetention.Microseconds()); err != nil {
 		return err
 	}
 	if len(req.Release) > 0 {
-		if _, err := tx.ExecContext(ctx, "UPDATE "+shards+" SET owner = '', lease_until = 0 WHERE owner = ? AND shard IN ("+marks(len(req.Release))+")", append([]any{req.Owner}, intArgs(req.Release)...)...); err != nil {
+		rel, err := lockUnclaimed(ctx, tx, shards, "owner = ? AND shard IN ("+marks(len(req.Release))+")", " ORDER BY shard", append([]any{req.Owner}, intArgs(req.Release)...)...)
+		if err != nil {
 			return err
 		}
-	}
-	// Renew: a shard whose lease ran out but that nobody took is still
-	// this owner's (same epoch: nobody held it in between).
-	if _, err := tx.ExecContext(ctx, "UPDATE "+shards+" SET lease_until = ? WHERE owner = ?", until, req.Owner); err != nil {
-		return err
+		if err := freeShards(ctx, tx, shards, req.Owner, rel); err != nil {
+			return err
+		}
 	}
 	// The live relays in byte order: the first S mod n get one shard more.
 	var names []string
@@ -718,8 +840,16 @@ func (s *Store) balance(ctx context.Context, req store.BalanceRequest, own *stor
 		}
 		return numShards / n
 	}
+	// A shard is held when its row names a live relay (names holds this
+	// owner: its row was written above); every other shard is free or
+	// expired.
+	liveArgs := make([]any, len(names))
+	for i, n := range names {
+		liveArgs[i] = n
+	}
+	inLive := "owner IN (" + marks(len(names)) + ")"
 	holding := map[string]int{}
-	rows, err = tx.QueryContext(ctx, "SELECT owner, COUNT(*) FROM "+shards+" WHERE owner <> '' AND lease_until > ? GROUP BY owner", now)
+	rows, err = tx.QueryContext(ctx, "SELECT owner, COUNT(*) FROM "+shards+" WHERE "+inLive+" GROUP BY owner", liveArgs...)
 	if err != nil {
 		return err
 	}
@@ -741,26 +871,19 @@ func (s *Store) balance(ctx context.Context, req store.BalanceRequest, own *stor
 	mine := holding[req.Owner]
 	if want := share(req.Owner); mine < want && free > 0 {
 		// Free shards (released, never held) before expired ones, whose
-		// dead owner's claims may still hold events for a while.
-		rows, err := tx.QueryContext(ctx, "SELECT shard FROM "+shards+" WHERE owner = '' OR lease_until <= ? ORDER BY owner <> '', shard LIMIT ? FOR UPDATE SKIP LOCKED", now, want-mine)
+		// dead owner's claims may still hold events for a while. The
+		// expired owners are those read as not live above: one whose
+		// heartbeat commits meanwhile loses the shard (its claims check
+		// owner and epoch under the shard row's lock, and the in-flight
+		// rows it leaves keep this owner's claims out of the shard until
+		// they are settled or their leases end).
+		pick, err := lockUnclaimed(ctx, tx, shards, "NOT "+inLive, " ORDER BY owner <> '', shard LIMIT ?", append(slices.Clone(liveArgs), want-mine)...)
 		if err != nil {
 			return err
 		}
-		var pick []int
-		for rows.Next() {
-			var sh int
-			if err := rows.Scan(&sh); err != nil {
-				rows.Close()
-				return err
-			}
-			pick = append(pick, sh)
-		}
-		if err := rows.Err(); err != nil {
-			return err
-		}
 		if len(pick) > 0 {
-			res, err := tx.ExecContext(ctx, "UPDATE "+shards+" SET owner = ?, epoch = epoch + 1, lease_until = ? WHERE shard IN ("+marks(len(pick))+") AND (owner = '' OR lease_until <= ?)",
-				append(append([]any{req.Owner, until}, intArgs(pick)...), now)...)
+			res, err := tx.ExecContext(ctx, "UPDATE "+shards+" SET owner = ?, epoch = epoch + 1, lease_until = ? WHERE shard IN ("+marks(len(pick))+") AND NOT "+inLive,
+				append(append([]any{req.Owner, until}, intArgs(pick)...), liveArgs...)...)
 			if err != nil {
 				return err
 			}
@@ -768,7 +891,7 @@ func (s *Store) balance(ctx context.Context, req store.BalanceRequest, own *stor
 			free -= int(n)
 		}
 	}
-	rows, err = tx.QueryContext(ctx, "SELECT shard, epoch FROM "+shards+" WHERE owner = ? AND lease_until > ? ORDER BY shard", req.Owner, now)
+	rows, err = tx.QueryContext(ctx, "SELECT shard, epoch FROM "+shards+" WHERE owner = ? ORDER BY shard", req.Owner)
 	if err != nil {
 		return err
 	}

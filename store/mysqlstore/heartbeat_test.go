@@ -1,0 +1,305 @@
+package mysqlstore_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	outbox "github.com/outbox-go/outbox"
+	"github.com/outbox-go/outbox/store"
+	"github.com/outbox-go/outbox/store/mysqlstore"
+)
+
+// heartbeatDeadline is the liveness deadline of a heartbeat that must not
+// wait for a claim (generous: the machine is loaded; the claim is held
+// open for as long as the test runs).
+const heartbeatDeadline = 5 * time.Second
+
+// TestBalanceBesideOwnClaim: a claim held open before its commit (with
+// every lock a slow claim holds) does not block its own relay's
+// heartbeat, which renews the leases; another relay's heartbeat does not
+// block either and takes none of the shards the claim works in, even once
+// their lease has run out; after the claim commits it takes them, and its
+// claims stay out of the shards while the first relay's events are in
+// flight, which the first relay still acks.
+func TestBalanceBesideOwnClaim(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := openStore(t).DB()
+	table := uniqueTable("beat_")
+	dropTables(t, db, table)
+	st, err := mysqlstore.New(db, mysqlstore.Config{Options: store.Options{Table: table}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	if err := st.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var msgs []outbox.Message
+	for i := range 20 {
+		msgs = append(msgs, outbox.Message{Topic: "t", Key: fmt.Sprintf("k%d", i), Type: "T", Payload: []byte(`{}`)})
+	}
+	if err := st.Enqueue(ctx, msgs...); err != nil {
+		t.Fatal(err)
+	}
+	const leaseFor = 2 * time.Second
+	a, err := st.Balance(ctx, store.BalanceRequest{Owner: "a", LeaseFor: leaseFor})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(a.Held) != 64 {
+		t.Fatalf("relay a alone holds %d shards, want 64", len(a.Held))
+	}
+
+	entered, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	mysqlstore.SetClaimHook(st, func() {
+		once.Do(func() {
+			close(entered)
+			<-release
+		})
+	})
+	type result struct {
+		c   store.Claim
+		err error
+	}
+	claimed := make(chan result, 1)
+	lease := store.Lease{Owner: "a", Epoch: 1}
+	go func() {
+		c, err := st.ClaimOwned(ctx, store.OwnedClaimRequest{
+			ClaimRequest: store.ClaimRequest{Lease: lease, Limit: 100, LeaseFor: time.Minute},
+			Shards:       a.Held,
+		})
+		claimed <- result{c, err}
+	}()
+	released := false
+	defer func() {
+		if !released {
+			close(release)
+			<-claimed
+		}
+	}()
+	select {
+	case <-entered:
+	case r := <-claimed:
+		t.Fatalf("the claim ended before its commit hook: %v", r.err)
+	case <-time.After(time.Minute):
+		t.Fatal("the claim did not reach its commit within a minute")
+	}
+
+	beat := func(owner string) (store.Ownership, time.Duration) {
+		t.Helper()
+		bctx, cancel := context.WithTimeout(ctx, heartbeatDeadline)
+		defer cancel()
+		start := time.Now()
+		own, err := st.Balance(bctx, store.BalanceRequest{Owner: owner, LeaseFor: leaseFor})
+		if err != nil {
+			t.Fatalf("relay %s's heartbeat beside relay a's open claim: %v (it waited for the claim's locks)", owner, err)
+		}
+		return own, time.Since(start)
+	}
+	a2, took := beat("a")
+	t.Logf("relay a's heartbeat beside its own open claim took %v", took)
+	if !a2.Until.After(a.Until) {
+		t.Fatalf("relay a's heartbeat did not renew its leases: until %v, before %v", a2.Until, a.Until)
+	}
+	if fmt.Sprint(a2.Held) != fmt.Sprint(a.Held) {
+		t.Fatalf("relay a's heartbeat changed what it holds: %v, before %v", a2.Held, a.Held)
+	}
+
+	// Let a's leases run out while its claim is still open: b's heartbeat
+	// must neither wait nor take a shard the claim works in.
+	time.Sleep(time.Until(a2.Until) + 200*time.Millisecond)
+	b, took := beat("b")
+	t.Logf("relay b's heartbeat beside relay a's open claim took %v", took)
+	if len(b.Held) != 0 {
+		t.Fatalf("relay b took %d shards from under relay a's open claim: %v", len(b.Held), b.Held)
+	}
+
+	close(release)
+	released = true
+	r := <-claimed
+	if r.err != nil {
+		t.Fatalf("relay a's claim: %v", r.err)
+	}
+	if len(r.c.Events) != len(msgs) {
+		t.Fatalf("relay a claimed %d events, want %d", len(r.c.Events), len(msgs))
+	}
+	b, _ = beat("b")
+	if len(b.Held) != 64 {
+		t.Fatalf("relay b holds %d shards after relay a's lease ran out and its claim ended, want 64", len(b.Held))
+	}
+	cb, err := st.ClaimOwned(ctx, store.OwnedClaimRequest{
+		ClaimRequest: store.ClaimRequest{Lease: store.Lease{Owner: "b", Epoch: 1}, Limit: 100, LeaseFor: time.Minute},
+		Shards:       b.Held,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(cb.Events) != 0 {
+		t.Fatalf("relay b claimed %d events still in flight under relay a's claim", len(cb.Events))
+	}
+	ids := make([]int64, len(r.c.Events))
+	for i, e := range r.c.Events {
+		ids[i] = e.ID
+	}
+	if err := st.Ack(ctx, lease, ids); err != nil {
+		t.Fatalf("relay a acks its claim after losing the shards: %v", err)
+	}
+	var left int
+	if err := db.QueryRowContext(ctx, "SELECT COUNT(*) FROM `"+table+"`").Scan(&left); err != nil {
+		t.Fatal(err)
+	}
+	if left != 0 {
+		t.Fatalf("%d events left after relay a acked all of them", left)
+	}
+}
+
+// TestOwnershipWaitsBesideExclusion: while an exclusion-mode relay (here
+// this version's Claim; an earlier version's leaves the same rows) has
+// events in flight, an ownership relay's heartbeat and claims refuse with
+// an error naming it, and hold nothing; once its events are settled the
+// ownership relay takes the shards and claims.
+func TestOwnershipWaitsBesideExclusion(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := openStore(t).DB()
+	table := uniqueTable("modes_")
+	dropTables(t, db, table)
+	st, err := mysqlstore.New(db, mysqlstore.Config{Options: store.Options{Table: table}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	if err := st.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var msgs []outbox.Message
+	for i := range 10 {
+		msgs = append(msgs, outbox.Message{Topic: "t", Key: fmt.Sprintf("k%d", i%3), Type: "T", Payload: []byte(`{}`)})
+	}
+	if err := st.Enqueue(ctx, msgs...); err != nil {
+		t.Fatal(err)
+	}
+	// The ownership relay first: it holds every shard, and claims nothing
+	// yet.
+	own, err := st.Balance(ctx, store.BalanceRequest{Owner: "new", LeaseFor: time.Minute})
+	if err != nil || len(own.Held) != 64 {
+		t.Fatalf("ownership relay alone: %d shards, %v", len(own.Held), err)
+	}
+	oldLease := store.Lease{Owner: "old-relay", Epoch: 1}
+	ex, err := st.Claim(ctx, store.ClaimRequest{Lease: oldLease, Limit: 4, LeaseFor: time.Minute})
+	if err != nil || len(ex.Events) == 0 {
+		t.Fatalf("exclusion claim: %d events, %v", len(ex.Events), err)
+	}
+	_, err = st.Balance(ctx, store.BalanceRequest{Owner: "new", LeaseFor: time.Minute})
+	if err == nil || !strings.Contains(err.Error(), `"old-relay"`) || !strings.Contains(err.Error(), "exclusion") {
+		t.Fatalf("ownership heartbeat beside an exclusion relay's claim: %v, want a refusal naming it", err)
+	}
+	t.Logf("refused: %v", err)
+	c, err := st.ClaimOwned(ctx, store.OwnedClaimRequest{
+		ClaimRequest: store.ClaimRequest{Lease: store.Lease{Owner: "new", Epoch: 1}, Limit: 100, LeaseFor: time.Minute},
+		Shards:       own.Held,
+	})
+	if err == nil || !errors.Is(err, store.ErrNothingClaimed) || len(c.Events) != 0 {
+		t.Fatalf("owned claim beside an exclusion relay's claim: %d events, %v; want a refusal", len(c.Events), err)
+	}
+	ids := make([]int64, len(ex.Events))
+	for i, e := range ex.Events {
+		ids[i] = e.ID
+	}
+	if err := st.Ack(ctx, oldLease, ids); err != nil {
+		t.Fatal(err)
+	}
+	own, err = st.Balance(ctx, store.BalanceRequest{Owner: "new", LeaseFor: time.Minute})
+	if err != nil || len(own.Held) != 64 {
+		t.Fatalf("ownership relay after the exclusion relay's events were settled: %d shards, %v", len(own.Held), err)
+	}
+	c, err = st.ClaimOwned(ctx, store.OwnedClaimRequest{
+		ClaimRequest: store.ClaimRequest{Lease: store.Lease{Owner: "new", Epoch: 2}, Limit: 100, LeaseFor: time.Minute},
+		Shards:       own.Held,
+	})
+	if err != nil || len(c.Events) != len(msgs)-len(ids) {
+		t.Fatalf("owned claim after the exclusion relay stopped: %d events, %v; want %d", len(c.Events), err, len(msgs)-len(ids))
+	}
+}
+
+// TestExclusionClaimBesideOwnedClaim: this version's exclusion-mode Claim
+// and an owned claim exclude each other. An owned claim held open before
+// its commit has taken a key's first two events; an exclusion claim that
+// starts meanwhile must not take that key's later events (it waits for
+// the owned claim and then sees the key in flight).
+func TestExclusionClaimBesideOwnedClaim(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := openStore(t).DB()
+	table := uniqueTable("mixed_")
+	dropTables(t, db, table)
+	st, err := mysqlstore.New(db, mysqlstore.Config{Options: store.Options{Table: table}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	if err := st.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var msgs []outbox.Message
+	for range 5 {
+		msgs = append(msgs, outbox.Message{Topic: "t", Key: "k", Type: "T", Payload: []byte(`{}`)})
+	}
+	if err := st.Enqueue(ctx, msgs...); err != nil {
+		t.Fatal(err)
+	}
+	own, err := st.Balance(ctx, store.BalanceRequest{Owner: "a", LeaseFor: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	entered, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	mysqlstore.SetClaimHook(st, func() {
+		once.Do(func() {
+			close(entered)
+			<-release
+		})
+	})
+	type result struct {
+		c   store.Claim
+		err error
+	}
+	owned, excl := make(chan result, 1), make(chan result, 1)
+	go func() {
+		c, err := st.ClaimOwned(ctx, store.OwnedClaimRequest{
+			ClaimRequest: store.ClaimRequest{Lease: store.Lease{Owner: "a", Epoch: 1}, Limit: 2, LeaseFor: time.Minute},
+			Shards:       own.Held,
+		})
+		owned <- result{c, err}
+	}()
+	<-entered
+	go func() {
+		c, err := st.Claim(ctx, store.ClaimRequest{Lease: store.Lease{Owner: "x", Epoch: 1}, Limit: 10, LeaseFor: time.Minute})
+		excl <- result{c, err}
+	}()
+	// Let the exclusion claim run as far as it can while the owned one is
+	// open (on the old code: its SELECT read all five as claimable).
+	time.Sleep(time.Second)
+	close(release)
+	o, x := <-owned, <-excl
+	if o.err != nil || x.err != nil {
+		t.Fatalf("owned claim: %v; exclusion claim: %v", o.err, x.err)
+	}
+	if len(o.c.Events) != 2 {
+		t.Fatalf("the owned claim took %d events, want 2", len(o.c.Events))
+	}
+	if len(x.c.Events) != 0 {
+		ids := make([]int64, len(x.c.Events))
+		for i, e := range x.c.Events {
+			ids[i] = e.ID
+		}
+		t.Fatalf("the exclusion claim took events %v of key k while its events %d and %d were in flight under the owned claim", ids, o.c.Events[0].ID, o.c.Events[1].ID)
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"os"
 	"strconv"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -69,11 +70,16 @@ func BenchmarkOwnedHotKeysNATS(b *testing.B) {
 		done := make(chan error, 1)
 		b.StartTimer()
 		start := time.Now()
+		var ru0, ru1 syscall.Rusage
+		syscall.Getrusage(syscall.RUSAGE_SELF, &ru0)
 		go func() { done <- r.Run(ctx) }()
 		for r.Totals().Delivered.Load() < int64(n) {
 			time.Sleep(time.Millisecond)
 		}
 		el := time.Since(start)
+		syscall.Getrusage(syscall.RUSAGE_SELF, &ru1)
+		cpu := time.Duration(ru1.Utime.Nano() + ru1.Stime.Nano() - ru0.Utime.Nano() - ru0.Stime.Nano())
+		b.ReportMetric(float64(cpu.Nanoseconds())/1e3/float64(n), "relay-cpu-µs/ev")
 		b.StopTimer()
 		cancel()
 		<-done

@@ -384,8 +384,14 @@ func (o *ownership) balance(ctx context.Context, leave bool) error {
 
 // maxCalls bounds the publish calls one batch of ownership mode has in
 // flight at once (the broker's MaxInFlight window bounds the events across
-// all of them and across batches).
-const maxCalls = 4
+// all of them and across batches). Two calls keep one in flight while the
+// other's results are sorted and its keys' next events sent, and let the
+// keys' chains drift apart; events that get ready while both are in
+// flight wait and go together in the next call. More calls fragment: the
+// keys' chains drift apart, each ready event goes in a call of its own,
+// and every call costs the relay and the broker the same whatever its
+// size (BENCHMARKS.md §11.5).
+const maxCalls = 2
 
 // deliverOwned publishes a batch of ownership mode: an event goes once the
 // previous event of its key is confirmed, in this batch or in an earlier
@@ -395,11 +401,11 @@ const maxCalls = 4
 //
 // Dispatch is event-driven: when a call returns, the next events of the
 // keys it confirmed go out at once in a new call, while the batch's other
-// calls (up to maxCalls) are still in flight; a slow call holds only the
-// keys it carries. Events that are ready together go in one call, in id
-// order; on a broker that keeps no order (OrderNone) they are cut into as
-// many calls as there are free slots, so that the keys' chains do not
-// move in lock step behind the slowest ack of a shared call. A key-ordered
+// call is still in flight (maxCalls); a slow call holds only the keys it
+// carries. Events that are ready together go in one call, in id
+// order; on a broker that keeps no order (OrderNone), when nothing is in
+// flight, they are cut into two calls (maxCalls), so that the keys' chains
+// do not move in lock step behind the slowest ack of one shared call. A key-ordered
 // broker's calls are not cut: a key's events of the batch go in the call
 // of its first ready one.
 func (b *batch) deliverOwned(ctx context.Context) (BatchReport, error) {
@@ -524,9 +530,10 @@ func (b *batch) deliverOwned(ctx context.Context) (BatchReport, error) {
 		for len(queue) > 0 && inFlight < maxCalls {
 			slices.Sort(queue)
 			take := len(queue)
-			if !ordered {
-				// cut the ready events over the free slots
-				take = (len(queue) + maxCalls - inFlight - 1) / (maxCalls - inFlight)
+			if !ordered && inFlight == 0 {
+				// nothing in flight: cut the ready events into
+				// maxCalls calls
+				take = (len(queue) + maxCalls - 1) / maxCalls
 			}
 			if mx > 0 {
 				take = min(take, mx)
@@ -554,6 +561,14 @@ func (b *batch) deliverOwned(ctx context.Context) (BatchReport, error) {
 				send[k] = b.events[i]
 			}
 			inFlight++
+			if inFlight == 1 && len(queue) == 0 && len(outside) == 0 {
+				// the only call, and nothing can get ready before it
+				// returns: run it here (no goroutine handoff per call,
+				// which a hot key would pay per event)
+				res, stopped := b.call(pubCtx, send)
+				results <- done{idx: idx, send: send, results: res, stopped: stopped}
+				break
+			}
 			go func() {
 				res, stopped := b.call(pubCtx, send)
 				results <- done{idx: idx, send: send, results: res, stopped: stopped}

@@ -186,14 +186,32 @@ func (b *batch) brokerHealth(brokerErr error) {
 // relay is stopping, the lease is gone or the broker cannot be reached;
 // the caller gives send back.
 func (b *batch) publish(ctx, pubCtx context.Context, send []outbox.Event, failedKeys map[string]bool, brokerErr *error) (ok []bool, stopped bool) {
+	if b.mustStop(ctx, pubCtx, *brokerErr) {
+		return nil, true
+	}
+	results, stopped := b.call(pubCtx, send)
+	if stopped {
+		return nil, true
+	}
+	return b.sort(pubCtx, send, results, failedKeys, brokerErr), false
+}
+
+// mustStop reports whether no further publish call may start: the relay
+// is stopping, the lease is gone, or the broker could not be reached.
+func (b *batch) mustStop(ctx, pubCtx context.Context, brokerErr error) bool {
+	return ctx.Err() != nil || pubCtx.Err() != nil || b.isLost() || errors.Is(brokerErr, broker.ErrUnavailable)
+}
+
+// call runs one publish call: it waits for room in the broker's in-flight
+// window, then publishes under PublishTimeout with the publish hooks, and
+// returns one result per event. stopped: pubCtx ended while waiting for
+// room, and nothing was sent. It touches none of the batch's outcomes, so
+// calls of one batch may run at once (sort them one at a time).
+func (b *batch) call(pubCtx context.Context, send []outbox.Event) (results []broker.Result, stopped bool) {
 	cfg := b.r.cfg
 	// Room in the broker's in-flight window is waited for before the
 	// publish deadline starts: a wait is not an attempt.
-	var release func()
-	stop := ctx.Err() != nil || pubCtx.Err() != nil || b.isLost() || errors.Is(*brokerErr, broker.ErrUnavailable)
-	if !stop {
-		release, stop = b.r.inFlightWindow(pubCtx, len(send))
-	}
+	release, stop := b.r.inFlightWindow(pubCtx, len(send))
 	if stop {
 		return nil, true
 	}
@@ -204,7 +222,7 @@ func (b *batch) publish(ctx, pubCtx context.Context, send []outbox.Event, failed
 		}
 	}
 	published := time.Now()
-	results := broker.PublishResults(wctx, b.r.br, send)
+	results = broker.PublishResults(wctx, b.r.br, send)
 	release()
 	for len(results) < len(send) { // a broken adapter: never count a missing result as confirmed
 		results = append(results, broker.Result{Err: errors.New("broker returned no result for this event"), Offset: -1})
@@ -213,6 +231,13 @@ func (b *batch) publish(ctx, pubCtx context.Context, send []outbox.Event, failed
 		h.OnPublishEnd(wctx, PublishInfo{Events: send, Results: results, Took: time.Since(published)})
 	}
 	cancel()
+	return results, false
+}
+
+// sort files one call's results into acks, retries, burials and releases;
+// ok[i] says send[i] was confirmed. failedKeys gathers the keys with a
+// failed event; *brokerErr is set when the broker failed as a whole.
+func (b *batch) sort(pubCtx context.Context, send []outbox.Event, results []broker.Result, failedKeys map[string]bool, brokerErr *error) (ok []bool) {
 	ok = make([]bool, len(send))
 	confirmed := 0
 	var firstErr error
@@ -271,7 +296,7 @@ func (b *batch) publish(ctx, pubCtx context.Context, send []outbox.Event, failed
 	if confirmed == 0 && firstErr != nil && !broker.IsPermanent(firstErr) {
 		*brokerErr = firstErr
 	}
-	return ok, false
+	return ok
 }
 
 // fail decides between retry and burial.

@@ -117,6 +117,28 @@
 //     claims nothing more until such a lease has run out, rather than risk
 //     a key's later events overtaking the ones it would hold. Keyless
 //     events need no ticket.
+//   - Dispatch is event-driven: when a publish call returns, the next
+//     events of the keys it confirmed go out at once, in a new call, while
+//     the batch's other call is still in flight (two at most per batch;
+//     the broker's MaxInFlight bounds the events across all calls). Events
+//     ready together go in one call; on a broker that keeps no order, a
+//     ready set found with no call in flight is cut in two, so that the
+//     keys' chains drift apart instead of all waiting, call after call,
+//     for the slowest ack of one shared call.
+//   - One hot key is bound by the broker's round trip. On a broker that
+//     keeps no order after a failure (broker.OrderNone: NATS JetStream,
+//     which can store event k+1 of a key and fail k), a key's next event
+//     may go only once the broker confirmed the previous one, so one key
+//     moves one event per publish call: the PubAck round trip (about
+//     80 µs for a synchronous JetStream publish on an idle loopback) plus
+//     what a call costs the relay, the adapter and the broker (a reply
+//     subscription, a deadline, the writes; about 70 µs of the relay's CPU
+//     per call on a loaded 2-core machine), whatever the batch size, the
+//     workers or the relays (one relay owns the key's shard, and its next
+//     batches are claimed while the current one is published). 10 keys
+//     move at most 10 events per round trip. A key-ordered broker
+//     (OrderKey, OrderPartition) sends a key's events of a batch in one
+//     call instead.
 //   - Fencing is as strong as in the exclusion engine: every claim has
 //     its own (Owner, Epoch) and each ack, retry, burial and release is
 //     checked against it; shard leases carry epochs too, and a claim

@@ -29,7 +29,32 @@ type Server struct {
 	port      int
 	storeDir  string
 	jetStream bool
+	log       *warnLog
 }
+
+// warnLog keeps the server's warnings and errors (NoLog hides them), so
+// that a test that fails can say why the server refused a request: its
+// API answers carry only a generic text, such as "error creating store
+// for stream", and the cause goes to the log.
+type warnLog struct {
+	mu    sync.Mutex
+	lines []string
+}
+
+func (l *warnLog) add(level, format string, v []any) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if len(l.lines) < 200 {
+		l.lines = append(l.lines, level+" "+fmt.Sprintf(format, v...))
+	}
+}
+
+func (l *warnLog) Noticef(string, ...any)         {}
+func (l *warnLog) Debugf(string, ...any)          {}
+func (l *warnLog) Tracef(string, ...any)          {}
+func (l *warnLog) Warnf(format string, v ...any)  { l.add("[WRN]", format, v) }
+func (l *warnLog) Errorf(format string, v ...any) { l.add("[ERR]", format, v) }
+func (l *warnLog) Fatalf(format string, v ...any) { l.add("[FTL]", format, v) }
 
 // Start runs an embedded server on a free loopback port with its store in
 // t.TempDir(); it is shut down when t ends.
@@ -40,10 +65,19 @@ func StartPlain(t testing.TB) *Server { t.Helper(); return start(t, false) }
 
 func start(t testing.TB, jetStream bool) *Server {
 	t.Helper()
-	s := &Server{port: server.RANDOM_PORT, storeDir: t.TempDir(), jetStream: jetStream}
+	s := &Server{port: server.RANDOM_PORT, storeDir: t.TempDir(), jetStream: jetStream, log: &warnLog{}}
 	s.start(t)
 	s.port = s.srv.Addr().(*net.TCPAddr).Port
-	t.Cleanup(s.Stop)
+	t.Cleanup(func() {
+		s.Stop()
+		if t.Failed() {
+			s.log.mu.Lock()
+			defer s.log.mu.Unlock()
+			for _, l := range s.log.lines {
+				t.Logf("embedded nats-server: %s", l)
+			}
+		}
+	})
 	return s
 }
 
@@ -53,6 +87,7 @@ func (s *Server) start(t testing.TB) {
 	if err != nil {
 		t.Fatalf("embedded nats-server: %v", err)
 	}
+	srv.SetLogger(s.log, false, false)
 	go srv.Start()
 	if !srv.ReadyForConnections(10 * time.Second) {
 		t.Fatal("embedded nats-server not ready within 10s")

@@ -61,11 +61,14 @@ func uniqueName(prefix string) string {
 }
 
 // createStream makes a stream named like its only subject and deletes it
-// when the test ends.
+// when the test ends. AllowDirect lets the receiver read it by direct get,
+// which the stream answers itself: through the JetStream API (one request
+// per message, queued behind every other API call of the server) a loaded
+// machine read 300 of 400 messages in the suite's 30 s.
 func createStream(t *testing.T, js jetstream.JetStream, subject string, storage jetstream.StorageType) jetstream.Stream {
 	t.Helper()
 	s, err := js.CreateStream(ctxFor(t, 10*time.Second), jetstream.StreamConfig{
-		Name: subject, Subjects: []string{subject}, Storage: storage,
+		Name: subject, Subjects: []string{subject}, Storage: storage, AllowDirect: true,
 	})
 	if err != nil {
 		t.Fatalf("create stream %s: %v", subject, err)

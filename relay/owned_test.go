@@ -157,6 +157,7 @@ func TestOwnedFailureReleasesLaterEventsWithoutAttempt(t *testing.T) {
 				cfg.MaxAttempts = 3
 				cfg.BatchSize = 4 // k's events span several batches in flight at once
 				cfg.Workers = 3
+				cfg.Logger = failureLog(t)
 				run(t, st, mb, cfg)
 				waitFor(t, "k#1 to go dead", 30*time.Second, func() bool { return pending(t, st).Dead >= 1 })
 				waitFor(t, "the other keys", 30*time.Second, func() bool { return len(mb.Events("t")) >= 12 })
@@ -174,7 +175,10 @@ func TestOwnedFailureReleasesLaterEventsWithoutAttempt(t *testing.T) {
 				}
 				for _, e := range mb.Events("t") {
 					if e.Key == "k" {
-						t.Fatalf("%s delivered while k#1 failed: order broken", e.Payload)
+						for _, d := range dead {
+							t.Logf("dead: %s attempts=%d %q", d.Payload, d.Attempts, d.LastError)
+						}
+						t.Fatalf("%s delivered while k#1 failed: order broken; the store: %+v", e.Payload, pending(t, st))
 					}
 				}
 				if got := len(mb.Events("t")); got != 12 {
@@ -376,7 +380,7 @@ func TestOwnedHealthAndShardHook(t *testing.T) {
 		cfg := ownedConfig()
 		cfg.Hooks = []relay.Hook{log}
 		r, stop := run(t, o.Store, newMem(t, membroker.Config{}), cfg)
-		waitFor(t, "a shard", 10*time.Second, func() bool { return r.Health().ShardsHeld > 0 })
+		waitFor(t, "a shard", 30*time.Second, func() bool { return r.Health().ShardsHeld > 0 })
 		h := r.Health()
 		if !h.Owned || h.Shards < 1 || h.RelaysSeen != 1 {
 			t.Errorf("health %+v", h)
@@ -384,8 +388,22 @@ func TestOwnedHealthAndShardHook(t *testing.T) {
 		stop()
 		log.mu.Lock()
 		defer log.mu.Unlock()
-		if len(log.infos) < 2 || len(log.infos[0].Gained) == 0 || !log.infos[len(log.infos)-1].Leave {
-			t.Fatalf("heartbeats %+v: want shards gained first and a Leave last", log.infos)
+		// A heartbeat may fail on a loaded database (its deadline is half
+		// the lease): it says so in Err, with nothing else set, and the
+		// relay heartbeats again. The first that succeeded gains shards.
+		var ok []relay.ShardInfo
+		for _, i := range log.infos {
+			if i.Err != nil {
+				if i.Shards != 0 || i.Relays != 0 || len(i.Held) != 0 || len(i.Gained) != 0 || len(i.Lost) != 0 {
+					t.Errorf("a failed heartbeat reports %+v; want Err alone", i)
+				}
+				t.Logf("a heartbeat failed (a loaded machine): %v", i.Err)
+				continue
+			}
+			ok = append(ok, i)
+		}
+		if len(log.infos) < 2 || len(ok) == 0 || len(ok[0].Gained) == 0 || !log.infos[len(log.infos)-1].Leave {
+			t.Fatalf("heartbeats %+v: want shards gained by the first that succeeded and a Leave last", log.infos)
 		}
 	})
 }

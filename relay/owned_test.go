@@ -386,26 +386,69 @@ func TestOwnedHealthAndShardHook(t *testing.T) {
 			t.Errorf("health %+v", h)
 		}
 		stop()
+		checkShardLog(t, log)
+	})
+}
+
+// checkShardLog checks the heartbeats a relay's shard hook saw, from its
+// start to its stop: shards gained by the first that succeeded, a Leave
+// last. A heartbeat may fail on a loaded database (its deadline is half
+// the lease): it says so in Err, with nothing else set, and the relay
+// heartbeats again.
+func checkShardLog(t *testing.T, log *shardLog) (failed int) {
+	t.Helper()
+	log.mu.Lock()
+	defer log.mu.Unlock()
+	var ok []relay.ShardInfo
+	for _, i := range log.infos {
+		if i.Err != nil {
+			failed++
+			if i.Shards != 0 || i.Relays != 0 || len(i.Held) != 0 || len(i.Gained) != 0 || len(i.Lost) != 0 {
+				t.Errorf("a failed heartbeat reports %+v; want Err alone", i)
+			}
+			t.Logf("a heartbeat failed: %v", i.Err)
+			continue
+		}
+		ok = append(ok, i)
+	}
+	if len(log.infos) < 2 || len(ok) == 0 || len(ok[0].Gained) == 0 || !log.infos[len(log.infos)-1].Leave {
+		t.Fatalf("heartbeats %+v: want shards gained by the first that succeeded and a Leave last", log.infos)
+	}
+	return failed
+}
+
+// A relay whose first heartbeats fail (here behind a lock the test holds
+// on the shard table: each runs into its lock timeout or deadline) tells
+// the shard hook so, and gains the shards once the lock is gone.
+func TestOwnedShardHookAfterFailedHeartbeats(t *testing.T) {
+	t.Parallel()
+	o := teststores.Open(t, "postgres", store.Options{})
+	ctx := context.Background()
+	tx, err := o.DB.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback() }()
+	if _, err := tx.ExecContext(ctx, `LOCK TABLE "`+o.Opts.Table+`_shards" IN ACCESS EXCLUSIVE MODE`); err != nil {
+		t.Fatal(err)
+	}
+	log := &shardLog{}
+	cfg := ownedConfig()
+	cfg.Hooks = []relay.Hook{log}
+	r, stop := run(t, o.Store, newMem(t, membroker.Config{}), cfg)
+	waitFor(t, "a heartbeat", 30*time.Second, func() bool {
 		log.mu.Lock()
 		defer log.mu.Unlock()
-		// A heartbeat may fail on a loaded database (its deadline is half
-		// the lease): it says so in Err, with nothing else set, and the
-		// relay heartbeats again. The first that succeeded gains shards.
-		var ok []relay.ShardInfo
-		for _, i := range log.infos {
-			if i.Err != nil {
-				if i.Shards != 0 || i.Relays != 0 || len(i.Held) != 0 || len(i.Gained) != 0 || len(i.Lost) != 0 {
-					t.Errorf("a failed heartbeat reports %+v; want Err alone", i)
-				}
-				t.Logf("a heartbeat failed (a loaded machine): %v", i.Err)
-				continue
-			}
-			ok = append(ok, i)
-		}
-		if len(log.infos) < 2 || len(ok) == 0 || len(ok[0].Gained) == 0 || !log.infos[len(log.infos)-1].Leave {
-			t.Fatalf("heartbeats %+v: want shards gained by the first that succeeded and a Leave last", log.infos)
-		}
+		return len(log.infos) > 0
 	})
+	if err := tx.Rollback(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "a shard", 30*time.Second, func() bool { return r.Health().ShardsHeld > 0 })
+	stop()
+	if failed := checkShardLog(t, log); failed == 0 {
+		t.Fatalf("no heartbeat failed while the shard table was locked")
+	}
 }
 
 // Ownership mode through NATS JetStream: a hot key and many keys, in

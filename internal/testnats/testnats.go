@@ -8,6 +8,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"net"
 	"strings"
@@ -68,6 +69,9 @@ func start(t testing.TB, jetStream bool) *Server {
 	s := &Server{port: server.RANDOM_PORT, storeDir: t.TempDir(), jetStream: jetStream, log: &warnLog{}}
 	s.start(t)
 	s.port = s.srv.Addr().(*net.TCPAddr).Port
+	if jetStream {
+		s.anchor(t)
+	}
 	t.Cleanup(func() {
 		s.Stop()
 		if t.Failed() {
@@ -95,6 +99,33 @@ func (s *Server) start(t testing.TB) {
 	s.mu.Lock()
 	s.srv = srv
 	s.mu.Unlock()
+}
+
+// anchor creates a file stream that lives as long as the server (its
+// store survives a Restart), so that the account's streams directory is
+// never empty. When a stream is deleted, nats-server removes that
+// directory and the account's in a goroutine if they are empty, and a
+// file stream created meanwhile fails: "error creating store for stream",
+// its log saying "could not create storage directory - mkdir
+// …/jetstream/$G/streams: no such file or directory". Parallel tests that
+// each delete their stream at the end met it whenever the last stream
+// went just as another test created its own.
+func (s *Server) anchor(t testing.TB) {
+	t.Helper()
+	nc, err := nats.Connect(s.URL())
+	if err != nil {
+		t.Fatalf("embedded nats-server: %v", err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "TESTNATS_ANCHOR", Subjects: []string{"_testnats.anchor"}, Storage: jetstream.FileStorage}); err != nil {
+		t.Fatalf("embedded nats-server: the anchor stream: %v", err)
+	}
 }
 
 // Stop shuts the server down (a broker outage). Safe to call twice.
@@ -143,7 +174,19 @@ func NewStream(t testing.TB, url string) *Stream {
 	st := &Stream{Name: "T_" + strings.ToUpper(id), Subject: "t" + id, js: js}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: st.Name, Subjects: []string{st.Subject + ".>"}, Storage: jetstream.FileStorage}); err != nil {
+	for attempt := 1; ; attempt++ {
+		_, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: st.Name, Subjects: []string{st.Subject + ".>"}, Storage: jetstream.FileStorage})
+		if err == nil {
+			break
+		}
+		// On a shared server, another process may delete the account's
+		// last stream just now (see Server.anchor): nothing was created,
+		// create it again.
+		var apiErr *jetstream.APIError
+		if errors.As(err, &apiErr) && apiErr.ErrorCode == jsErrStreamCreate && attempt < 3 {
+			t.Logf("create stream %s, attempt %d: %v", st.Name, attempt, err)
+			continue
+		}
 		t.Fatalf("create stream: %v", err)
 	}
 	t.Cleanup(func() {
@@ -153,6 +196,10 @@ func NewStream(t testing.TB, url string) *Stream {
 	})
 	return st
 }
+
+// jsErrStreamCreate is JetStream's err_code of a stream creation that
+// failed in the server (JSStreamCreateErrF), such as its store.
+const jsErrStreamCreate jetstream.ErrorCode = 10049
 
 // Topic returns a topic (subject) the stream captures.
 func (s *Stream) Topic(name string) string { return s.Subject + "." + name }

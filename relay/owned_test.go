@@ -354,7 +354,7 @@ func TestOwnedRelaysJoinAndLeaveMidDrain(t *testing.T) {
 			// for -race on a loaded CI machine.
 			waitFor(t, "relay b to get a share from a", 10*ownedConfig().LeaseFor, func() bool { return b.Health().ShardsHeld > 0 })
 		}
-		waitFor(t, "some deliveries", 30*time.Second, func() bool { return len(mb.Events("t")) > 300 })
+		waitFor(t, "some deliveries", 3*time.Minute, func() bool { return len(mb.Events("t")) > 300 })
 		// a leaves mid-drain; b (and c, joining) take over
 		left := time.Now()
 		stopA()
@@ -366,9 +366,9 @@ func TestOwnedRelaysJoinAndLeaveMidDrain(t *testing.T) {
 			return b.Health().ShardsHeld+c.Health().ShardsHeld == a.Health().Shards
 		})
 		t.Logf("shards held again %v after relay a left", time.Since(left).Round(time.Millisecond))
-		waitFor(t, "more deliveries", 30*time.Second, func() bool { return len(mb.Events("t")) > 1500 })
+		waitFor(t, "more deliveries", 3*time.Minute, func() bool { return len(mb.Events("t")) > 1500 })
 		stopB()
-		waitFor(t, "all delivered", 60*time.Second, func() bool { return pending(t, st).Pending() == 0 })
+		waitFor(t, "all delivered", 3*time.Minute, func() bool { return pending(t, st).Pending() == 0 })
 		stopC()
 		checkDelivered(t, msgs, mb.Events("t"))
 		if h := a.Health(); h.ShardsHeld != 0 || !h.Owned {

@@ -334,11 +334,13 @@ func TestOwnedRelaysJoinAndLeaveMidDrain(t *testing.T) {
 		st := o.Store
 		mb := newMem(t, membroker.Config{Latency: 2 * time.Millisecond})
 		msgs := workload(t, st, "t", 3000, 50)
+		logger := failureLog(t)
 		cfg := func(name string, log *shardLog) relay.Config {
 			c := ownedConfig()
 			c.Owner = name
 			c.BatchSize = 50
 			c.Hooks = []relay.Hook{log}
+			c.Logger = logger
 			return c
 		}
 		// each relay opens a store of its own, as separate processes do

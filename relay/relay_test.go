@@ -1,6 +1,7 @@
 package relay_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -19,6 +20,33 @@ import (
 )
 
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+// failureLog is a logger that keeps the relay's warnings and errors and
+// writes them to t's log at its end if t failed: what the relay saw on
+// the way to a failed wait.
+func failureLog(t *testing.T) *slog.Logger {
+	var mu sync.Mutex
+	var buf bytes.Buffer
+	t.Cleanup(func() {
+		mu.Lock()
+		defer mu.Unlock()
+		if t.Failed() && buf.Len() > 0 {
+			t.Logf("the relay's warnings:\n%s", buf.String())
+		}
+	})
+	return slog.New(slog.NewTextHandler(writerFunc(func(p []byte) (int, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		if buf.Len() < 64<<10 {
+			buf.Write(p)
+		}
+		return len(p), nil
+	}), &slog.HandlerOptions{Level: slog.LevelWarn}))
+}
+
+type writerFunc func(p []byte) (int, error)
+
+func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
 
 // fastConfig keeps retries and polls short so tests finish quickly.
 func fastConfig() relay.Config {

@@ -8,6 +8,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"net"
 	"strings"
@@ -29,7 +30,32 @@ type Server struct {
 	port      int
 	storeDir  string
 	jetStream bool
+	log       *warnLog
 }
+
+// warnLog keeps the server's warnings and errors (NoLog hides them), so
+// that a test that fails can say why the server refused a request: its
+// API answers carry only a generic text, such as "error creating store
+// for stream", and the cause goes to the log.
+type warnLog struct {
+	mu    sync.Mutex
+	lines []string
+}
+
+func (l *warnLog) add(level, format string, v []any) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if len(l.lines) < 200 {
+		l.lines = append(l.lines, level+" "+fmt.Sprintf(format, v...))
+	}
+}
+
+func (l *warnLog) Noticef(string, ...any)         {}
+func (l *warnLog) Debugf(string, ...any)          {}
+func (l *warnLog) Tracef(string, ...any)          {}
+func (l *warnLog) Warnf(format string, v ...any)  { l.add("[WRN]", format, v) }
+func (l *warnLog) Errorf(format string, v ...any) { l.add("[ERR]", format, v) }
+func (l *warnLog) Fatalf(format string, v ...any) { l.add("[FTL]", format, v) }
 
 // Start runs an embedded server on a free loopback port with its store in
 // t.TempDir(); it is shut down when t ends.
@@ -40,10 +66,22 @@ func StartPlain(t testing.TB) *Server { t.Helper(); return start(t, false) }
 
 func start(t testing.TB, jetStream bool) *Server {
 	t.Helper()
-	s := &Server{port: server.RANDOM_PORT, storeDir: t.TempDir(), jetStream: jetStream}
+	s := &Server{port: server.RANDOM_PORT, storeDir: t.TempDir(), jetStream: jetStream, log: &warnLog{}}
 	s.start(t)
 	s.port = s.srv.Addr().(*net.TCPAddr).Port
-	t.Cleanup(s.Stop)
+	if jetStream {
+		s.anchor(t)
+	}
+	t.Cleanup(func() {
+		s.Stop()
+		if t.Failed() {
+			s.log.mu.Lock()
+			defer s.log.mu.Unlock()
+			for _, l := range s.log.lines {
+				t.Logf("embedded nats-server: %s", l)
+			}
+		}
+	})
 	return s
 }
 
@@ -53,6 +91,7 @@ func (s *Server) start(t testing.TB) {
 	if err != nil {
 		t.Fatalf("embedded nats-server: %v", err)
 	}
+	srv.SetLogger(s.log, false, false)
 	go srv.Start()
 	if !srv.ReadyForConnections(10 * time.Second) {
 		t.Fatal("embedded nats-server not ready within 10s")
@@ -60,6 +99,33 @@ func (s *Server) start(t testing.TB) {
 	s.mu.Lock()
 	s.srv = srv
 	s.mu.Unlock()
+}
+
+// anchor creates a file stream that lives as long as the server (its
+// store survives a Restart), so that the account's streams directory is
+// never empty. When a stream is deleted, nats-server removes that
+// directory and the account's in a goroutine if they are empty, and a
+// file stream created meanwhile fails: "error creating store for stream",
+// its log saying "could not create storage directory - mkdir
+// …/jetstream/$G/streams: no such file or directory". Parallel tests that
+// each delete their stream at the end met it whenever the last stream
+// went just as another test created its own.
+func (s *Server) anchor(t testing.TB) {
+	t.Helper()
+	nc, err := nats.Connect(s.URL())
+	if err != nil {
+		t.Fatalf("embedded nats-server: %v", err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "TESTNATS_ANCHOR", Subjects: []string{"_testnats.anchor"}, Storage: jetstream.FileStorage}); err != nil {
+		t.Fatalf("embedded nats-server: the anchor stream: %v", err)
+	}
 }
 
 // Stop shuts the server down (a broker outage). Safe to call twice.
@@ -108,7 +174,19 @@ func NewStream(t testing.TB, url string) *Stream {
 	st := &Stream{Name: "T_" + strings.ToUpper(id), Subject: "t" + id, js: js}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: st.Name, Subjects: []string{st.Subject + ".>"}, Storage: jetstream.FileStorage}); err != nil {
+	for attempt := 1; ; attempt++ {
+		_, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: st.Name, Subjects: []string{st.Subject + ".>"}, Storage: jetstream.FileStorage})
+		if err == nil {
+			break
+		}
+		// On a shared server, another process may delete the account's
+		// last stream just now (see Server.anchor): nothing was created,
+		// create it again.
+		var apiErr *jetstream.APIError
+		if errors.As(err, &apiErr) && apiErr.ErrorCode == jsErrStreamCreate && attempt < 3 {
+			t.Logf("create stream %s, attempt %d: %v", st.Name, attempt, err)
+			continue
+		}
 		t.Fatalf("create stream: %v", err)
 	}
 	t.Cleanup(func() {
@@ -118,6 +196,10 @@ func NewStream(t testing.TB, url string) *Stream {
 	})
 	return st
 }
+
+// jsErrStreamCreate is JetStream's err_code of a stream creation that
+// failed in the server (JSStreamCreateErrF), such as its store.
+const jsErrStreamCreate jetstream.ErrorCode = 10049
 
 // Topic returns a topic (subject) the stream captures.
 func (s *Stream) Topic(name string) string { return s.Subject + "." + name }

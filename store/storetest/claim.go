@@ -48,7 +48,10 @@ func (s *suite) testConcurrentClaims(t *testing.T, total, keys int) {
 		problems = append(problems, fmt.Sprintf(format, args...))
 	}
 	n := s.claimers()
-	deadline := time.Now().Add(30 * time.Second)
+	// Seconds on a quiet machine; SQLite under -race on a loaded one
+	// drained 1,075 of 2,000 in 30 s. A liveness bound, not a rate.
+	const within = 3 * time.Minute
+	deadline := time.Now().Add(within)
 	var wg sync.WaitGroup
 	for w := range n {
 		owner := fmt.Sprintf("claimer-%d", w)
@@ -120,7 +123,7 @@ func (s *suite) testConcurrentClaims(t *testing.T, total, keys int) {
 		t.Error(p)
 	}
 	if len(seen) != total || acked.Load() != int64(total) {
-		t.Fatalf("%d claimers got %d distinct events and acked %d; want all %d (stopped after 30s)", n, len(seen), acked.Load(), total)
+		t.Fatalf("%d claimers got %d distinct events and acked %d; want all %d (stopped after %v)", n, len(seen), acked.Load(), total, within)
 	}
 	t.Logf("%d claimers, events claimed per claimer: %v", n, perOwner)
 	st := stats(t, fx)

@@ -121,7 +121,7 @@ func newBroker(nc *nats.Conn, cfg Config, owned bool) (*Broker, error) {
 		nc: nc, js: js, cfg: cfg, owned: owned,
 		source:  broker.PercentEncode(cfg.Source),
 		window:  &window{free: cfg.MaxPending},
-		replies: &replies{nc: nc},
+		replies: &replies{nc: nc, size: 2*cfg.MaxPending + 64},
 		watch:   newWatch(nc),
 	}, nil
 }

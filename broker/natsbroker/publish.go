@@ -160,7 +160,8 @@ type call struct {
 	stored   []int   // group → "stored" PubAcks counted (ordered calls)
 	poisoned []bool  // group → a reply that is not a "stored" PubAck came
 
-	lost <-chan struct{} // closed when the connection is lost (watch)
+	lost  <-chan struct{} // closed when the connection is lost (watch)
+	inbox inbox           // where the replies come (replies)
 
 	// mu guards what follows, and the results of the events sent: onAck
 	// writes those. An event that is not sent has its result set by send.
@@ -207,12 +208,12 @@ func (b *Broker) newCall(events []outbox.Event, results []error, ordered bool) (
 		c.left[g]++
 	}
 	c.lost = b.watch.join() // before registering: no reply can come yet
-	prefix, id, err := b.replies.register(c)
+	id, prefix, in, err := b.replies.register(c)
 	if err != nil {
 		b.watch.leave()
 		return nil, err
 	}
-	c.prefix, c.id = prefix, id
+	c.id, c.prefix, c.inbox = id, prefix, in
 	c.replies = replySubjects(c.prefix, groups)
 	return c, nil
 }
@@ -373,16 +374,21 @@ func (c *call) await(ctx context.Context) {
 }
 
 // wait returns nil when ready is closed, or why the call must give up:
-// ctx's error, or errConnLost once the connection is seen lost.
+// ctx's error, or errConnLost once the connection is seen lost. Meanwhile
+// it hands the replies that come to their calls (this one or others).
 func (c *call) wait(ctx context.Context, ready <-chan struct{}) error {
-	select {
-	case <-ready:
-	case <-c.lost:
-		return errConnLost
-	case <-ctx.Done():
-		return ctx.Err()
+	for {
+		select {
+		case <-ready:
+			return nil
+		case m := <-c.inbox.ch:
+			c.inbox.dispatch(m)
+		case <-c.lost:
+			return errConnLost
+		case <-ctx.Done():
+			return ctx.Err()
+		}
 	}
-	return nil
 }
 
 // stop gives up: the events still waiting for their PubAck fail with why,

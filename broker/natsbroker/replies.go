@@ -17,42 +17,68 @@ import (
 // Subscribing per call instead costs a SUB and an UNSUB to nats-server and
 // a goroutine in nats.go for every Publish, which is most of a one-event
 // call's cost.
+//
+// nats.go's reading goroutine puts the replies in a channel, and the calls
+// waiting for PubAcks take them from it (call.wait), each handing a reply
+// to the call it names: no goroutine of its own, so a call waiting alone
+// (the relay's one hot key) is woken by the reading goroutine directly, as
+// a plain request is. A reply comes only for a message some call sent and
+// awaits, and a call awaits until its replies are in, so every reply is
+// taken; those of a call that gave up are taken by the next one. The
+// channel holds twice Config.MaxPending replies (the window bounds the
+// replies awaited); should it fill, nats.go drops the reply (a slow
+// consumer) and its call fails at its deadline, to be retried.
 type replies struct {
-	nc *nats.Conn
+	nc   *nats.Conn
+	size int // the channel's capacity
 
 	mu     sync.Mutex
 	sub    *nats.Subscription
-	prefix string // the subscription's <inbox>.
-	next   uint64 // the next call's number
+	ch     chan *nats.Msg // the subscription's
+	prefix string         // the subscription's <inbox>.
+	next   uint64         // the next call's number
 	calls  map[uint64]*call
 	closed bool // Close dropped the subscription
 }
 
-// register gives c a number and returns the prefix of its reply subjects,
-// <inbox>.<number>., subscribing first if there is no subscription yet (or
-// it ended). end unregisters the returned number.
-func (r *replies) register(c *call) (string, uint64, error) {
+// register gives c a number, the prefix of its reply subjects
+// (<inbox>.<number>.) and the subscription to wait on, subscribing first
+// if there is no subscription yet (or it ended). end unregisters the
+// number.
+func (r *replies) register(c *call) (uint64, string, inbox, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.closed {
-		return "", 0, ErrClosed
+		return 0, "", inbox{}, ErrClosed
 	}
 	if r.sub == nil || !r.sub.IsValid() {
 		prefix := r.nc.NewInbox() + "."
-		sub, err := r.nc.Subscribe(prefix+"*.*", func(m *nats.Msg) { r.dispatch(prefix, m) })
+		ch := make(chan *nats.Msg, r.size)
+		sub, err := r.nc.ChanSubscribe(prefix+"*.*", ch)
 		if err != nil {
-			return "", 0, err
+			return 0, "", inbox{}, err
 		}
 		if r.calls == nil {
 			r.calls = make(map[uint64]*call)
 		}
-		r.sub, r.prefix = sub, prefix
+		r.sub, r.ch, r.prefix = sub, ch, prefix
 	}
 	id := r.next
 	r.next++
 	r.calls[id] = c
-	return r.prefix + strconv.FormatUint(id, 10) + ".", id, nil
+	return id, r.prefix + strconv.FormatUint(id, 10) + ".", inbox{r, r.prefix, r.ch}, nil
 }
+
+// inbox is the subscription a call waits on: its replies, and those of
+// every other call.
+type inbox struct {
+	r      *replies
+	prefix string
+	ch     <-chan *nats.Msg
+}
+
+// dispatch hands the reply m to its call.
+func (in inbox) dispatch(m *nats.Msg) { in.r.dispatch(in.prefix, m) }
 
 // unregister forgets call id: its later replies are dropped.
 func (r *replies) unregister(id uint64) {
@@ -62,8 +88,8 @@ func (r *replies) unregister(id uint64) {
 }
 
 // dispatch hands the reply m, which came on the subscription to
-// prefix+"*.*", to its call. It runs on the subscription's goroutine, so
-// what it calls must not block (see call.onAck).
+// prefix+"*.*", to its call. It runs on the goroutine of whichever call
+// took m, so what it calls must not block (see call.onAck).
 func (r *replies) dispatch(prefix string, m *nats.Msg) {
 	rest, ok := strings.CutPrefix(m.Subject, prefix)
 	if !ok {

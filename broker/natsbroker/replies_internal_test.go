@@ -1,6 +1,7 @@
 package natsbroker
 
 import (
+	"context"
 	"sync"
 	"testing"
 	"time"
@@ -66,12 +67,12 @@ func TestRepliesGoToTheirCallAndEndedCallsDropThem(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	waitDone := func(c *call) {
+	waitDone := func(c *call) { // as await does: taking the replies that come
 		t.Helper()
-		select {
-		case <-c.done:
-		case <-time.After(10 * time.Second):
-			t.Fatal("the reply did not reach its call")
+		ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+		defer cancel()
+		if err := c.wait(ctx, c.done); err != nil {
+			t.Fatalf("the reply did not reach its call: %v", err)
 		}
 	}
 

@@ -98,9 +98,9 @@ func (b *Broker) publish(ctx context.Context, events []outbox.Event, results []e
 		c.await(ctx)
 	}
 	c.end()
-	// The "no responders" replies are resolved here, not on the reply
-	// subscription's goroutine: the stream lookup is a request to
-	// JetStream, and it would hold up the PubAcks of every other call.
+	// The "no responders" replies are resolved here, not as they come:
+	// the stream lookup is a request to JetStream, and it would hold up
+	// the PubAcks of the other calls this one takes them for.
 	var lookups map[string]error // topic → verdict
 	for i, err := range results {
 		if err == errNoResponders {
@@ -124,8 +124,9 @@ var errUnordered = errors.New("natsbroker: a reply on the event's topic named no
 
 // call is one Publish in flight. Its PubAcks come to reply subjects
 // <inbox>.<call>.0, <inbox>.<call>.1, … on the Broker's one reply
-// subscription (replies), whose goroutine records each result: no timer,
-// goroutine or channel per message, and no subscription per call.
+// subscription (replies); the waiting calls take them and record each
+// result: no timer, goroutine or channel per message, and no subscription
+// per call.
 //
 // An ordered call gives each topic one reply subject (a group) and only
 // counts its replies: no reply is matched to an event. JetStream answers
@@ -410,9 +411,10 @@ func (c *call) stop(why error) {
 	}
 }
 
-// onAck records the reply m to the call's group g. It runs on the reply
-// subscription's goroutine, which serves every call: it must not block
-// (a "no responders" is looked into by publish, after the call).
+// onAck records the reply m to the call's group g. It runs on the
+// goroutine of whichever call took m from the shared subscription, so it
+// must not block (a "no responders" is looked into by publish, after the
+// call).
 func (c *call) onAck(g int, m *nats.Msg) {
 	if g < 0 || g >= len(c.queue) {
 		return // not ours

@@ -5,6 +5,9 @@ package natsbroker_test
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -153,4 +156,132 @@ func publish(b *testing.B, br *natsbroker.Broker, events []outbox.Event) {
 			b.Fatalf("publish of event %d: %v", j, err)
 		}
 	}
+}
+
+// BenchmarkPublishOne measures the cost of a one-event Publish call, which
+// the relay makes for each event of one hot key, against the floor under
+// it: a synchronous jetstream Publish of the same message with a
+// Nats-Msg-Id. The two alternate in blocks of 100 calls (OUTBOX_BENCH_CALLS
+// calls each, default 3000), so machine noise hits both alike. It reports
+// the wall time per call, the CPU time per call of this process and of the
+// nats-server processes on this machine (all of them: the shared server
+// serves others too, so that figure is only meaningful on a quiet machine;
+// it is counted in 10 ms ticks).
+//
+//	go test -run XXX -bench PublishOne -benchtime 1x ./broker/natsbroker/
+func BenchmarkPublishOne(b *testing.B) {
+	url := testenv.Require(b, testenv.NATS)
+	calls := 3000
+	if v := os.Getenv("OUTBOX_BENCH_CALLS"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n <= 0 {
+			b.Fatalf("OUTBOX_BENCH_CALLS=%q: want a positive number", v)
+		}
+		calls = n
+	}
+	nc, err := nats.Connect(url)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx := context.Background()
+	suffix := fmt.Sprint(time.Now().UnixNano() % 1_000_000_000)
+	subject := "natsbench1_" + suffix
+	name := "NATSBROKER_BENCH1_" + suffix
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: name, Subjects: []string{subject + ".>"}, Storage: jetstream.FileStorage, Duplicates: 2 * time.Minute}); err != nil {
+		b.Fatalf("create stream: %v", err)
+	}
+	defer js.DeleteStream(context.Background(), name) //nolint:errcheck
+	br, err := natsbroker.Dial(url, natsbroker.Config{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer br.Close(context.Background()) //nolint:errcheck
+
+	topic := subject + ".orders"
+	payload := []byte(`{"order_id":42,"customer":"c-7","status":"PAID","pad":"` + strings.Repeat("x", 140) + `"}`)
+	id := 0
+	next := func() outbox.Event {
+		id++
+		m := outbox.Message{Topic: topic, Key: "hot", Type: "OrderPaid", Payload: payload}
+		return outbox.Event{ID: int64(id), Message: m.Normalized(), CreatedAt: time.Now()}
+	}
+	cpu := func() time.Duration {
+		var ru syscall.Rusage
+		if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+			b.Fatal(err)
+		}
+		return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	}
+
+	type cost struct{ wall, self, server time.Duration }
+	var adapter, raw cost
+	measure := func(c *cost, f func()) {
+		start, self, server := time.Now(), cpu(), natsServerCPU()
+		f()
+		c.wall += time.Since(start)
+		c.self += cpu() - self
+		c.server += natsServerCPU() - server
+	}
+	const block = 100
+	b.ResetTimer()
+	for range b.N {
+		for done := 0; done < calls; done += block {
+			measure(&adapter, func() {
+				for range block {
+					publish(b, br, []outbox.Event{next()})
+				}
+			})
+			measure(&raw, func() {
+				for range block {
+					e := next()
+					m := &nats.Msg{Subject: e.Topic, Data: e.Payload, Header: nats.Header{jetstream.MsgIDHeader: {e.EventID}}}
+					if _, err := js.PublishMsg(ctx, m); err != nil {
+						b.Fatalf("raw publish: %v", err)
+					}
+				}
+			})
+		}
+	}
+	b.StopTimer()
+	n := float64(b.N * ((calls + block - 1) / block) * block)
+	per := func(d time.Duration) float64 { return float64(d.Microseconds()) / n }
+	b.ReportMetric(per(adapter.wall), "adapter-µs/call")
+	b.ReportMetric(per(raw.wall), "raw-µs/call")
+	b.ReportMetric(per(adapter.self), "adapter-cpu-µs/call")
+	b.ReportMetric(per(raw.self), "raw-cpu-µs/call")
+	b.ReportMetric(per(adapter.server), "adapter-server-cpu-µs/call")
+	b.ReportMetric(per(raw.server), "raw-server-cpu-µs/call")
+	b.ReportMetric(0, "ns/op")
+}
+
+// natsServerCPU is the CPU time used so far by the nats-server processes
+// of this machine (from /proc, in clock ticks of 10 ms); 0 where there is
+// no /proc.
+func natsServerCPU() time.Duration {
+	dirs, _ := filepath.Glob("/proc/[0-9]*")
+	var total time.Duration
+	for _, d := range dirs {
+		comm, err := os.ReadFile(d + "/comm")
+		if err != nil || strings.TrimSpace(string(comm)) != "nats-server" {
+			continue
+		}
+		stat, err := os.ReadFile(d + "/stat")
+		if err != nil {
+			continue
+		}
+		s := string(stat)
+		f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:]) // after the command, which may hold spaces
+		if len(f) < 13 {
+			continue
+		}
+		utime, _ := strconv.ParseInt(f[11], 10, 64)
+		stime, _ := strconv.ParseInt(f[12], 10, 64)
+		total += time.Duration(utime+stime) * 10 * time.Millisecond
+	}
+	return total
 }

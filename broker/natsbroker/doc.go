@@ -60,14 +60,25 @@
 // keeps a future per message (an entry in a table shared by the whole
 // connection under one mutex, a timeout timer, channels to wait on); for
 // batches of a thousand that bookkeeping cost more than building the
-// messages (BENCHMARKS.md, "NATS adapter publish rate"). Instead each
-// Publish call subscribes to a reply inbox of its own and publishes every
-// message of one topic with the same reply subject, <inbox>.<topic's index
-// in the batch>. It counts each topic's "stored" PubAcks: when they are as
-// many as the messages it sent on that topic, all of them were stored. Any
-// other reply on a topic (an error, a "no responders") names no message,
-// so that topic's events are sent again with a reply subject each,
-// <inbox>.<index in the batch>, which tells every event's error apart;
+// messages (BENCHMARKS.md, "NATS adapter publish rate"). Instead the
+// Broker keeps one reply subscription, to <inbox>.*.* (made at the first
+// Publish, renewed by nats.go after a reconnect, dropped by Close); each
+// Publish call registers under a number of its own, <call>, and publishes
+// every message of one topic with the same reply subject,
+// <inbox>.<call>.<topic's index in the batch>; replies for a call that
+// ended are dropped. (A subscription per call cost a SUB and an UNSUB to
+// nats-server and a goroutine in nats.go for every Publish: most of the
+// cost of a one-event call, which is what the relay makes for one hot
+// key.) One goroutine per Broker checks the connection every 50 ms while
+// calls are in flight, so that a call whose connection was lost, or
+// reconnected, fails at once as not connected instead of waiting for
+// PubAcks that will never come. A call counts each topic's "stored"
+// PubAcks: when they are as many as the messages it sent on that topic,
+// all of them were stored. Any other reply on a topic (an error, a "no
+// responders") names no message, so that topic's events are sent again
+// with a reply subject each, <inbox>.<call>.<index in the batch>, which
+// tells every event's error apart (a "no responders" is then looked into
+// with a stream lookup after the call, off the shared subscription);
 // JetStream's deduplication on Nats-Msg-Id makes the second sending of the
 // events it had stored a no-op that answers "duplicate". Nothing depends on
 // the order PubAcks come in. One reply subject per topic instead of per

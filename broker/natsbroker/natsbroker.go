@@ -85,8 +85,10 @@ type Broker struct {
 	cfg   Config
 	owned bool // Dial opened nc, so Close closes it
 	// source is Config.Source percent-encoded: the ce-source header.
-	source string
-	window *window // Config.MaxPending
+	source  string
+	window  *window  // Config.MaxPending
+	replies *replies // the one reply subscription, for every Publish
+	watch   *watch   // tells the calls in flight when the connection is lost
 
 	gate broker.Gate // Publish calls in progress; Close
 }
@@ -95,9 +97,10 @@ var _ broker.Broker = (*Broker)(nil)
 
 // New returns a Broker that publishes on nc, a connection the caller owns
 // and keeps closing. For a broker restart to heal by itself, nc should
-// reconnect forever (nats.MaxReconnects(-1)); Dial sets that up. Each
-// Publish subscribes to a reply inbox of its own on nc and unsubscribes
-// when it returns, so Close leaves nothing behind on nc.
+// reconnect forever (nats.MaxReconnects(-1)); Dial sets that up. The
+// first Publish subscribes to a reply inbox on nc (one subscription for
+// every Publish; nats.go renews it after a reconnect), and Close
+// unsubscribes, so Close leaves nothing behind on nc.
 func New(nc *nats.Conn, cfg Config) (*Broker, error) {
 	if nc == nil {
 		return nil, errors.New("natsbroker: New needs a connection; pass one from nats.Connect or use Dial")
@@ -116,8 +119,10 @@ func newBroker(nc *nats.Conn, cfg Config, owned bool) (*Broker, error) {
 	}
 	return &Broker{
 		nc: nc, js: js, cfg: cfg, owned: owned,
-		source: broker.PercentEncode(cfg.Source),
-		window: &window{free: cfg.MaxPending},
+		source:  broker.PercentEncode(cfg.Source),
+		window:  &window{free: cfg.MaxPending},
+		replies: &replies{nc: nc, size: 2*cfg.MaxPending + 64},
+		watch:   newWatch(nc),
 	}, nil
 }
 
@@ -246,8 +251,16 @@ func (e noStreamError) Is(target error) bool {
 // first to finish or ctx to end.
 func (b *Broker) Close(ctx context.Context) error {
 	return b.gate.Close(ctx, "natsbroker: closing with publishes still waiting for PubAcks", func() error {
+		b.replies.close()
 		if b.owned {
 			b.nc.Close()
+		}
+		// The connection watch stops within connCheck of the last call.
+		if stopped := b.watch.stopped(); stopped != nil {
+			select {
+			case <-stopped:
+			case <-ctx.Done():
+			}
 		}
 		return nil
 	})

@@ -18,9 +18,9 @@ import (
 	"github.com/outbox-go/outbox/broker"
 )
 
-// connCheck is how often a Publish waiting for PubAcks checks that the
-// connection was not lost meanwhile (the acks of a lost connection never
-// come).
+// connCheck is how often the connection is checked while Publish calls
+// wait for PubAcks, to see that it was not lost meanwhile (the acks of a
+// lost connection never come); see watch.
 const connCheck = 50 * time.Millisecond
 
 // The status header of a "no responders" reply: nothing (no stream)
@@ -83,18 +83,39 @@ func (b *Broker) Publish(ctx context.Context, events []outbox.Event) []error {
 // publish runs one call: ordered (one reply subject per topic, whose
 // "stored" PubAcks are counted) or not (one reply subject per event).
 func (b *Broker) publish(ctx context.Context, events []outbox.Event, results []error, ordered bool) {
-	c, err := b.newCall(ctx, events, results, ordered)
+	c, err := b.newCall(events, results, ordered)
 	if err != nil {
-		fillFrom(results, 0, fmt.Errorf("natsbroker: not published: subscribing to the PubAcks failed: %w", err))
+		if err == ErrClosed {
+			fillFrom(results, 0, err)
+		} else {
+			fillFrom(results, 0, fmt.Errorf("natsbroker: not published: subscribing to the PubAcks failed: %w", err))
+		}
 		return
 	}
-	defer c.end()
 	if err := c.send(ctx); err != nil {
 		c.stop(err)
 	} else {
 		c.await(ctx)
 	}
+	c.end()
+	// The "no responders" replies are resolved here, not as they come:
+	// the stream lookup is a request to JetStream, and it would hold up
+	// the PubAcks of the other calls this one takes them for.
+	var lookups map[string]error // topic → verdict
+	for i, err := range results {
+		if err == errNoResponders {
+			if lookups == nil {
+				lookups = make(map[string]error)
+			}
+			results[i] = b.ackError(ctx, &events[i], jetstream.ErrNoStreamResponse, lookups)
+		}
+	}
 }
+
+// errNoResponders is the result onAck records for a "no responders" reply
+// of an unordered call; publish replaces it with the verdict of a stream
+// lookup once the call ended. It never reaches the caller.
+var errNoResponders = errors.New("natsbroker: no responders (the stream lookup is pending)")
 
 // errUnordered marks an event of an ordered call whose topic got a reply
 // that names no event; Publish sends it again with a reply of its own. It
@@ -102,9 +123,10 @@ func (b *Broker) publish(ctx context.Context, events []outbox.Event, results []e
 var errUnordered = errors.New("natsbroker: a reply on the event's topic named no event; publishing it again on its own")
 
 // call is one Publish in flight. Its PubAcks come to reply subjects
-// <inbox>.0, <inbox>.1, … on a subscription of its own, whose goroutine
-// records each result: no table of pending acks shared by all publishes, no
-// timer, goroutine or channel per message.
+// <inbox>.<call>.0, <inbox>.<call>.1, … on the Broker's one reply
+// subscription (replies); the waiting calls take them and record each
+// result: no timer, goroutine or channel per message, and no subscription
+// per call.
 //
 // An ordered call gives each topic one reply subject (a group) and only
 // counts its replies: no reply is matched to an event. JetStream answers
@@ -125,8 +147,8 @@ var errUnordered = errors.New("natsbroker: a reply on the event's topic named no
 // (BENCHMARKS.md §2).
 type call struct {
 	b       *Broker
-	ctx     context.Context // for the stream lookup of a "no responders"
 	events  []outbox.Event
+	id      uint64   // the call's number among the Broker's replies
 	prefix  string   // reply subjects are prefix + group index
 	replies []string // prefix+"0", prefix+"1", …
 
@@ -138,11 +160,9 @@ type call struct {
 	left     []int   // group → its events send has not handled yet
 	stored   []int   // group → "stored" PubAcks counted (ordered calls)
 	poisoned []bool  // group → a reply that is not a "stored" PubAck came
-	sub      *nats.Subscription
-	lookups  map[string]error // subject → verdict on a missing stream; used by onAck only
 
-	reconnects uint64       // the connection's count when the call began
-	check      *time.Ticker // when to look at the connection again
+	lost  <-chan struct{} // closed when the connection is lost (watch)
+	inbox inbox           // where the replies come (replies)
 
 	// mu guards what follows, and the results of the events sent: onAck
 	// writes those. An event that is not sent has its result set by send.
@@ -156,16 +176,13 @@ type call struct {
 	closed  bool          // done is closed
 }
 
-func (b *Broker) newCall(ctx context.Context, events []outbox.Event, results []error, ordered bool) (*call, error) {
+func (b *Broker) newCall(events []outbox.Event, results []error, ordered bool) (*call, error) {
 	c := &call{
-		b: b, ctx: ctx, events: events, results: results,
-		prefix:     b.nc.NewInbox() + ".",
-		lookups:    make(map[string]error),
-		reconnects: b.nc.Stats().Reconnects,
-		waiting:    make([]bool, len(events)),
-		done:       make(chan struct{}),
-		ordered:    ordered,
-		group:      make([]int, len(events)),
+		b: b, events: events, results: results,
+		waiting: make([]bool, len(events)),
+		done:    make(chan struct{}),
+		ordered: ordered,
+		group:   make([]int, len(events)),
 	}
 	groups := len(events)
 	if ordered {
@@ -191,13 +208,14 @@ func (b *Broker) newCall(ctx context.Context, events []outbox.Event, results []e
 	for _, g := range c.group {
 		c.left[g]++
 	}
-	c.replies = replySubjects(c.prefix, groups)
-	sub, err := b.nc.Subscribe(c.prefix+"*", c.onAck)
+	c.lost = b.watch.join() // before registering: no reply can come yet
+	id, prefix, in, err := b.replies.register(c)
 	if err != nil {
+		b.watch.leave()
 		return nil, err
 	}
-	c.sub = sub
-	c.check = time.NewTicker(connCheck)
+	c.id, c.prefix, c.inbox = id, prefix, in
+	c.replies = replySubjects(c.prefix, groups)
 	return c, nil
 }
 
@@ -222,11 +240,11 @@ func replySubjects(prefix string, n int) []string {
 	return out
 }
 
-// end drops the subscription (acks that come later are ignored) and
+// end unregisters the call (replies that come later are dropped) and
 // returns the window slots of events still waiting.
 func (c *call) end() {
-	_ = c.sub.Unsubscribe()
-	c.check.Stop()
+	c.b.replies.unregister(c.id)
+	c.b.watch.leave()
 	c.mu.Lock()
 	n := c.pending // unordered: each waiting event holds a slot
 	if c.ordered {
@@ -356,19 +374,22 @@ func (c *call) await(ctx context.Context) {
 	}
 }
 
-// wait returns when ready is closed or at the next connection check, nil
-// unless the call must give up: then ctx's error or errConnLost.
+// wait returns nil when ready is closed, or why the call must give up:
+// ctx's error, or errConnLost once the connection is seen lost. Meanwhile
+// it hands the replies that come to their calls (this one or others).
 func (c *call) wait(ctx context.Context, ready <-chan struct{}) error {
-	select {
-	case <-ready:
-	case <-c.check.C:
-		if c.b.nc.Status() != nats.CONNECTED || c.b.nc.Stats().Reconnects != c.reconnects {
+	for {
+		select {
+		case <-ready:
+			return nil
+		case m := <-c.inbox.ch:
+			c.inbox.dispatch(m)
+		case <-c.lost:
 			return errConnLost
+		case <-ctx.Done():
+			return ctx.Err()
 		}
-	case <-ctx.Done():
-		return ctx.Err()
 	}
-	return nil
 }
 
 // stop gives up: the events still waiting for their PubAck fail with why,
@@ -390,15 +411,20 @@ func (c *call) stop(why error) {
 	}
 }
 
-// onAck records the reply m to one of the call's groups. It runs on the
-// subscription's goroutine.
-func (c *call) onAck(m *nats.Msg) {
-	g, err := strconv.Atoi(strings.TrimPrefix(m.Subject, c.prefix))
-	if err != nil || g < 0 || g >= len(c.queue) {
+// onAck records the reply m to the call's group g. It runs on the
+// goroutine of whichever call took m from the shared subscription, so it
+// must not block (a "no responders" is looked into by publish, after the
+// call).
+func (c *call) onAck(g int, m *nats.Msg) {
+	if g < 0 || g >= len(c.queue) {
 		return // not ours
 	}
 	if !c.ordered {
-		c.record(g, c.b.ackResult(c.ctx, &c.events[g], m, c.lookups))
+		if noRespondersReply(m) {
+			c.record(g, errNoResponders)
+		} else {
+			c.record(g, c.b.ackResult(context.Background(), &c.events[g], m, nil))
+		}
 		return
 	}
 	if !stored(m) {
@@ -510,9 +536,17 @@ func plainPubAck(data []byte) bool {
 		!bytes.Contains(data, []byte(`"error"`))
 }
 
+// noRespondersReply reports whether m is a "no responders" status: no
+// stream listens on the subject.
+func noRespondersReply(m *nats.Msg) bool {
+	return len(m.Data) == 0 && m.Header.Get(statusHeader) == noResponders
+}
+
 // ackResult is nil when m is a PubAck for e, else the error it reports.
+// Only a "no responders" looks the stream up (with ctx, caching the verdict
+// in lookups).
 func (b *Broker) ackResult(ctx context.Context, e *outbox.Event, m *nats.Msg, lookups map[string]error) error {
-	if len(m.Data) == 0 && m.Header.Get(statusHeader) == noResponders {
+	if noRespondersReply(m) {
 		return b.ackError(ctx, e, jetstream.ErrNoStreamResponse, lookups)
 	}
 	if plainPubAck(m.Data) {

@@ -97,9 +97,9 @@ func orderedCall(topics ...string) *call {
 		events[i] = outbox.Event{ID: int64(i + 1), Message: outbox.Message{EventID: strconv.Itoa(i + 1), Topic: t}}
 	}
 	groups := map[string]int{}
-	c := &call{b: &Broker{window: &window{}}, ctx: context.Background(), events: events, prefix: "_INBOX.t.", ordered: true,
+	c := &call{b: &Broker{window: &window{}}, events: events, prefix: "_INBOX.t.", ordered: true,
 		results: make([]error, len(events)), waiting: make([]bool, len(events)), group: make([]int, len(events)),
-		lookups: map[string]error{}, done: make(chan struct{})}
+		done: make(chan struct{})}
 	for i, t := range topics {
 		g, ok := groups[t]
 		if !ok {
@@ -119,7 +119,7 @@ func orderedCall(topics ...string) *call {
 }
 
 func reply(c *call, g int, data string) {
-	c.onAck(&nats.Msg{Subject: c.prefix + strconv.Itoa(g), Data: []byte(data)})
+	c.onAck(g, &nats.Msg{Data: []byte(data)})
 }
 
 const storedAck = `{"stream":"S", "seq":1}`
@@ -168,7 +168,7 @@ func TestOrderedGroupsCountPubAcks(t *testing.T) {
 	}
 
 	c = orderedCall("a", "a")
-	c.onAck(&nats.Msg{Subject: c.prefix + "0", Header: nats.Header{"Status": []string{"503"}}}) // no responders
+	c.onAck(0, &nats.Msg{Header: nats.Header{"Status": []string{"503"}}}) // no responders
 	if c.results[0] != errUnordered || c.results[1] != errUnordered {
 		t.Fatalf("after no responders: %v; want both sent again on their own", c.results)
 	}

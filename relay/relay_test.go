@@ -61,13 +61,33 @@ func fastConfig() relay.Config {
 	}
 }
 
-// forEachStore runs fn once per store kind on a fresh table.
-func forEachStore(t *testing.T, fn func(t *testing.T, st store.Store)) {
+// engines are the two ways a relay keeps per-key order: ordering by
+// ownership (the default) and by exclusion (Config.Exclusion). A test of
+// what both promise runs under each.
+var engines = []struct {
+	name      string
+	exclusion bool
+}{{"ownership", false}, {"exclusion", true}}
+
+// exclusionConfig is fastConfig ordering by exclusion.
+func exclusionConfig() relay.Config {
+	c := fastConfig()
+	c.Exclusion = true
+	return c
+}
+
+// forEachStore runs fn once per store kind and engine on a fresh table,
+// with fastConfig set to that engine.
+func forEachStore(t *testing.T, fn func(t *testing.T, st store.Store, cfg relay.Config)) {
 	for _, kind := range teststores.Kinds {
-		t.Run(kind, func(t *testing.T) {
-			t.Parallel()
-			fn(t, teststores.Open(t, kind, store.Options{}).Store)
-		})
+		for _, e := range engines {
+			t.Run(kind+"/"+e.name, func(t *testing.T) {
+				t.Parallel()
+				cfg := fastConfig()
+				cfg.Exclusion = e.exclusion
+				fn(t, teststores.Open(t, kind, store.Options{}).Store, cfg)
+			})
+		}
 	}
 }
 
@@ -187,11 +207,11 @@ func pending(t *testing.T, st store.Store) store.Stats {
 }
 
 func TestDeliversEverythingInKeyOrderWithTwoRelays(t *testing.T) {
-	forEachStore(t, func(t *testing.T, st store.Store) {
+	forEachStore(t, func(t *testing.T, st store.Store, cfg relay.Config) {
 		mb := newMem(t, membroker.Config{})
 		msgs := workload(t, st, "orders", 1500, 40)
-		run(t, st, mb, fastConfig())
-		run(t, st, mb, fastConfig())
+		run(t, st, mb, cfg)
+		run(t, st, mb, cfg)
 		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 		defer cancel()
 		got, err := mb.Wait(ctx, "orders", len(msgs))
@@ -204,11 +224,11 @@ func TestDeliversEverythingInKeyOrderWithTwoRelays(t *testing.T) {
 }
 
 func TestTransientFailuresAreRetriedInOrder(t *testing.T) {
-	forEachStore(t, func(t *testing.T, st store.Store) {
+	forEachStore(t, func(t *testing.T, st store.Store, cfg relay.Config) {
 		mb := newMem(t, membroker.Config{})
 		mb.FailNext(60, errors.New("connection reset"))
 		msgs := workload(t, st, "orders", 400, 10)
-		r, _ := run(t, st, mb, fastConfig())
+		r, _ := run(t, st, mb, cfg)
 		waitFor(t, "all delivered", 60*time.Second, func() bool { return pending(t, st).Pending() == 0 })
 		checkDelivered(t, msgs, mb.Events("orders"))
 		if r.Totals().Retried.Load() == 0 {
@@ -218,7 +238,7 @@ func TestTransientFailuresAreRetriedInOrder(t *testing.T) {
 }
 
 func TestPoisonEventGoesDeadAndHoldsOnlyItsKey(t *testing.T) {
-	forEachStore(t, func(t *testing.T, st store.Store) {
+	forEachStore(t, func(t *testing.T, st store.Store, cfg relay.Config) {
 		ctx := context.Background()
 		mb := newMem(t, membroker.Config{})
 		poisoned := true
@@ -242,7 +262,7 @@ func TestPoisonEventGoesDeadAndHoldsOnlyItsKey(t *testing.T) {
 		if err := st.Enqueue(ctx, msgs...); err != nil {
 			t.Fatal(err)
 		}
-		_, stop := run(t, st, mb, fastConfig())
+		_, stop := run(t, st, mb, cfg)
 		waitFor(t, "the good keys and the poison's predecessor", 30*time.Second, func() bool { return len(mb.Events("t")) == 31 })
 		waitFor(t, "one dead event and bad#3 released", 10*time.Second, func() bool {
 			s := pending(t, st)
@@ -278,7 +298,7 @@ func TestPoisonEventGoesDeadAndHoldsOnlyItsKey(t *testing.T) {
 }
 
 func TestSkipKeyPolicyLetsTheKeyMoveOn(t *testing.T) {
-	forEachStore(t, func(t *testing.T, st store.Store) {
+	forEachStore(t, func(t *testing.T, st store.Store, cfg relay.Config) {
 		mb := newMem(t, membroker.Config{})
 		mb.SetHook(func(e outbox.Event) error {
 			if e.Type == "Poison" {
@@ -293,7 +313,6 @@ func TestSkipKeyPolicyLetsTheKeyMoveOn(t *testing.T) {
 		if err := st.Enqueue(context.Background(), msgs...); err != nil {
 			t.Fatal(err)
 		}
-		cfg := fastConfig()
 		cfg.DeadKeys = relay.SkipKey
 		run(t, st, mb, cfg)
 		waitFor(t, "the second event", 30*time.Second, func() bool { return len(mb.Events("t")) == 1 })
@@ -305,7 +324,7 @@ func TestSkipKeyPolicyLetsTheKeyMoveOn(t *testing.T) {
 }
 
 func TestOutOfAttemptsGoesDead(t *testing.T) {
-	forEachStore(t, func(t *testing.T, st store.Store) {
+	forEachStore(t, func(t *testing.T, st store.Store, cfg relay.Config) {
 		mb := newMem(t, membroker.Config{})
 		mb.SetHook(func(e outbox.Event) error {
 			if e.Key == "flaky" {
@@ -316,7 +335,6 @@ func TestOutOfAttemptsGoesDead(t *testing.T) {
 		if err := st.Enqueue(context.Background(), outbox.Message{Topic: "t", Key: "flaky", Type: "T"}, outbox.Message{Topic: "t", Key: "fine", Type: "T"}); err != nil {
 			t.Fatal(err)
 		}
-		cfg := fastConfig()
 		cfg.MaxAttempts = 3
 		run(t, st, mb, cfg)
 		waitFor(t, "the flaky event to die", 30*time.Second, func() bool { return pending(t, st).Dead == 1 })
@@ -334,11 +352,10 @@ func TestOutOfAttemptsGoesDead(t *testing.T) {
 }
 
 func TestBrokerOutageBacksOffAndRecovers(t *testing.T) {
-	forEachStore(t, func(t *testing.T, st store.Store) {
+	forEachStore(t, func(t *testing.T, st store.Store, cfg relay.Config) {
 		mb := newMem(t, membroker.Config{})
 		mb.SetDown(true)
 		msgs := workload(t, st, "t", 300, 20)
-		cfg := fastConfig()
 		cfg.BackoffBase = 50 * time.Millisecond
 		cfg.BackoffMax = 200 * time.Millisecond
 		// An unreachable broker is not the events' fault: no attempt is
@@ -363,7 +380,7 @@ func TestBrokerOutageBacksOffAndRecovers(t *testing.T) {
 }
 
 func TestExpiredClaimOfADeadRelayIsTakenOver(t *testing.T) {
-	forEachStore(t, func(t *testing.T, st store.Store) {
+	forEachStore(t, func(t *testing.T, st store.Store, cfg relay.Config) {
 		ctx := context.Background()
 		msgs := workload(t, st, "t", 50, 5)
 		// A relay claims and then "dies": it never acks.
@@ -373,7 +390,7 @@ func TestExpiredClaimOfADeadRelayIsTakenOver(t *testing.T) {
 			t.Fatalf("claim: %d events, %v", len(c.Events), err)
 		}
 		mb := newMem(t, membroker.Config{})
-		run(t, st, mb, fastConfig())
+		run(t, st, mb, cfg)
 		waitFor(t, "takeover and delivery", 30*time.Second, func() bool { return pending(t, st).Pending() == 0 })
 		checkDelivered(t, msgs, mb.Events("t"))
 		if err := st.Ack(ctx, stale, []int64{c.Events[0].ID}); !errors.Is(err, store.ErrLeaseLost) {
@@ -383,10 +400,9 @@ func TestExpiredClaimOfADeadRelayIsTakenOver(t *testing.T) {
 }
 
 func TestGracefulStopReleasesInFlightWork(t *testing.T) {
-	forEachStore(t, func(t *testing.T, st store.Store) {
+	forEachStore(t, func(t *testing.T, st store.Store, cfg relay.Config) {
 		mb := newMem(t, membroker.Config{Latency: 300 * time.Millisecond})
 		msgs := workload(t, st, "t", 600, 30)
-		cfg := fastConfig()
 		cfg.BatchSize = 50
 		_, stop := run(t, st, mb, cfg)
 		time.Sleep(500 * time.Millisecond)
@@ -408,7 +424,7 @@ func TestGracefulStopReleasesInFlightWork(t *testing.T) {
 		}
 		// A new relay finishes the job, in order.
 		mb.SetLatency(0)
-		run(t, st, mb, fastConfig())
+		run(t, st, mb, cfg)
 		waitFor(t, "the rest", 30*time.Second, func() bool { return pending(t, st).Pending() == 0 })
 		checkDelivered(t, msgs, mb.Events("t"))
 	})

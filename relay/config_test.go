@@ -53,7 +53,6 @@ func TestEngineChoice(t *testing.T) {
 	}{
 		{"zero Config", st, relay.Config{}, true},
 		{"Exclusion", st, relay.Config{Exclusion: true}, false},
-		//lint:ignore SA1019 the deprecated field must keep working
 		{"deprecated Ownership", st, relay.Config{Ownership: true}, true},
 		{"a store without store.Owned", struct{ store.Store }{st}, relay.Config{}, false},
 	} {
@@ -66,7 +65,6 @@ func TestEngineChoice(t *testing.T) {
 			t.Errorf("%s: Health().Owned = %v, want %v", c.name, got, c.owned)
 		}
 	}
-	//lint:ignore SA1019 the deprecated field must keep working
 	_, err := relay.New(st, mb, relay.Config{Ownership: true, Exclusion: true})
 	if err == nil || !strings.Contains(err.Error(), "Ownership and Exclusion") {
 		t.Errorf("Ownership and Exclusion together: err = %v, want a refusal naming both", err)

@@ -57,7 +57,7 @@ func runRelay(ctx context.Context, e env, args []string) error {
 	f.durationFlag(&cfg.BackoffMax, "backoff-max", 10*time.Minute, time.Millisecond, "largest retry delay (at least --backoff)")
 	f.StringVar(&cfg.Owner, "owner", "", "relay name in leases, at most 64 characters (default host-pid-random; with --engine ownership, the default, a given name gets ~ and 8 random hex digits, one per process)")
 	deadKeys := f.String("dead-keys", "hold", "after a DEAD event: hold its key's later events (hold) or let them flow (skip)")
-	engine := f.String("engine", "ownership", "how per-key order is kept: ownership (relays lease shards of the table; the default) or exclusion (the engine of earlier versions: a claim skips the keys in flight)")
+	engine := f.String("engine", "ownership", "how per-key order is kept: ownership (relays lease shards of the table) or exclusion (the engine of earlier versions: a claim skips the keys in flight)")
 	ownership := f.Bool("ownership", true, "the older form of --engine: --ownership=false is --engine exclusion")
 	var keepSent time.Duration
 	f.durationFlag(&keepSent, "keep-sent", 0, 0, "keep sent events in the archive table this long (0: delete at once)")

@@ -9,14 +9,17 @@
 //     broker confirmed it. A relay killed at any point loses nothing: its
 //     claims expire and another relay (or the same one, restarted) takes
 //     them again.
-//   - Order per key: by ownership when Config.Ownership is set and the
-//     store implements store.Owned (see below; experimental). Otherwise,
-//     and by default, by exclusion: the store never hands out an
-//     event whose key has another event in flight, retrying, delayed or (by default) dead. Inside a batch
-//     the relay publishes one "wave" per position within a key, so the n-th
-//     event of a key is sent only after the (n-1)-th was confirmed; when one
-//     fails, the later events of its key are released untouched and wait
-//     behind it. Keyless events all go in the first wave.
+//   - Order per key: by default, by ownership (see below): each relay
+//     leases shards of the table and orders each key's events in memory
+//     across batches. With Config.Exclusion (`outbox relay --engine
+//     exclusion`), or over a store that does not implement store.Owned,
+//     by exclusion: the store never hands out an event whose key has
+//     another event in flight, retrying, delayed or (by default) dead.
+//     Either way, inside a batch the relay publishes one "wave" per
+//     position within a key, so the n-th event of a key is sent only
+//     after the (n-1)-th was confirmed; when one fails, the later events
+//     of its key are released untouched and wait behind it. Keyless
+//     events all go in the first wave.
 //   - Retry with exponential backoff and full jitter, capped; permanent
 //     errors (broker.IsPermanent) and events out of attempts go DEAD with
 //     their reason. By default a dead event holds its key until an operator
@@ -57,20 +60,21 @@
 //
 // # Ordering by ownership
 //
-// Experimental in this version, and off by default (Config.Ownership,
-// `outbox relay --ownership`). The shard heartbeat that stalled on a
-// loaded database (store/pgstore's Balance: its statements were
-// JIT-compiled, ran in ten round trips and waited behind the relay's own
-// claims) is one round trip that waits for no claim now, with a deadline
-// of half the lease; while a heartbeat is slow or failed the relay keeps
-// claiming from the shards it holds, each claim checking its lease in the
-// database. Still open: on SQLite, under load, relay tests saw the engine
-// deliver nothing for 30 s. (An order inversion seen in the matrix was the
-// claims' "due" test, shared with the exclusion engine, and is fixed:
-// store/pgstore ownedorder_test.go.)
+// The default engine (earlier versions ordered by exclusion, and this one
+// still does when told to). Config.Exclusion (`outbox relay
+// --engine exclusion`, or --ownership=false, its older form) keeps the
+// exclusion engine instead: for a rolling upgrade from a version that
+// ordered by exclusion, where the store says the two may not run on one
+// table at once, or to compare the two. The shard heartbeat
+// (store.Owned's Balance) is one round trip on PostgreSQL that waits for
+// no claim, with a deadline of half the lease; while a heartbeat is slow
+// or failed the relay keeps claiming from the shards it holds, each claim
+// checking its lease in the database. Still open: on SQLite, on a machine
+// loaded far past its cores, relay tests saw a relay by ownership let a
+// claim's lease run out and deliver nothing more for 30 s.
 //
-// With Config.Ownership and a store that implements store.Owned (SQLite,
-// PostgreSQL, MariaDB), the relay does not rely on the store to
+// Over a store that implements store.Owned (SQLite, PostgreSQL, MariaDB),
+// the relay does not rely on the store to
 // exclude keys in flight; it owns part of the table instead, like a
 // consumer of a Kafka consumer group owns partitions:
 //
@@ -152,13 +156,19 @@
 // live claim, so concurrency is bounded by the keys in the backlog and a
 // claim reads past all the rows of held keys. Owning shards makes a claim
 // cost O(batch) whatever the key distribution, and relays add up.
-// Without store.Owned (MySQL until ported) the relay keeps the exclusion
-// engine described above, unchanged.
+// Without store.Owned (a store of another package that did not implement
+// it) the relay keeps the exclusion engine described above, unchanged.
+//
+// Owner names: ordering by ownership, an Owner given in Config gets "~"
+// and 8 random hex digits per process (Relay.Owner says the result; a name
+// that ends so already is kept), so that a relay restarted under the same
+// name is a new owner and waits for the claims of the process that died.
+// Ordering by exclusion, the name is used as given.
 //
 // Observing: Config.Hooks take values implementing any of HookClaim,
 // HookPublishStart (which may replace the publish's context, for a tracing
 // span), HookPublishEnd (each event's result), HookSettle, HookLease,
-// HookHealth and HookShards (each heartbeat of ownership mode);
+// HookHealth and HookShards (each heartbeat, ordering by ownership);
 // Relay.Health is a snapshot for readiness checks (failing since when,
 // last delivery, events in flight, shards held).
 package relay

@@ -89,7 +89,7 @@ func (w *shardWatcher) OnShards(_ context.Context, s relay.ShardInfo) {
 	w.gained.Add(int64(len(s.Gained)))
 }
 
-// A relay over a store that orders by ownership (store.Owned; SQLite has
+// A relay over a store that orders by ownership (store.Owned, the default; SQLite has
 // one shard) heartbeats its shard leases; HookShards and Health show what
 // it holds, for a gauge such as outbox_shards_held.
 func ExampleHookShards() {
@@ -102,7 +102,7 @@ func ExampleHookShards() {
 
 	w := &shardWatcher{}
 	br, _ := membroker.New(membroker.Config{})
-	r, _ := relay.New(st, br, relay.Config{Ownership: true, Hooks: []relay.Hook{w}})
+	r, _ := relay.New(st, br, relay.Config{Hooks: []relay.Hook{w}})
 	runCtx, stop := context.WithCancel(ctx)
 	done := make(chan struct{})
 	go func() { defer close(done); _ = r.Run(runCtx) }()

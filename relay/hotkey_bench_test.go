@@ -61,7 +61,7 @@ func BenchmarkOwnedHotKeysNATS(b *testing.B) {
 			}
 		}
 		ct := &callTimer{}
-		cfg := relay.Config{Workers: envN("OUTBOX_BENCH_WORKERS", 3), BatchSize: 1000, Ownership: true, Logger: quiet, Hooks: []relay.Hook{ct}}
+		cfg := relay.Config{Workers: envN("OUTBOX_BENCH_WORKERS", 3), BatchSize: 1000, Logger: quiet, Hooks: []relay.Hook{ct}}
 		r, err := relay.New(o.Store, br, cfg)
 		if err != nil {
 			b.Fatal(err)

@@ -9,6 +9,7 @@ import (
 
 	outbox "github.com/outbox-go/outbox"
 	"github.com/outbox-go/outbox/broker/membroker"
+	"github.com/outbox-go/outbox/relay"
 	"github.com/outbox-go/outbox/store"
 )
 
@@ -18,7 +19,7 @@ import (
 // with no attempt counted, so they cannot go DEAD untried behind a flaky
 // predecessor.
 func TestHeldBackEventsOfAKeyOrderedBrokerCountNoAttempt(t *testing.T) {
-	forEachStore(t, func(t *testing.T, st store.Store) {
+	forEachStore(t, func(t *testing.T, st store.Store, cfg relay.Config) {
 		ctx := context.Background()
 		mb := newMem(t, membroker.Config{KeyOrdered: true})
 		mb.SetHook(func(e outbox.Event) error {
@@ -35,7 +36,6 @@ func TestHeldBackEventsOfAKeyOrderedBrokerCountNoAttempt(t *testing.T) {
 		if err := st.Enqueue(ctx, msgs...); err != nil {
 			t.Fatal(err)
 		}
-		cfg := fastConfig()
 		cfg.MaxAttempts = 3
 		run(t, st, mb, cfg)
 		waitFor(t, "k#1 to go dead", 30*time.Second, func() bool { return pending(t, st).Dead >= 1 })

@@ -8,13 +8,14 @@ import (
 	outbox "github.com/outbox-go/outbox"
 	"github.com/outbox-go/outbox/broker/natsbroker"
 	"github.com/outbox-go/outbox/internal/testnats"
+	"github.com/outbox-go/outbox/relay"
 	"github.com/outbox-go/outbox/store"
 )
 
 // Each store × NATS JetStream on the machine's server: everything arrives,
 // in order per key, with the event id as Nats-Msg-Id.
 func TestDeliversThroughNATSJetStream(t *testing.T) {
-	forEachStore(t, func(t *testing.T, st store.Store) {
+	forEachStore(t, func(t *testing.T, st store.Store, cfg relay.Config) {
 		url := testnats.Shared(t)
 		s := testnats.NewStream(t, url)
 		br, err := natsbroker.Dial(url, natsbroker.Config{})
@@ -23,7 +24,7 @@ func TestDeliversThroughNATSJetStream(t *testing.T) {
 		}
 		t.Cleanup(func() { br.Close(context.Background()) })
 		msgs := workload(t, st, s.Topic("orders"), 1200, 25)
-		run(t, st, br, fastConfig())
+		run(t, st, br, cfg)
 		waitFor(t, "delivery", 60*time.Second, func() bool { return pending(t, st).Pending() == 0 })
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()

@@ -10,6 +10,7 @@ import (
 
 	outbox "github.com/outbox-go/outbox"
 	"github.com/outbox-go/outbox/broker"
+	"github.com/outbox-go/outbox/relay"
 	"github.com/outbox-go/outbox/store"
 )
 
@@ -54,7 +55,7 @@ func (p *partitionBroker) Close(context.Context) error { return nil }
 // come back with no attempt counted, so it is delivered once the failing
 // event is out of its way instead of going DEAD untried beside it.
 func TestNotAttemptedEventsCountNoAttempt(t *testing.T) {
-	forEachStore(t, func(t *testing.T, st store.Store) {
+	forEachStore(t, func(t *testing.T, st store.Store, cfg relay.Config) {
 		ctx := context.Background()
 		pb := &partitionBroker{}
 		if err := st.Enqueue(ctx,
@@ -64,7 +65,6 @@ func TestNotAttemptedEventsCountNoAttempt(t *testing.T) {
 		); err != nil {
 			t.Fatal(err)
 		}
-		cfg := fastConfig()
 		cfg.MaxAttempts = 2
 		cfg.BackoffBase = 300 * time.Millisecond // a#1 waits; b's events get a batch of their own
 		cfg.BackoffMax = 300 * time.Millisecond

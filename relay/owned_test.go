@@ -500,9 +500,10 @@ func TestOwnedDeliversThroughNATSJetStream(t *testing.T) {
 	})
 }
 
-// ownedConfig is fastConfig with engine v2 (ordering by ownership) on.
+// ownedConfig is fastConfig ordering by ownership (the default), for the
+// tests of what only that engine does.
 func ownedConfig() relay.Config {
 	c := fastConfig()
-	c.Ownership = true
+	c.Exclusion = false
 	return c
 }

@@ -65,17 +65,29 @@ func TestOwnedRestartUnderTheSameOwnerKeepsKeyOrder(t *testing.T) {
 	})
 }
 
-// An Owner given without Ownership is used as it is.
-func TestOwnerKeptWithoutOwnership(t *testing.T) {
+// An Owner given to a relay that orders by exclusion is used as it is,
+// whether by choice (Exclusion) or because the store does not implement
+// store.Owned; by ownership (the default) it gets an incarnation.
+func TestOwnerKeptByExclusion(t *testing.T) {
 	st := teststores.Open(t, "sqlite", store.Options{}).Store
-	cfg := fastConfig()
-	cfg.Owner = "relay-y"
-	r, err := relay.New(st, newMem(t, membroker.Config{}), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if r.Owner() != "relay-y" {
-		t.Errorf("Owner() = %q, want relay-y", r.Owner())
+	for _, c := range []struct {
+		name string
+		st   store.Store
+		cfg  relay.Config
+		kept bool
+	}{
+		{"Exclusion", st, exclusionConfig(), true},
+		{"a store without store.Owned", struct{ store.Store }{st}, fastConfig(), true},
+		{"ownership", st, fastConfig(), false},
+	} {
+		c.cfg.Owner = "relay-y"
+		r, err := relay.New(c.st, newMem(t, membroker.Config{}), c.cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := r.Owner() == "relay-y"; got != c.kept || (!got && !strings.HasPrefix(r.Owner(), "relay-y~")) {
+			t.Errorf("%s: Owner() = %q, want relay-y (kept: %v)", c.name, r.Owner(), c.kept)
+		}
 	}
 }
 

@@ -62,9 +62,14 @@ func New(st store.Store, br broker.Broker, cfg Config) (*Relay, error) {
 	if st == nil || br == nil {
 		return nil, errors.New("relay: New needs a store and a broker")
 	}
+	named := cfg.Owner != ""
 	cfg, err := cfg.normalize()
 	if err != nil {
 		return nil, err
+	}
+	o := store.OwnedFor(st)
+	if o != nil && !cfg.Exclusion && named {
+		cfg.Owner = incarnation(cfg.Owner)
 	}
 	r := &Relay{st: st, br: br, cfg: cfg, wake: make(chan struct{}, 1)}
 	// Epochs start from the clock, so a relay restarted under the same
@@ -78,7 +83,7 @@ func New(st store.Store, br broker.Broker, cfg Config) (*Relay, error) {
 	r.health.log = cfg.Logger
 	r.health.hooks = r.hooks.health
 	r.health.store.name, r.health.broker.name = "store", "broker"
-	if o := store.OwnedFor(st); o != nil && cfg.Ownership {
+	if o != nil && !cfg.Exclusion {
 		r.own = newOwnership(r, o)
 	}
 	return r, nil

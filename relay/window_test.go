@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/outbox-go/outbox/broker/membroker"
-	"github.com/outbox-go/outbox/internal/teststores"
 	"github.com/outbox-go/outbox/relay"
 	"github.com/outbox-go/outbox/store"
 )
@@ -16,19 +15,12 @@ import (
 // A broker that declares MaxInFlight gets no more events at once than that,
 // across all workers, and the time a wave waits for room is not taken from
 // its publish deadline: with waits longer than PublishTimeout, nothing is
-// retried and everything is delivered in key order.
+// retried and everything is delivered in key order. With ordering by
+// ownership, a batch that waits for its keys' earlier events in other
+// batches is charged no attempt either.
 func TestInFlightWindowIsSharedAndWaitingIsNoAttempt(t *testing.T) {
-	forEachStore(t, func(t *testing.T, st store.Store) {
-		windowWaitIsNoAttempt(t, st, fastConfig())
-	})
-}
-
-// The same with ordering by ownership: a batch that waits for room in the
-// window, or for its keys' earlier events in other batches, is charged no
-// attempt.
-func TestInFlightWindowIsSharedAndWaitingIsNoAttemptOwned(t *testing.T) {
-	forOwnedStores(t, func(t *testing.T, o teststores.Opened) {
-		windowWaitIsNoAttempt(t, o.Store, ownedConfig())
+	forEachStore(t, func(t *testing.T, st store.Store, cfg relay.Config) {
+		windowWaitIsNoAttempt(t, st, cfg)
 	})
 }
 

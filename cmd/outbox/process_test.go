@@ -182,41 +182,45 @@ func relayArgs(o teststores.Opened, brokerURL string) []string {
 }
 
 // Three relay processes share the work; one is SIGKILLed mid-stream twice
-// and restarted. Nothing may be lost and per-key order must hold.
+// and restarted. Nothing may be lost and per-key order must hold, with
+// either engine (ordering by ownership, the default, and --engine
+// exclusion).
 func TestThreeRelaysOneKilledTwice(t *testing.T) {
 	for _, kind := range teststores.Kinds {
-		t.Run(kind, func(t *testing.T) {
-			t.Parallel()
-			o := teststores.Open(t, kind, store.Options{})
-			natsURL := testnats.Shared(t)
-			s := testnats.NewStream(t, natsURL)
-			msgs := keyedWorkload(t, o.Store, s.Topic("orders"), 3000, 40)
-			args := relayArgs(o, natsURL)
-			relays := []*proc{startRelay(t, args...), startRelay(t, args...), startRelay(t, args...)}
-			ctx := context.Background()
-			for _, at := range []uint64{600, 1800} {
-				deadline := time.Now().Add(60 * time.Second)
-				for {
-					n, _ := s.Count(ctx)
-					if n >= at {
-						break
+		for _, engine := range []string{"ownership", "exclusion"} {
+			t.Run(kind+"/"+engine, func(t *testing.T) {
+				t.Parallel()
+				o := teststores.Open(t, kind, store.Options{})
+				natsURL := testnats.Shared(t)
+				s := testnats.NewStream(t, natsURL)
+				msgs := keyedWorkload(t, o.Store, s.Topic("orders"), 3000, 40)
+				args := append(relayArgs(o, natsURL), "--engine", engine)
+				relays := []*proc{startRelay(t, args...), startRelay(t, args...), startRelay(t, args...)}
+				ctx := context.Background()
+				for _, at := range []uint64{600, 1800} {
+					deadline := time.Now().Add(60 * time.Second)
+					for {
+						n, _ := s.Count(ctx)
+						if n >= at {
+							break
+						}
+						if time.Now().After(deadline) {
+							t.Fatalf("stream stuck below %d messages; relay stderr:\n%s", at, relays[0].stderr)
+						}
+						time.Sleep(5 * time.Millisecond)
 					}
-					if time.Now().After(deadline) {
-						t.Fatalf("stream stuck below %d messages; relay stderr:\n%s", at, relays[0].stderr)
+					relays[0].kill()
+					relays[0] = startRelay(t, args...)
+				}
+				waitPending0(t, o.Store, 90*time.Second)
+				for _, r := range relays {
+					if d := r.stop(t); d > 10*time.Second {
+						t.Errorf("graceful stop took %s, promised ≤ 10s", d)
 					}
-					time.Sleep(5 * time.Millisecond)
 				}
-				relays[0].kill()
-				relays[0] = startRelay(t, args...)
-			}
-			waitPending0(t, o.Store, 90*time.Second)
-			for _, r := range relays {
-				if d := r.stop(t); d > 10*time.Second {
-					t.Errorf("graceful stop took %s, promised ≤ 10s", d)
-				}
-			}
-			checkStream(t, s, msgs)
-		})
+				checkStream(t, s, msgs)
+			})
+		}
 	}
 }
 

@@ -61,6 +61,10 @@ type Config struct {
 	Relays int
 	// RelayArgs are extra flags for each relay process (e.g. --poll 10ms).
 	RelayArgs []string
+	// Exclusion measures the exclusion engine (relay.Config.Exclusion,
+	// `outbox relay --engine exclusion`) instead of ordering by ownership,
+	// the default, in this process's relay and in the relay processes.
+	Exclusion bool
 	// RelayCommand builds the command that runs `outbox <args>`; required
 	// when Relays > 0 (the CLI passes its own executable).
 	RelayCommand func(ctx context.Context, args []string) *exec.Cmd
@@ -106,8 +110,12 @@ func (r Result) Summary(c Config) string {
 	if c.Relays > 0 {
 		relays = fmt.Sprintf("%d relay processes", c.Relays)
 	}
-	return fmt.Sprintf("bench: %s, %d keys, %s producer: drain %.0f ev/s = %.0f%% of raw SQL claim+delete (%.0f rows/s) and %.0f%% of raw broker publish (%.0f msgs/s); latency commit→%s at %.0f ev/s: p50 %s p99 %s max %s (n=%d); floor (1 SQL round trip + 1 JetStream publish, same minutes): p50 %s p99 %s; warm-up p99 %s",
-		relays, c.Keys, c.Producer, r.DrainRate, 100*r.DrainRate/r.RawSQLRate, r.RawSQLRate, 100*r.DrainRate/r.RawBrokerRate, r.RawBrokerRate,
+	engine := "ownership"
+	if c.Exclusion {
+		engine = "exclusion"
+	}
+	return fmt.Sprintf("bench: %s ordering by %s, %d keys, %s producer: drain %.0f ev/s = %.0f%% of raw SQL claim+delete (%.0f rows/s) and %.0f%% of raw broker publish (%.0f msgs/s); latency commit→%s at %.0f ev/s: p50 %s p99 %s max %s (n=%d); floor (1 SQL round trip + 1 JetStream publish, same minutes): p50 %s p99 %s; warm-up p99 %s",
+		relays, engine, c.Keys, c.Producer, r.DrainRate, 100*r.DrainRate/r.RawSQLRate, r.RawSQLRate, 100*r.DrainRate/r.RawBrokerRate, r.RawBrokerRate,
 		r.LatencyAt, r.AchievedRate, r.LatencyP50.Round(10*time.Microsecond), r.LatencyP99.Round(10*time.Microsecond), r.LatencyMax.Round(10*time.Microsecond), r.LatencyCount, r.FloorP50.Round(10*time.Microsecond), r.FloorP99.Round(10*time.Microsecond), r.WarmupP99.Round(10*time.Microsecond))
 }
 
@@ -414,7 +422,7 @@ func rawPublish(ctx context.Context, br broker.Broker, msgs []outbox.Message, ba
 func quietLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
 
 func drain(ctx context.Context, st store.Store, br broker.Broker, c Config) (float64, error) {
-	r, err := relay.New(st, br, relay.Config{BatchSize: c.Batch, Workers: c.Workers, Logger: quietLogger(), PollInterval: 5 * time.Millisecond})
+	r, err := relay.New(st, br, relay.Config{BatchSize: c.Batch, Workers: c.Workers, Exclusion: c.Exclusion, Logger: quietLogger(), PollInterval: 5 * time.Millisecond})
 	if err != nil {
 		return 0, err
 	}
@@ -460,7 +468,7 @@ func (a *ackClock) Publish(ctx context.Context, events []outbox.Event) []error {
 func latency(ctx context.Context, st store.Store, produce func(context.Context, outbox.Message) error, br broker.Broker, c Config, topic string, res *Result) error {
 	res.LatencyAt = "broker ack"
 	clock := &ackClock{Broker: br, acked: map[string]time.Time{}}
-	r, err := relay.New(st, clock, relay.Config{BatchSize: c.Batch, Workers: c.Workers, Logger: quietLogger()})
+	r, err := relay.New(st, clock, relay.Config{BatchSize: c.Batch, Workers: c.Workers, Exclusion: c.Exclusion, Logger: quietLogger()})
 	if err != nil {
 		return err
 	}

@@ -28,8 +28,12 @@ type relayProcs struct {
 func startRelays(ctx context.Context, c Config, table string) (*relayProcs, error) {
 	p := &relayProcs{}
 	for i := 0; i < c.Relays; i++ {
-		args := append([]string{"relay", "--table", table,
-			"--batch", strconv.Itoa(c.Batch), "--workers", strconv.Itoa(c.Workers), "--log", "warn"}, c.RelayArgs...)
+		args := []string{"relay", "--table", table,
+			"--batch", strconv.Itoa(c.Batch), "--workers", strconv.Itoa(c.Workers), "--log", "warn"}
+		if c.Exclusion {
+			args = append(args, "--engine", "exclusion")
+		}
+		args = append(args, c.RelayArgs...)
 		cmd := c.RelayCommand(ctx, args)
 		// The URLs go in the environment, not the arguments: any local
 		// user can read a process's arguments (ps), and they may hold a

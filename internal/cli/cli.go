@@ -230,7 +230,7 @@ func (f *flags) parse(e env, args []string) error {
 // dashDash writes the flag package's "-name" as "--name", the form the
 // help and the README use.
 func dashDash(msg string) string {
-	for _, p := range []string{"for flag -", "not defined: -", "needs an argument: -"} {
+	for _, p := range []string{"for flag -", "not defined: -", "needs an argument: -", `" for -`} {
 		msg = strings.Replace(msg, p, p+"-", 1)
 	}
 	return msg

@@ -66,8 +66,11 @@
 // # Running it
 //
 // go test ./internal/torture runs the short Matrix (each store × NATS
-// JetStream, plus an embedded-broker cell that restarts the broker) and the
-// deliberately broken relays, which the checker must report. Those broken
+// JetStream, plus an embedded-broker cell that restarts the broker, hot-key
+// cells with relays leaving and joining, and one cell of the exclusion
+// engine, relay --engine exclusion; the others order by ownership, the
+// default) and the deliberately broken relays, which the checker must
+// report. Those broken
 // relays live only in the test binary. Longer soaks: `outbox torture --db
 // URL [--broker URL] --duration 30m --seed N`, or `make soak`.
 package torture

@@ -79,7 +79,7 @@ func ExampleStore_EnqueueInBatch() {
 	}
 }
 
-// A relay in ownership mode (what package relay does when the store has
+// A relay in ownership mode (what package relay does by default when the store has
 // store.Owned): a heartbeat gives it its shards, it claims only from
 // those, and it releases the shards it is asked to revoke once their
 // events are settled. (Needs a server, so it is compiled, not run.)

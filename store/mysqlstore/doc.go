@@ -117,7 +117,7 @@
 // nothing until those events are settled. That check sees an exclusion
 // relay only once it has claimed: an earlier version's first claim can
 // still race an owned claim. The safe upgrade from an earlier version is
-// therefore in two steps: run this version without ownership everywhere
+// therefore in two steps: run this version with --engine exclusion everywhere
 // first, then switch relays to ownership one by one (README, upgrading).
 //
 // MySQL has no LISTEN: Notify is an in-process signal after Enqueue and

@@ -142,6 +142,7 @@ func (b *batch) deliver(ctx context.Context) (BatchReport, error) {
 			break
 		}
 	}
+	brokerErr = b.brokerOutcome(brokerErr)
 	b.brokerHealth(brokerErr)
 	return rep, brokerErr
 }
@@ -167,6 +168,19 @@ func (b *batch) begin(ctx context.Context) (pubCtx context.Context, end func()) 
 		stopDrain()
 		cancelPub()
 	}
+}
+
+// brokerOutcome is the batch's broker error, for the worker's backoff and
+// Health: a call that confirmed nothing sets it, but when another call of
+// the same batch got events confirmed the broker did not fail as a whole
+// (one full stream, one topic's timeout): those failures are the events'
+// own retries, and the worker goes on without backing off. Only an
+// unreachable broker (ErrUnavailable) counts whatever else was confirmed.
+func (b *batch) brokerOutcome(brokerErr error) error {
+	if brokerErr != nil && len(b.acks) > 0 && !errors.Is(brokerErr, broker.ErrUnavailable) {
+		return nil
+	}
+	return brokerErr
 }
 
 // brokerHealth records the broker's state after a batch.

@@ -614,6 +614,7 @@ func (b *batch) deliverOwned(ctx context.Context) (BatchReport, error) {
 		// only reached with nothing left to settle: cannot happen
 		<-results
 	}
+	brokerErr = b.brokerOutcome(brokerErr)
 	b.brokerHealth(brokerErr)
 	return rep, brokerErr
 }

@@ -15,11 +15,13 @@
 //     exclusion`), or over a store that does not implement store.Owned,
 //     by exclusion: the store never hands out an event whose key has
 //     another event in flight, retrying, delayed or (by default) dead.
-//     Either way, inside a batch the relay publishes one "wave" per
-//     position within a key, so the n-th event of a key is sent only
-//     after the (n-1)-th was confirmed; when one fails, the later events
-//     of its key are released untouched and wait behind it. Keyless
-//     events all go in the first wave.
+//     Either way the n-th event of a key is sent only after the (n-1)-th
+//     was confirmed (or, on a key-ordered broker, together with it in one
+//     call); when one fails, the later events of its key are released
+//     untouched, without counting an attempt, and wait behind it. By
+//     exclusion a batch goes in "waves", one per position within a key
+//     (keyless events all in the first); by ownership event by event
+//     (below).
 //   - Retry with exponential backoff and full jitter, capped; permanent
 //     errors (broker.IsPermanent) and events out of attempts go DEAD with
 //     their reason. By default a dead event holds its key until an operator
@@ -69,9 +71,11 @@
 // (store.Owned's Balance) is one round trip on PostgreSQL that waits for
 // no claim, with a deadline of half the lease; while a heartbeat is slow
 // or failed the relay keeps claiming from the shards it holds, each claim
-// checking its lease in the database. Still open: on SQLite, on a machine
-// loaded far past its cores, relay tests saw a relay by ownership let a
-// claim's lease run out and deliver nothing more for 30 s.
+// checking its lease in the database. A known risk of the default on
+// SQLite: on a machine loaded far past its cores (load 40 on 2 cores,
+// tests under -race), relay tests once saw a relay by ownership let a
+// claim's lease run out and deliver nothing for 30 s, until the lease
+// brought the events back (nothing lost); not reproduced since.
 //
 // Over a store that implements store.Owned (SQLite, PostgreSQL, MariaDB),
 // the relay does not rely on the store to
@@ -135,9 +139,9 @@
 //     may go only once the broker confirmed the previous one, so one key
 //     moves one event per publish call: the PubAck round trip (about
 //     80 µs for a synchronous JetStream publish on an idle loopback) plus
-//     what a call costs the relay, the adapter and the broker (a reply
-//     subscription, a deadline, the writes; about 70 µs of the relay's CPU
-//     per call on a loaded 2-core machine), whatever the batch size, the
+//     what a call costs the relay, the adapter and the broker (a
+//     deadline, the writes, the PubAck's dispatch; about 55–70 µs of the
+//     relay's CPU per call on a 2-core machine), whatever the batch size, the
 //     workers or the relays (one relay owns the key's shard, and its next
 //     batches are claimed while the current one is published). 10 keys
 //     move at most 10 events per round trip. A key-ordered broker

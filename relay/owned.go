@@ -368,12 +368,19 @@ func (o *ownership) balance(ctx context.Context, leave bool) error {
 			o.r.cfg.Logger.Info("relay: shards taken", "shards", info.Gained, "relays", own.Relays)
 			o.r.Wake()
 		}
-		if !leave && len(o.drained()) > 0 {
+		if drained := o.drained(); !leave && len(drained) > 0 {
 			// Shards just marked Revoke are no longer claimed from, and
 			// those with no batch in flight will not signal a drain:
 			// release them now, not a heartbeat later, or nobody claims
 			// their events meanwhile (the other relay waits for them).
-			poke(o.kick)
+			// One this heartbeat asked to release and still holds (the
+			// store skipped a locked row) is asked again a little later,
+			// not in a tight loop of heartbeats.
+			if slices.ContainsFunc(drained, func(s int) bool { return !slices.Contains(req.Release, s) }) {
+				poke(o.kick)
+			} else {
+				time.AfterFunc(max(20*time.Millisecond, o.r.cfg.LeaseFor/300), func() { poke(o.kick) })
+			}
 		}
 	}
 	for _, h := range o.r.hooks.shards {

@@ -270,7 +270,9 @@ func (s *Store) claimOwned(ctx context.Context, req store.OwnedClaimRequest, exp
 			err = cerr
 		}
 		if err != nil {
-			return store.Claim{}, 0, 0, wrap("claim", err)
+			// The probe only reads: nothing can have been claimed, so
+			// the relay need not wait out a lease before its next claim.
+			return store.Claim{}, 0, 0, fmt.Errorf("%w (%w)", wrap("claim: looking for pending events", err), store.ErrNothingClaimed)
 		}
 		if !pending {
 			s.caughtUp()

@@ -727,7 +727,7 @@ func (s *Store) checkModes(ctx context.Context) error {
 // mixedModes is the error of a heartbeat or owned claim refused beside an
 // exclusion-mode relay.
 func mixedModes(op, other string) error {
-	return fmt.Errorf("mysqlstore: %s: relay %q claims from this table by exclusion (an earlier version, or --engine exclusion), which ownership relays cannot run beside on MariaDB; they wait until it stops: stop it or restart it without --engine exclusion", op, other)
+	return fmt.Errorf("mysqlstore: %s: relay %q claims from this table by exclusion (an earlier version, or --engine exclusion), which ownership relays cannot run beside on MariaDB; they hold no shard while it has events in flight: stop it, or restart it without --engine exclusion (README, upgrading MariaDB relays)", op, other)
 }
 
 // lockUnclaimed locks the shard rows that where selects (a condition with

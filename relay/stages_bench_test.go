@@ -68,9 +68,8 @@ func (s *stageStore) Claim(ctx context.Context, req store.ClaimRequest) (store.C
 }
 
 type stageEvent struct {
-	commit, signal, round, call, claimed, pubStart, confirmed, settled time.Time
-	relay                                                              int
-	misses                                                             int // claims of the relay that started after the commit and did not take it
+	commit, round, call, claimed, pubStart, confirmed, settled time.Time
+	relay                                                      int
 }
 
 type claimRec struct {
@@ -308,7 +307,7 @@ func (tr *stageTrace) report(b *testing.B, owned bool) {
 	for _, e := range tr.ev {
 		sig := tr.signals[e.relay]
 		k := sort.Search(len(sig), func(i int) bool { return !sig[i].Before(e.commit) })
-		s := e.call
+		var s time.Time
 		if k < len(sig) && sig[k].Before(e.round) {
 			s = sig[k]
 		} else {

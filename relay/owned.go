@@ -316,6 +316,13 @@ func (o *ownership) balanceLoop(ctx context.Context) {
 	// it (another relay releases them as soon as their work is settled):
 	// it looks again soon rather than leave them free for a heartbeat.
 	soon := max(20*time.Millisecond, every/100)
+	// A relay that joins asks the others (in any process) to heartbeat
+	// now, when the store can pass that on: they hand over the shards
+	// above their share at once rather than at their next heartbeat.
+	var asked <-chan struct{}
+	if bn, ok := o.st.(balanceNotifier); ok {
+		asked = bn.BalanceNotify(ctx)
+	}
 	failures := 0
 	for {
 		wait := every
@@ -328,16 +335,29 @@ func (o *ownership) balanceLoop(ctx context.Context) {
 				wait = soon
 			}
 		}
+		// A short relay looks again soon anyway; it does not answer
+		// requests to heartbeat (its own among them) meanwhile.
+		ask := asked
+		if wait == soon {
+			ask = nil
+		}
 		t := time.NewTimer(wait)
 		select {
 		case <-ctx.Done():
 			t.Stop()
 			return
 		case <-o.kick:
+		case <-ask:
 		case <-t.C:
 		}
 		t.Stop()
 	}
+}
+
+// balanceNotifier is a store.Owned that can tell a relay when another one
+// is short of its share of the shards (pgstore: a notification).
+type balanceNotifier interface {
+	BalanceNotify(ctx context.Context) <-chan struct{}
 }
 
 // balance runs one Balance; leave gives everything up (the relay has

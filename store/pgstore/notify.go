@@ -17,6 +17,12 @@ import (
 // transaction mode, say) the relay simply keeps polling.
 func (s *Store) Notify(ctx context.Context) <-chan struct{} {
 	ch := s.wakeups.Subscribe(ctx)
+	s.startListening()
+	return ch
+}
+
+// startListening starts the listener and the commit probe once.
+func (s *Store) startListening() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if !s.listening && !s.closed {
@@ -29,7 +35,6 @@ func (s *Store) Notify(ctx context.Context) <-chan struct{} {
 			go s.probe(lctx)
 		}
 	}
-	return ch
 }
 
 // probe signals whenever the table's newest committed id changes, until ctx
@@ -107,8 +112,13 @@ func (s *Store) listenOnce(ctx context.Context) error {
 	}
 	s.signal() // events may have arrived while we were not listening
 	for {
-		if _, err := pc.WaitForNotification(ctx); err != nil {
+		n, err := pc.WaitForNotification(ctx)
+		if err != nil {
 			return err
+		}
+		if n.Payload == balancePayload {
+			s.rebalance.Broadcast()
+			continue
 		}
 		s.signal()
 	}

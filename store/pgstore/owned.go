@@ -589,7 +589,30 @@ WHERE shard IN (SELECT shard FROM `+shards+` WHERE (owner = '' OR lease_until <=
 			short--
 		}
 	}
+	if len(own.Held) < share(req.Owner) && s.notify {
+		// Short of its share (it joined, or a peer holds more): tell
+		// the other relays (BalanceNotify) to heartbeat now, not at
+		// their next period, so the shards over their share are handed
+		// over at once. A hint: the heartbeats do it anyway.
+		_, _ = s.pool.Exec(ctx, "SELECT pg_notify($1, $2)", s.channel, balancePayload)
+	}
 	return own, nil
+}
+
+// balancePayload is the payload of a notification on the table's channel
+// that asks the relays to heartbeat now (not an enqueue).
+const balancePayload = "balance"
+
+// BalanceNotify returns a channel that receives a value soon after a relay
+// of the table (in any process) found at its heartbeat that it holds less
+// than its share of the shards: the relays holding more heartbeat then, so
+// a relay that joins gets its share within milliseconds rather than after
+// the others' next heartbeat (LeaseFor/3). A hint, over LISTEN, like
+// Notify.
+func (s *Store) BalanceNotify(ctx context.Context) <-chan struct{} {
+	ch := s.rebalance.Subscribe(ctx)
+	s.startListening()
+	return ch
 }
 
 // balanceSettings are Balance's transaction-local settings: no statement

@@ -112,6 +112,7 @@ type Store struct {
 
 	mu         sync.Mutex
 	wakeups    store.Wakeups
+	rebalance  store.Wakeups // BalanceNotify's
 	listening  bool
 	stopListen context.CancelFunc
 	listenDone chan struct{}

@@ -21,7 +21,12 @@ type batch struct {
 
 	mu        sync.Mutex
 	leaseTill time.Time // local estimate of the lease's end
-	lost      bool      // the store said the lease is gone
+	// leaseMax bounds the store's end of the lease from above: LeaseFor
+	// after the latest return of a claim or Extend that may have set it,
+	// failed ones included (a renewal whose client gave up may still have
+	// run in the database, later than the one that last succeeded).
+	leaseMax time.Time
+	lost     bool // the store said the lease is gone
 
 	acks     []int64
 	retries  []store.Retry
@@ -353,6 +358,9 @@ func (b *batch) extend(ctx context.Context, all []int64) bool {
 	_, err := b.r.st.Extend(ectx, b.lease, all, b.r.cfg.LeaseFor)
 	cancel()
 	b.mu.Lock()
+	// whatever it answered, it may have renewed some rows in the
+	// database at any moment until now
+	b.leaseMax = later(b.leaseMax, time.Now().Add(b.r.cfg.LeaseFor))
 	switch {
 	case err == nil:
 		b.leaseTill = before.Add(b.r.cfg.LeaseFor)
@@ -367,6 +375,14 @@ func (b *batch) extend(ctx context.Context, all []int64) bool {
 		h.OnLease(ctx, info)
 	}
 	return !info.Lost
+}
+
+// later returns the later of two times.
+func later(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
 }
 
 // settle writes the outcomes: acks first (the broker has them), then retries,

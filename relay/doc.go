@@ -119,12 +119,14 @@
 //     and only between claims, so the next claim sees those outcomes: a
 //     relay never has two unsettled outcomes of a key in the wrong order.
 //     When an outcome cannot be written at all, the key waits until the
-//     batch's lease has surely run out, by when the store hands the event
-//     back to the next claim before the key's later ones. Likewise a claim that failed may have
-//     committed unseen (its answer lost with the connection): the relay
-//     claims nothing more until such a lease has run out, rather than risk
-//     a key's later events overtaking the ones it would hold. Keyless
-//     events need no ticket.
+//     batch's lease has surely run out (LeaseFor after the last claim or
+//     renewal that may have set it returned, a renewal that failed on the
+//     relay's side included, plus LeaseFor/3), by when the store hands the
+//     event back to the next claim before the key's later ones. Likewise a
+//     claim that failed may have committed unseen (its answer lost with
+//     the connection): the relay claims nothing more until such a lease
+//     has run out, rather than risk a key's later events overtaking the
+//     ones it would hold. Keyless events need no ticket.
 //   - Dispatch is event-driven: when a publish call returns, the next
 //     events of the keys it confirmed go out at once, in a new call, while
 //     the batch's other call is still in flight (two at most per batch;

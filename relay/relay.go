@@ -270,7 +270,7 @@ func (r *Relay) round(ctx context.Context, settling *chan struct{}) (int, error)
 	var rep BatchReport
 	var brokerDown error
 	if b != nil {
-		b.start, b.leaseTill = start, start.Add(r.cfg.LeaseFor)
+		b.start, b.leaseTill, b.leaseMax = start, start.Add(r.cfg.LeaseFor), time.Now().Add(r.cfg.LeaseFor)
 		rep, brokerDown = b.deliverOwned(ctx)
 	} else {
 		b = &batch{r: r, lease: lease, events: claim.Events, start: start, leaseTill: start.Add(r.cfg.LeaseFor)}
@@ -295,12 +295,15 @@ func (r *Relay) round(ctx context.Context, settling *chan struct{}) (int, error)
 				// be leased to this relay in the store, and the claim
 				// does not let a relay's own claims hold its keys. Keep
 				// the batch's keys waiting until that lease has surely
-				// run out (the store's end is at most LeaseFor/3, an
-				// Extend's timeout, after the local estimate); the next
-				// claim then takes the event over before the key's later
-				// ones.
+				// run out: LeaseFor after the last claim or Extend that
+				// may have set it returned (a renewal that failed on the
+				// client may have run in the database, so the estimate
+				// of the last successful one is not a bound), plus the
+				// margin a failed claim pauses for, for a statement that
+				// outlived its client; the next claim then takes the
+				// event over before the key's later ones.
 				b.mu.Lock()
-				wait := time.Until(b.leaseTill) + r.cfg.LeaseFor/2
+				wait := time.Until(b.leaseMax) + r.cfg.LeaseFor/3
 				b.mu.Unlock()
 				time.AfterFunc(max(wait, 0), func() { b.own.settled(b) })
 			}

@@ -240,7 +240,7 @@ func (s *Store) claimOwned(ctx context.Context, req store.OwnedClaimRequest, exp
 		shards[i], epochs[i] = l.Shard, l.Epoch
 	}
 	claims := s.claimsTable()
-	if !explain {
+	if _, busy := s.busyOwners.Load(req.Lease.Owner); !explain && !busy {
 		// Most claims of a relay that keeps up find nothing: each
 		// wake-up of the commit probe or a notification, and each look
 		// again after a batch, claims, and in ownership mode the other
@@ -248,7 +248,9 @@ func (s *Store) claimOwned(ctx context.Context, req store.OwnedClaimRequest, exp
 		// branch per shard (about 1 ms of database CPU over 32 shards even
 		// when they are empty, ten times an exclusion-mode claim); this
 		// one index scan over the same shards answers "nothing" for a
-		// tenth of that (see ownedPendingSQL).
+		// tenth of that (see ownedPendingSQL). After a claim that took
+		// events the next one is likely to take some too (a backlog, a
+		// burst): it goes straight to the claim statement.
 		var pending bool
 		b := &pgx.Batch{}
 		b.Queue("BEGIN")
@@ -393,6 +395,11 @@ func (s *Store) claimOwned(ctx context.Context, req store.OwnedClaimRequest, exp
 	}
 	if int(n)+int(parked) < req.Limit {
 		s.caughtUp()
+	}
+	if n > 0 {
+		s.busyOwners.Store(req.Lease.Owner, struct{}{})
+	} else {
+		s.busyOwners.Delete(req.Lease.Owner)
 	}
 	if c.Events, err = store.Screen(ctx, c.Lease, c.Events, bad, req.HoldDeadKeys, s.Bury, s.Release); err != nil {
 		return store.Claim{}, reads, parked, fmt.Errorf("pgstore: claim: %w", err)

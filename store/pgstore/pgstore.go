@@ -92,6 +92,11 @@ type Store struct {
 	// probeEvery is Options.ProbeInterval with its default (<0: off).
 	probeEvery time.Duration
 
+	// busyOwners holds the owners whose last ClaimOwned took events: their
+	// next claim skips the pending probe (it would most likely say yes,
+	// and cost a round trip before the claim).
+	busyOwners sync.Map // owner → struct{}
+
 	// Vacuuming (vacuum.go): rows deleted since the last VACUUM, the end
 	// of the last one (a time.Time), whether one runs, and its error.
 	vacuumAfter int64

@@ -3,6 +3,7 @@ package main_test
 import (
 	"bytes"
 	"context"
+	"database/sql"
 	"fmt"
 	"os"
 	"os/exec"
@@ -56,9 +57,17 @@ func startRelay(t *testing.T, args ...string) *proc {
 		t.Fatal(err)
 	}
 	go func() { p.done <- p.cmd.Wait() }()
+	// Cleanups run last first: this one, after the relay is gone (its
+	// stderr complete), shows what each relay said when the test failed.
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("relay %d (%s) stderr:\n%s", p.cmd.Process.Pid, p.cmd.ProcessState, p.stderr)
+		}
+	})
 	t.Cleanup(func() {
 		_ = p.cmd.Process.Kill()
-		<-p.done
+		err := <-p.done
+		p.done <- err
 	})
 	return p
 }
@@ -156,24 +165,86 @@ func checkStream(t *testing.T, s *testnats.Stream, msgs []outbox.Message) {
 
 func waitPending0(t *testing.T, st store.Store, d time.Duration) {
 	t.Helper()
+	if !drained(st, d) {
+		t.Fatalf("outbox not drained after %s: %s", d, pendingReport(st))
+	}
+}
+
+// drained waits up to d for nothing to be pending.
+func drained(st store.Store, d time.Duration) bool {
 	deadline := time.Now().Add(d)
 	for {
-		s, err := st.Stats(context.Background())
-		if err == nil && s.Pending() == 0 {
-			return
+		if s, err := st.Stats(context.Background()); err == nil && s.Pending() == 0 {
+			return true
 		}
 		if time.Now().After(deadline) {
-			var why strings.Builder
-			if dead, _ := st.ListDead(context.Background(), store.DeadQuery{Limit: 3}); len(dead) > 0 {
-				fmt.Fprintf(&why, "; the first DEAD events' errors:")
-				for _, r := range dead {
-					fmt.Fprintf(&why, "\n  %d: %s", r.ID, r.LastError)
-				}
-			}
-			t.Fatalf("outbox not drained after %s: %+v %v%s", d, s, err, why.String())
+			return false
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+}
+
+// pendingReport is the outbox's stats and the first DEAD events' errors.
+func pendingReport(st store.Store) string {
+	s, err := st.Stats(context.Background())
+	why := fmt.Sprintf("%+v %v", s, err)
+	if dead, _ := st.ListDead(context.Background(), store.DeadQuery{Limit: 3}); len(dead) > 0 {
+		why += "; the first DEAD events' errors:"
+		for _, r := range dead {
+			why += fmt.Sprintf("\n  %d: %s", r.ID, r.LastError)
+		}
+	}
+	return why
+}
+
+// waitRelaysDrained is waitPending0 for a test of relay processes: on
+// failure it also shows where the in-flight events and the shards are (on
+// MariaDB), and has each relay print its goroutines (SIGQUIT) to its
+// stderr, which startRelay logs.
+func waitRelaysDrained(t *testing.T, o teststores.Opened, kind string, d time.Duration, relays []*proc) {
+	t.Helper()
+	if drained(o.Store, d) {
+		return
+	}
+	why := pendingReport(o.Store)
+	if kind == "mysql" {
+		why += dumpRows(o.DB, "in flight by shard and owner", "SELECT shard, lease_owner, COUNT(*), MIN(id), MAX(lease_until) FROM "+o.Opts.Table+" WHERE status = 'SENDING' GROUP BY shard, lease_owner ORDER BY shard")
+		why += dumpRows(o.DB, "shards by owner", "SELECT owner, COUNT(*), MIN(shard), MAX(shard), MAX(epoch) FROM "+o.Opts.Table+"_shards GROUP BY owner")
+		why += dumpRows(o.DB, "relays", "SELECT owner, lease_until, UNIX_TIMESTAMP() * 1000000 + MICROSECOND(NOW(6)) AS now FROM "+o.Opts.Table+"_relays")
+	}
+	for _, r := range relays {
+		_ = r.cmd.Process.Signal(syscall.SIGQUIT)
+		err := <-r.done
+		r.done <- err
+	}
+	t.Fatalf("outbox not drained after %s: %s", d, why)
+}
+
+// dumpRows renders a query's rows, one a line, for a failure message.
+func dumpRows(db *sql.DB, title, query string) string {
+	rows, err := db.Query(query)
+	if err != nil {
+		return fmt.Sprintf("\n%s: %v", title, err)
+	}
+	defer rows.Close()
+	cols, _ := rows.Columns()
+	var b strings.Builder
+	fmt.Fprintf(&b, "\n%s: %v", title, cols)
+	for rows.Next() {
+		vals := make([]sql.RawBytes, len(cols))
+		ptrs := make([]any, len(cols))
+		for i := range vals {
+			ptrs[i] = &vals[i]
+		}
+		if err := rows.Scan(ptrs...); err != nil {
+			return b.String() + "\n  " + err.Error()
+		}
+		b.WriteString("\n ")
+		for _, v := range vals {
+			b.WriteString(" " + string(v))
+		}
+	}
+	return b.String()
 }
 
 func relayArgs(o teststores.Opened, brokerURL string) []string {
@@ -194,7 +265,7 @@ func TestThreeRelaysOneKilledTwice(t *testing.T) {
 				natsURL := testnats.Shared(t)
 				s := testnats.NewStream(t, natsURL)
 				msgs := keyedWorkload(t, o.Store, s.Topic("orders"), 3000, 40)
-				args := append(relayArgs(o, natsURL), "--engine", engine)
+				args := append(relayArgs(o, natsURL), "--engine", engine, "--log", "info")
 				relays := []*proc{startRelay(t, args...), startRelay(t, args...), startRelay(t, args...)}
 				ctx := context.Background()
 				for _, at := range []uint64{600, 1800} {
@@ -212,7 +283,7 @@ func TestThreeRelaysOneKilledTwice(t *testing.T) {
 					relays[0].kill()
 					relays[0] = startRelay(t, args...)
 				}
-				waitPending0(t, o.Store, 90*time.Second)
+				waitRelaysDrained(t, o, kind, 90*time.Second, relays)
 				for _, r := range relays {
 					if d := r.stop(t); d > 10*time.Second {
 						t.Errorf("graceful stop took %s, promised ≤ 10s", d)

@@ -388,7 +388,10 @@ func (s *Store) claimOwned(ctx context.Context, req store.OwnedClaimRequest, rea
 		return c, 0, wrap("claim", tx.Commit())
 	}
 	// The expired rows of the other shards, locked, lowest ids first,
-	// each judged by heldSQL; those past Limit make their keys wait. One
+	// each judged by heldSQL; those past Limit make their keys' later
+	// rows wait, and only those: a key's earlier rows are taken (had they
+	// waited too, a dead relay's claims over Limit would be taken over
+	// by no claim ever). One
 	// range per shard (IN, not BETWEEN): a range over several shards
 	// would read, and lock, every in-flight row of them on its way.
 	rows, err = tx.QueryContext(ctx, "SELECT o.id, o.event_key, "+s.heldSQL()+" FROM "+s.table+" o FORCE INDEX ("+s.busyIdx()+") WHERE o.busy IN ("+marks(len(ok))+") AND o.lease_until <= NOW(6) ORDER BY o.id FOR UPDATE",
@@ -397,7 +400,18 @@ func (s *Store) claimOwned(ctx context.Context, req store.OwnedClaimRequest, rea
 		return nothing(wrap("expired rows", err))
 	}
 	var cands []candidate
-	waitKeys := map[string]bool{} // keys whose earlier rows this claim leaves in flight: their later rows wait
+	// waitFrom: a key's lowest row this claim leaves (expired, past
+	// Limit): the key's rows after it wait for a later claim.
+	waitFrom := map[string]int64{}
+	leave := func(cd candidate) {
+		if w, ok := waitFrom[cd.key]; cd.key != "" && (!ok || cd.id < w) {
+			waitFrom[cd.key] = cd.id
+		}
+	}
+	waits := func(cd candidate) bool {
+		w, ok := waitFrom[cd.key]
+		return cd.key != "" && ok && cd.id > w
+	}
 	for rows.Next() {
 		cd := candidate{sending: true}
 		if err := rows.Scan(&cd.id, &cd.key, &cd.held); err != nil {
@@ -406,8 +420,8 @@ func (s *Store) claimOwned(ctx context.Context, req store.OwnedClaimRequest, rea
 		}
 		if len(cands) < req.Limit {
 			cands = append(cands, cd)
-		} else if cd.key != "" {
-			waitKeys[cd.key] = true
+		} else {
+			leave(cd)
 		}
 	}
 	if err := rows.Err(); err != nil {
@@ -464,16 +478,18 @@ func (s *Store) claimOwned(ctx context.Context, req store.OwnedClaimRequest, rea
 		}
 	}
 
-	// 4. Decide in id order: once a row of a key is parked (or waits),
-	// its later rows in this claim are parked too.
+	// 4. Decide in id order: once a row of a key is parked, its later
+	// rows in this claim are parked too; once one is left (past Limit),
+	// its later rows wait.
 	slices.SortFunc(cands, func(a, b candidate) int { return cmp.Compare(a.id, b.id) })
 	blocked := map[string]bool{}
 	var take, park, parkSending []int64
 	for _, cd := range cands {
 		switch {
-		case cd.key != "" && waitKeys[cd.key]:
-			// an earlier row of its key is in flight under an expired
-			// lease this claim does not take over: wait for it
+		case waits(cd):
+			// an earlier row of its key is left: in flight under an
+			// expired lease this claim does not take over, or past
+			// Limit; wait for it
 		case cd.key != "" && (cd.held || blocked[cd.key]):
 			blocked[cd.key] = true
 			if cd.sending {
@@ -484,9 +500,7 @@ func (s *Store) claimOwned(ctx context.Context, req store.OwnedClaimRequest, rea
 		case len(take) < req.Limit:
 			take = append(take, cd.id)
 		default:
-			if cd.key != "" {
-				waitKeys[cd.key] = true
-			}
+			leave(cd)
 		}
 	}
 	parked := 0

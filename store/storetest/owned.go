@@ -94,6 +94,7 @@ func (s *suite) allOwnedTests() []struct {
 	}{
 		{"Owned/FairShares", s.testOwnedFairShares},
 		{"Owned/TakeoverAfterExpiry", s.testOwnedTakeover},
+		{"Owned/TakeoverOfClaimsOverLimit", s.testOwnedTakeoverOverLimit},
 		{"Owned/RevokeRelease", s.testOwnedRevokeRelease},
 		{"Owned/StaleClaimFenced", s.testOwnedStaleClaim},
 		{"Owned/SkipsShardOfAnotherLiveClaim", s.testOwnedSkipsBusyShard},
@@ -353,6 +354,92 @@ func (s *suite) testOwnedTakeover(t *testing.T) {
 			t.Errorf("a woke up holding shard %d at its old epoch %d", l.Shard, l.Epoch)
 		}
 	}
+}
+
+// testOwnedTakeoverOverLimit: a relay dies (SIGKILL) with more events
+// in flight than the next owner's claim limit, several of each key on both
+// sides of that limit, and later events of the same keys waiting behind
+// them. Once its leases ran out, the next owner's claims take its events
+// over, a key's lowest first, a limit at a time, and then the events that
+// waited: every one comes, in each key's order, and none of these claims
+// comes back empty while events are pending. (A claim that made a key's
+// expired events past its limit hold the key's earlier ones too took
+// nothing, forever: MariaDB's outbox stalled after a relay was killed.)
+func (s *suite) testOwnedTakeoverOverLimit(t *testing.T) {
+	fx, o := s.ownedFixture(t)
+	const short = 4 * time.Second // generous: a loaded machine may stall between two calls
+	keys := []string{"A", "B", "C"}
+	var first, later []outbox.Message
+	var want []string
+	for i := 1; i <= 6; i++ {
+		for _, k := range keys {
+			m := msg(fmt.Sprintf("%s%d", strings.ToLower(k), i), k)
+			if i <= 4 {
+				first = append(first, m)
+			} else {
+				later = append(later, m)
+			}
+			want = append(want, m.Type)
+		}
+	}
+	enqueue(t, fx, first...)
+	a := balance(t, o, store.BalanceRequest{Owner: "a", LeaseFor: short})
+	if len(a.Held) != a.Shards {
+		t.Fatalf("a alone holds %d of %d shards", len(a.Held), a.Shards)
+	}
+	r := s.ownedReq("a", claimable(a), len(first), true)
+	r.LeaseFor = short
+	c := claimOwned(t, o, r)
+	if len(c.Events) != len(first) {
+		t.Fatalf("a's claim took %s; want all of the first %d events", fmtLabels(labels(c.Events)), len(first))
+	}
+	enqueue(t, fx, later...)
+	// a is killed: it never settles, never heartbeats again.
+	sleepUntil(maxTime(a.Until, c.Until).Add(200 * time.Millisecond))
+	var b store.Ownership
+	deadline := time.Now().Add(10 * time.Second)
+	for len(b.Held) < b.Shards || b.Shards == 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("after a's leases expired b holds %d of %d shards; want all", len(b.Held), b.Shards)
+		}
+		b = balance(t, o, store.BalanceRequest{Owner: "b", LeaseFor: shardLease})
+		time.Sleep(50 * time.Millisecond)
+	}
+	const limit = 4 // less than a's claim, and than each key's events in it
+	var got []outbox.Event
+	for n := 1; len(got) < len(want); n++ {
+		if n > 3*len(want) {
+			t.Fatalf("after %d claims b has %s of %d events", n-1, fmtLabels(labels(got)), len(want))
+		}
+		c := claimOwned(t, o, s.ownedReq("b", claimable(b), limit, true))
+		if len(c.Events) == 0 {
+			t.Fatalf("claim %d of b (limit %d) took nothing with %d of %d events pending (%+v); b has %s so far",
+				n, limit, len(want)-len(got), len(want), stats(t, fx), fmtLabels(labels(got)))
+		}
+		got = append(got, c.Events...)
+		ack(t, fx, c)
+	}
+	for _, k := range keys {
+		var w []string
+		for _, l := range want {
+			if strings.EqualFold(l[:1], k) {
+				w = append(w, l)
+			}
+		}
+		if g := labels(withKey(got, k)); !slices.Equal(g, w) {
+			t.Errorf("key %s came as %s; want %s", k, fmtLabels(g), fmtLabels(w))
+		}
+	}
+	if st := stats(t, fx); st.Pending() != 0 {
+		t.Errorf("Stats after b's claims: %+v; want nothing pending", st)
+	}
+}
+
+func maxTime(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
 }
 
 // testOwnedRevokeRelease: when b joins, a is asked to revoke the shards

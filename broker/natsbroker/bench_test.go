@@ -40,28 +40,7 @@ import (
 func BenchmarkPublish(b *testing.B) {
 	const batch = 1000
 	url := testenv.Require(b, testenv.NATS)
-	nc, err := nats.Connect(url)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		b.Fatal(err)
-	}
-	ctx := context.Background()
-	suffix := fmt.Sprint(time.Now().UnixNano() % 1_000_000_000)
-	subject := "natsbench_" + suffix
-	name := "NATSBROKER_BENCH_" + suffix
-	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: name, Subjects: []string{subject + ".>"}, Storage: jetstream.FileStorage, Duplicates: 2 * time.Minute}); err != nil {
-		b.Fatalf("create stream: %v", err)
-	}
-	defer js.DeleteStream(context.Background(), name) //nolint:errcheck
-	br, err := natsbroker.Dial(url, natsbroker.Config{})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer br.Close(context.Background()) //nolint:errcheck
+	js, br, subject := benchStream(b, url, "natsbench")
 
 	topic := subject + ".orders"
 	payload := []byte(`{"order_id":42,"customer":"c-7","status":"PAID","pad":"` + strings.Repeat("x", 140) + `"}`)
@@ -82,6 +61,7 @@ func BenchmarkPublish(b *testing.B) {
 	futures := make([]jetstream.PubAckFuture, batch)
 	rawPublish := func(msgs []*nats.Msg) {
 		for j, m := range msgs {
+			var err error
 			if futures[j], err = js.PublishMsgAsync(m); err != nil {
 				b.Fatalf("raw publish: %v", err)
 			}
@@ -179,28 +159,8 @@ func BenchmarkPublishOne(b *testing.B) {
 		}
 		calls = n
 	}
-	nc, err := nats.Connect(url)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		b.Fatal(err)
-	}
 	ctx := context.Background()
-	suffix := fmt.Sprint(time.Now().UnixNano() % 1_000_000_000)
-	subject := "natsbench1_" + suffix
-	name := "NATSBROKER_BENCH1_" + suffix
-	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: name, Subjects: []string{subject + ".>"}, Storage: jetstream.FileStorage, Duplicates: 2 * time.Minute}); err != nil {
-		b.Fatalf("create stream: %v", err)
-	}
-	defer js.DeleteStream(context.Background(), name) //nolint:errcheck
-	br, err := natsbroker.Dial(url, natsbroker.Config{})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer br.Close(context.Background()) //nolint:errcheck
+	js, br, subject := benchStream(b, url, "natsbench1")
 
 	topic := subject + ".orders"
 	payload := []byte(`{"order_id":42,"customer":"c-7","status":"PAID","pad":"` + strings.Repeat("x", 140) + `"}`)
@@ -284,4 +244,33 @@ func natsServerCPU() time.Duration {
 		total += time.Duration(utime+stime) * 10 * time.Millisecond
 	}
 	return total
+}
+
+// benchStream creates a file stream of its own on the server at url (on
+// prefix_<n>.>, deleted when b ends) and returns a jetstream client on a
+// connection of its own, a Broker, and the stream's subject prefix.
+func benchStream(b *testing.B, url, prefix string) (jetstream.JetStream, *natsbroker.Broker, string) {
+	b.Helper()
+	nc, err := nats.Connect(url)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		b.Fatal(err)
+	}
+	suffix := fmt.Sprint(time.Now().UnixNano() % 1_000_000_000)
+	subject := prefix + "_" + suffix
+	name := strings.ToUpper("NATSBROKER_" + prefix + "_" + suffix)
+	if _, err := js.CreateStream(context.Background(), jetstream.StreamConfig{Name: name, Subjects: []string{subject + ".>"}, Storage: jetstream.FileStorage, Duplicates: 2 * time.Minute}); err != nil {
+		b.Fatalf("create stream: %v", err)
+	}
+	b.Cleanup(func() { _ = js.DeleteStream(context.Background(), name) })
+	br, err := natsbroker.Dial(url, natsbroker.Config{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = br.Close(context.Background()) })
+	return js, br, subject
 }

@@ -2,6 +2,7 @@ package mysqlstore_test
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"strings"
@@ -29,17 +30,7 @@ const heartbeatDeadline = 5 * time.Second
 func TestBalanceBesideOwnClaim(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	db := openStore(t).DB()
-	table := uniqueTable("beat_")
-	dropTables(t, db, table)
-	st, err := mysqlstore.New(db, mysqlstore.Config{Options: store.Options{Table: table}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
-	if err := st.Migrate(ctx); err != nil {
-		t.Fatal(err)
-	}
+	db, st, table := migratedStore(t, "beat_")
 	var msgs []outbox.Message
 	for i := range 20 {
 		msgs = append(msgs, outbox.Message{Topic: "t", Key: fmt.Sprintf("k%d", i), Type: "T", Payload: []byte(`{}`)})
@@ -168,17 +159,7 @@ func TestBalanceBesideOwnClaim(t *testing.T) {
 func TestOwnershipWaitsBesideExclusion(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	db := openStore(t).DB()
-	table := uniqueTable("modes_")
-	dropTables(t, db, table)
-	st, err := mysqlstore.New(db, mysqlstore.Config{Options: store.Options{Table: table}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
-	if err := st.Migrate(ctx); err != nil {
-		t.Fatal(err)
-	}
+	_, st, _ := migratedStore(t, "modes_")
 	var msgs []outbox.Message
 	for i := range 10 {
 		msgs = append(msgs, outbox.Message{Topic: "t", Key: fmt.Sprintf("k%d", i%3), Type: "T", Payload: []byte(`{}`)})
@@ -237,17 +218,7 @@ func TestOwnershipWaitsBesideExclusion(t *testing.T) {
 func TestExclusionClaimBesideOwnedClaim(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	db := openStore(t).DB()
-	table := uniqueTable("mixed_")
-	dropTables(t, db, table)
-	st, err := mysqlstore.New(db, mysqlstore.Config{Options: store.Options{Table: table}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
-	if err := st.Migrate(ctx); err != nil {
-		t.Fatal(err)
-	}
+	_, st, _ := migratedStore(t, "mixed_")
 	var msgs []outbox.Message
 	for range 5 {
 		msgs = append(msgs, outbox.Message{Topic: "t", Key: "k", Type: "T", Payload: []byte(`{}`)})
@@ -302,4 +273,22 @@ func TestExclusionClaimBesideOwnedClaim(t *testing.T) {
 		}
 		t.Fatalf("the exclusion claim took events %v of key k while its events %d and %d were in flight under the owned claim", ids, o.c.Events[0].ID, o.c.Events[1].ID)
 	}
+}
+
+// migratedStore opens a Store over a fresh, migrated table named after
+// prefix (dropped when t ends), and returns its database and table too.
+func migratedStore(t *testing.T, prefix string) (*sql.DB, *mysqlstore.Store, string) {
+	t.Helper()
+	db := openStore(t).DB()
+	table := uniqueTable(prefix)
+	dropTables(t, db, table)
+	st, err := mysqlstore.New(db, mysqlstore.Config{Options: store.Options{Table: table}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = st.Close() })
+	if err := st.Migrate(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	return db, st, table
 }

@@ -209,7 +209,7 @@ func stageRun(b *testing.B, owned bool, rate int, dur time.Duration, keys int) {
 				tr.mu.Unlock()
 			}
 		}()
-		cfg := relay.Config{Ownership: owned, Owner: fmt.Sprintf("stage-%d", i), Logger: quiet, PollInterval: 500 * time.Millisecond,
+		cfg := relay.Config{Exclusion: !owned, Owner: fmt.Sprintf("stage-%d", i), Logger: quiet, PollInterval: 500 * time.Millisecond,
 			Hooks: []relay.Hook{&stageHook{tr: tr, id: i}}}
 		r, err := relay.New(st, mb, cfg)
 		if err != nil {

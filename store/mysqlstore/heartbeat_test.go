@@ -292,3 +292,49 @@ func migratedStore(t *testing.T, prefix string) (*sql.DB, *mysqlstore.Store, str
 	}
 	return db, st, table
 }
+
+// TestRelayRowsOutlastLongLeases: a heartbeat keeps the row of a relay
+// whose membership ended for twice its own LeaseFor when that is longer
+// than ten minutes, so the events still leased under a relay with a long
+// lease are not taken for an exclusion-mode relay's (which would make
+// every ownership relay refuse to claim); with a short lease, ten minutes.
+func TestRelayRowsOutlastLongLeases(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db, st, table := migratedStore(t, "ret_")
+	ended := func(ago time.Duration) {
+		t.Helper()
+		if _, err := db.ExecContext(ctx, "REPLACE INTO "+table+"_relays (owner, lease_until) VALUES ('gone', UNIX_TIMESTAMP(NOW(6)) * 1000000 - ?)", ago.Microseconds()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	kept := func() bool {
+		t.Helper()
+		var n int
+		if err := db.QueryRowContext(ctx, "SELECT COUNT(*) FROM "+table+"_relays WHERE owner = 'gone'").Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n == 1
+	}
+	ended(11 * time.Minute)
+	if _, err := st.Balance(ctx, store.BalanceRequest{Owner: "b", LeaseFor: 30 * time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+	if !kept() {
+		t.Fatal("a heartbeat with a 30 min lease deleted the row of a relay whose membership ended 11 min ago; its claims may still be leased")
+	}
+	ended(61 * time.Minute)
+	if _, err := st.Balance(ctx, store.BalanceRequest{Owner: "b", LeaseFor: 30 * time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+	if kept() {
+		t.Fatal("a row ended 61 min ago outlived twice the 30 min lease")
+	}
+	ended(11 * time.Minute)
+	if _, err := st.Balance(ctx, store.BalanceRequest{Owner: "b", LeaseFor: time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+	if kept() {
+		t.Fatal("with a 1 min lease, a row ended 11 min ago outlived the 10 min retention")
+	}
+}

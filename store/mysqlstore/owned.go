@@ -49,11 +49,21 @@ type afterCommit struct{ err error }
 func (e *afterCommit) Error() string { return e.err.Error() }
 func (e *afterCommit) Unwrap() error { return e.err }
 
-// relayRetention is how long a relay's row in <table>_relays stays after
-// its membership ended (it left, or its lease ran out): checkModes tells
-// the events still in flight under its claims from an exclusion-mode
-// relay's by that row, and a claim's lease rarely outlasts it.
+// relayRetention is how long, at least, a relay's row in <table>_relays
+// stays after its membership ended (it left, or its lease ran out):
+// checkModes tells the events still in flight under its claims from an
+// exclusion-mode relay's by that row, so the row must outlast the claims.
+// A claim's lease ends at most about one LeaseFor after the membership's
+// (both are renewed by the same relay), so a heartbeat keeps the rows for
+// the longer of this and twice its own LeaseFor: relays of one table
+// configured alike keep every row their claims need, whatever the lease.
 const relayRetention = 10 * time.Minute
+
+// retention is how long a Balance with lease LeaseFor keeps the rows of
+// relays whose membership ended (see relayRetention).
+func retention(leaseFor time.Duration) time.Duration {
+	return max(relayRetention, 2*leaseFor)
+}
 
 // sweepTimeout bounds Balance's orphan sweep.
 const sweepTimeout = 500 * time.Millisecond
@@ -815,7 +825,7 @@ func (s *Store) balance(ctx context.Context, req store.BalanceRequest, own *stor
 	if _, err := tx.ExecContext(ctx, "INSERT INTO "+relays+" (owner, lease_until) VALUES (?, ?) ON DUPLICATE KEY UPDATE lease_until = VALUES(lease_until)", req.Owner, until); err != nil {
 		return err
 	}
-	if _, err := tx.ExecContext(ctx, "DELETE FROM "+relays+" WHERE lease_until <= ?", now-relayRetention.Microseconds()); err != nil {
+	if _, err := tx.ExecContext(ctx, "DELETE FROM "+relays+" WHERE lease_until <= ?", now-retention(req.LeaseFor).Microseconds()); err != nil {
 		return err
 	}
 	if len(req.Release) > 0 {

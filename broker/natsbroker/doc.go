@@ -51,7 +51,14 @@
 // limit too) is refused there instead of going DEAD at the relay.
 //
 // Everything else is transient and retried by the relay: a missing PubAck
-// at the deadline, a lost connection, a closed Broker.
+// at the deadline, a lost connection, a closed Broker (ErrClosed).
+//
+// Broker.Close waits for the Publish calls in progress until its ctx ends,
+// then drops the reply subscription. A call still waiting for PubAcks
+// then returns at once, not at its deadline: the PubAcks already received
+// count, and every other event of the call fails with ErrClosed (it may or
+// may not be stored: at-least-once, so the relay publishes it again), on a
+// connection the caller owns as on one Dial opened and Close closes.
 //
 // # How a batch is published
 //

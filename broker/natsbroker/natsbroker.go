@@ -121,7 +121,7 @@ func newBroker(nc *nats.Conn, cfg Config, owned bool) (*Broker, error) {
 		nc: nc, js: js, cfg: cfg, owned: owned,
 		source:  broker.PercentEncode(cfg.Source),
 		window:  &window{free: cfg.MaxPending},
-		replies: &replies{nc: nc, size: 2*cfg.MaxPending + 64},
+		replies: newReplies(nc, 2*cfg.MaxPending+64),
 		watch:   newWatch(nc),
 	}, nil
 }
@@ -246,9 +246,14 @@ func (e noStreamError) Is(target error) bool {
 }
 
 // Close stops new publishes (they fail with ErrClosed), waits for the
-// Publish calls in progress until ctx ends, then closes the connection if
-// Dial opened it. Safe to call more than once; later calls wait for the
-// first to finish or ctx to end.
+// Publish calls in progress until ctx ends, then drops the reply
+// subscription and closes the connection if Dial opened it. A call still
+// waiting for PubAcks then returns at once: each event not confirmed yet
+// fails with ErrClosed, transient, since JetStream may or may not have
+// stored it (the relay publishes it again; a duplicate is dropped within
+// the stream's duplicate window), and PubAcks that come later are ignored.
+// Safe to call more than once; later calls wait for the first to finish or
+// ctx to end.
 func (b *Broker) Close(ctx context.Context) error {
 	return b.gate.Close(ctx, "natsbroker: closing with publishes still waiting for PubAcks", func() error {
 		b.replies.close()

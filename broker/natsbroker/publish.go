@@ -325,6 +325,9 @@ func (c *call) send(ctx context.Context) error {
 			// The connection is the problem, not this event: the rest of
 			// the batch would fail the same way. The events sent before
 			// are still awaited (their groups may complete).
+			if c.inbox.dropped() {
+				err = fmt.Errorf("%w: %w", ErrClosed, err) // Close closed the connection Dial opened
+			}
 			fillFrom(c.results, i, fmt.Errorf("natsbroker: event %s not sent: %w", e.EventID, err))
 			for j := i; j < len(c.events); j++ {
 				c.handled(c.group[j])
@@ -375,8 +378,10 @@ func (c *call) await(ctx context.Context) {
 }
 
 // wait returns nil when ready is closed, or why the call must give up:
-// ctx's error, or errConnLost once the connection is seen lost. Meanwhile
-// it hands the replies that come to their calls (this one or others).
+// ctx's error, errConnLost once the connection is seen lost, or ErrClosed
+// once Close dropped the reply subscription (no reply can come after it).
+// Meanwhile it hands the replies that come to their calls (this one or
+// others).
 func (c *call) wait(ctx context.Context, ready <-chan struct{}) error {
 	for {
 		select {
@@ -384,11 +389,30 @@ func (c *call) wait(ctx context.Context, ready <-chan struct{}) error {
 			return nil
 		case m := <-c.inbox.ch:
 			c.inbox.dispatch(m)
+		case <-c.inbox.gone:
+			return c.closing(ready)
 		case <-c.lost:
+			if c.inbox.dropped() {
+				// Close dropped the subscription, then closed the
+				// connection Dial opened: it will not reconnect.
+				return c.closing(ready)
+			}
 			return errConnLost
 		case <-ctx.Done():
 			return ctx.Err()
 		}
+	}
+}
+
+// closing is wait's answer once Close dropped the reply subscription:
+// the replies that came before still count, then the call gives up.
+func (c *call) closing(ready <-chan struct{}) error {
+	c.inbox.drain()
+	select {
+	case <-ready:
+		return nil
+	default:
+		return ErrClosed
 	}
 }
 
@@ -403,9 +427,12 @@ func (c *call) stop(why error) {
 			continue
 		}
 		e := &c.events[i]
-		if why == errConnLost {
+		switch why {
+		case errConnLost:
 			c.results[i] = fmt.Errorf("natsbroker: event %s on %q not confirmed: the connection was lost before its PubAck (%w); it reconnects by itself, retry later", e.EventID, e.Topic, why)
-		} else {
+		case ErrClosed:
+			c.results[i] = fmt.Errorf("natsbroker: event %s on %q not confirmed: the broker was closed before its PubAck came (%w); JetStream may have stored it, so it is to be published again", e.EventID, e.Topic, why)
+		default:
 			c.results[i] = fmt.Errorf("natsbroker: no PubAck for event %s on %q before the deadline: %w", e.EventID, e.Topic, why)
 		}
 	}

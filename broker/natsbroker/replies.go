@@ -28,6 +28,12 @@ import (
 // channel holds twice Config.MaxPending replies (the window bounds the
 // replies awaited); should it fill, nats.go drops the reply (a slow
 // consumer) and its call fails at its deadline, to be retried.
+//
+// Close drops the subscription while calls may still wait (its ctx ended
+// first): no reply can reach them any more, so close also closes gone,
+// and each waiting call takes the replies already in the channel, then
+// gives up on the rest with ErrClosed at once (call.wait) instead of
+// waiting out its Timeout.
 type replies struct {
 	nc   *nats.Conn
 	size int // the channel's capacity
@@ -38,7 +44,12 @@ type replies struct {
 	prefix string         // the subscription's <inbox>.
 	next   uint64         // the next call's number
 	calls  map[uint64]*call
-	closed bool // Close dropped the subscription
+	closed bool          // Close dropped the subscription
+	gone   chan struct{} // closed with closed: the waiting calls give up
+}
+
+func newReplies(nc *nats.Conn, size int) *replies {
+	return &replies{nc: nc, size: size, gone: make(chan struct{})}
 }
 
 // register gives c a number, the prefix of its reply subjects
@@ -66,7 +77,7 @@ func (r *replies) register(c *call) (uint64, string, inbox, error) {
 	id := r.next
 	r.next++
 	r.calls[id] = c
-	return id, r.prefix + strconv.FormatUint(id, 10) + ".", inbox{r, r.prefix, r.ch}, nil
+	return id, r.prefix + strconv.FormatUint(id, 10) + ".", inbox{r, r.prefix, r.ch, r.gone}, nil
 }
 
 // inbox is the subscription a call waits on: its replies, and those of
@@ -75,6 +86,30 @@ type inbox struct {
 	r      *replies
 	prefix string
 	ch     <-chan *nats.Msg
+	gone   <-chan struct{} // closed when Close drops the subscription
+}
+
+// dropped reports whether Close dropped the subscription.
+func (in inbox) dropped() bool {
+	select {
+	case <-in.gone:
+		return true
+	default:
+		return false
+	}
+}
+
+// drain hands the replies already in the channel to their calls, without
+// waiting for more: after Close no more come.
+func (in inbox) drain() {
+	for {
+		select {
+		case m := <-in.ch:
+			in.dispatch(m)
+		default:
+			return
+		}
+	}
 }
 
 // dispatch hands the reply m to its call.
@@ -118,10 +153,14 @@ func (r *replies) dispatch(prefix string, m *nats.Msg) {
 	}
 }
 
-// close drops the subscription; later calls fail with ErrClosed.
+// close drops the subscription and tells the calls still waiting (gone);
+// later calls fail with ErrClosed.
 func (r *replies) close() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if !r.closed {
+		close(r.gone)
+	}
 	r.closed = true
 	if r.sub != nil {
 		_ = r.sub.Unsubscribe() // fails only on a closed connection: gone anyway

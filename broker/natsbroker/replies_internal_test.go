@@ -2,6 +2,8 @@ package natsbroker
 
 import (
 	"context"
+	"errors"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -183,4 +185,67 @@ func TestWatchSeesLostConnections(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("the restarted watch goroutine did not stop")
 	}
+}
+
+// Once Close dropped the subscription, a call waiting for its PubAck gives
+// up with ErrClosed at once; a reply already in the channel still counts,
+// and one that comes after the call gave up changes nothing.
+func TestCloseEndsTheWaitAndLaterRepliesAreIgnored(t *testing.T) {
+	t.Parallel()
+	srv := testnats.Start(t)
+	nc, err := nats.Connect(srv.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	b, err := New(nc, Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ack := func(c *call) *nats.Msg {
+		return &nats.Msg{Subject: c.replies[0], Data: []byte(`{"stream":"S", "seq":1}`)}
+	}
+
+	answered, waiting := sentCall(t, b), sentCall(t, b)
+	// answered's PubAck is in the channel, not taken yet, when Close
+	// drops the subscription (as if nats.go had just delivered it).
+	b.replies.ch <- ack(answered)
+	// The calls are not Publish's, so the gate has nothing to wait for,
+	// but the connection watch runs until they end: an ended ctx stops
+	// Close from waiting for it.
+	expired, cancel := context.WithCancel(t.Context())
+	cancel()
+	_ = b.Close(expired)
+
+	ctx, cancelWait := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancelWait()
+	start := time.Now()
+	err = waiting.wait(ctx, waiting.done)
+	if err != ErrClosed {
+		t.Fatalf("wait after Close = %v; want ErrClosed", err)
+	}
+	if d := time.Since(start); d > time.Second {
+		t.Errorf("wait took %v after Close", d)
+	}
+	if !isDone(answered) || answered.results[0] != nil {
+		t.Errorf("the PubAck taken at Close: done %v, result %v; want stored", isDone(answered), answered.results[0])
+	}
+	waiting.stop(err)
+	want := waiting.results[0]
+	if want == nil || !errors.Is(want, ErrClosed) || strings.Contains(want.Error(), "reconnect") {
+		t.Fatalf("result after Close = %v; want ErrClosed, saying nothing of reconnecting", want)
+	}
+
+	// A PubAck after the call gave up, from other calls' goroutines at once
+	// (run with -race), is ignored.
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Go(func() { waiting.inbox.dispatch(ack(waiting)) })
+	}
+	wg.Wait()
+	if waiting.results[0] != want {
+		t.Errorf("a PubAck after Close changed the result to %v", waiting.results[0])
+	}
+	answered.end()
+	waiting.end()
 }

@@ -69,9 +69,10 @@
 // ordered by exclusion, where the store says the two may not run on one
 // table at once, or to compare the two. The shard heartbeat
 // (store.Owned's Balance) is one round trip on PostgreSQL that waits for
-// no claim, with a deadline of half the lease; while a heartbeat is slow
-// or failed the relay keeps claiming from the shards it holds, each claim
-// checking its lease in the database. A known risk of the default on
+// no claim (neither in the database nor in the relay), with a deadline of
+// half the lease; while a heartbeat is slow or failed the relay keeps
+// claiming from the shards it holds, each claim checking its lease in the
+// database. A known risk of the default on
 // SQLite: on a machine loaded far past its cores (load 40 on 2 cores,
 // tests under -race), relay tests once saw a relay by ownership let a
 // claim's lease run out and deliver nothing for 30 s, until the lease
@@ -104,7 +105,12 @@
 //     Workers is), so claim order is each key's order. A claim reads only
 //     the relay's non-revoked shards, and is not held back by the relay's
 //     own events in flight: a hot key's next events are claimed while its
-//     earlier ones are still being published.
+//     earlier ones are still being published. Claims wait only for each
+//     other: the lock of the relay's shard view and key chains is never
+//     held across a round trip, so a heartbeat, a settle or Health does
+//     not wait for a claim in the store. A shard revoked while a claim
+//     reads it counts that claim as its work: it is released only once
+//     the claim's batch is settled.
 //   - The per-key dispatcher. Each claimed keyed event takes a ticket
 //     behind the previous claimed event of its key, which may be in an
 //     earlier batch still in flight. It is published only after that one
@@ -116,8 +122,12 @@
 //     parks them behind the failed one: they come back once it is
 //     delivered, requeued or purged. A key's tickets are forgotten only
 //     after every outcome of its claimed events is written to the store,
-//     and only between claims, so the next claim sees those outcomes: a
-//     relay never has two unsettled outcomes of a key in the wrong order.
+//     and never while a claim that began before they were written is
+//     still running: such a claim may take the key's next event (a retry
+//     written meanwhile does not hold back a snapshot that predates it),
+//     and first places it behind them. A claim that finds a key forgotten
+//     saw those outcomes: a relay never has two unsettled outcomes of a
+//     key in the wrong order.
 //     When an outcome cannot be written at all, the key waits until the
 //     batch's lease has surely run out (LeaseFor after the last claim or
 //     renewal that may have set it returned, a renewal that failed on the

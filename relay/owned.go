@@ -21,19 +21,37 @@ type ownership struct {
 	r  *Relay
 	st store.Owned
 
-	// mu serializes the relay's claims and every change of keys, so that
-	// claim order is each key's order, and a key's state is dropped only
-	// between claims.
+	// claimMu serializes the relay's claims, from the snapshot of the
+	// shards to the placing of the claimed events' tickets, so that claim
+	// order is each key's order. It is taken before mu, and held across
+	// the store's round trip: only claims wait for it.
+	claimMu sync.Mutex
+	// pausedTill: no claim before this, because a failed claim may have
+	// committed without the relay learning its events (see claim).
+	// Guarded by claimMu.
+	pausedTill time.Time
+
+	// mu guards the shard view and the key chains. It is held for moments
+	// and never across a round trip, so a heartbeat, a settle or Health
+	// does not wait for a claim's store call.
 	mu       sync.Mutex
 	held     []store.ShardLease // claimed from: held and not revoked
 	revoking []store.ShardLease // held, revoked: drained, then released
-	busy     map[int]int        // shard → unsettled batches claimed from it
-	keys     map[string]*keyState
-	shards   int // the table's number of shards (0 before the first Balance)
-	relays   int // live relays at the last Balance
-	// pausedTill: no claim before this, because a failed claim may have
-	// committed without the relay learning its events (see claim).
-	pausedTill time.Time
+	// busy counts, per shard, the unsettled batches claimed from it and
+	// the claim in flight that may take one: a shard revoked while a claim
+	// reads it is not released before that batch settles.
+	busy   map[int]int
+	keys   map[string]*keyState
+	shards int // the table's number of shards (0 before the first Balance)
+	relays int // live relays at the last Balance
+	// claiming: a claim's store call is in flight (from its snapshot of
+	// the shards until its tickets are placed). Its snapshot may predate
+	// an outcome written meanwhile, so the tickets of batches settled
+	// meanwhile are closed only after it placed its own (later): a key's
+	// state is dropped, and a ticket skipped by add, only once every claim
+	// that began before its outcome was written is done.
+	claiming bool
+	later    []*batch
 
 	kick chan struct{} // a revoked shard may have drained: balance now
 }
@@ -75,8 +93,10 @@ func (ks *keyState) add(t *ticket) (prev *ticket) {
 // next event of its key may go), not ok when it failed or was given back
 // (the next events of its key are given back too, untried).
 type ticket struct {
-	id      int64
-	settled bool // the outcome is written (guarded by ownership.mu)
+	id int64
+	// settled: the outcome is written, and every claim that began before
+	// it was is done (guarded by ownership.mu; see ownership.claiming)
+	settled bool
 
 	mu      sync.Mutex
 	done    bool
@@ -132,15 +152,30 @@ func newOwnership(r *Relay, st store.Owned) *ownership {
 }
 
 // claim takes a batch from the held shards and places its keyed events in
-// their keys' chains, under mu. It returns a nil batch when nothing was
-// claimed.
+// their keys' chains. Claims run one at a time (claimMu); the store's round
+// trip runs without mu. It returns a nil batch when nothing was claimed.
 func (o *ownership) claim(ctx context.Context, lease store.Lease) (*batch, store.Claim, error) {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	if len(o.held) == 0 || time.Now().Before(o.pausedTill) {
+	o.claimMu.Lock()
+	defer o.claimMu.Unlock()
+	if time.Now().Before(o.pausedTill) {
 		return nil, store.Claim{Lease: lease}, nil
 	}
-	shards := slices.Clone(o.held)
+	o.mu.Lock()
+	if len(o.held) == 0 {
+		o.mu.Unlock()
+		return nil, store.Claim{Lease: lease}, nil
+	}
+	shards := make([]int, len(o.held))
+	for i, l := range o.held {
+		shards[i] = l.Shard
+		// counted before the store call: a heartbeat that revokes the
+		// shard meanwhile does not release it under the claim's batch
+		o.busy[l.Shard]++
+	}
+	held := slices.Clone(o.held)
+	o.claiming = true
+	o.mu.Unlock()
+
 	claim, err := o.st.ClaimOwned(ctx, store.OwnedClaimRequest{
 		ClaimRequest: store.ClaimRequest{
 			Lease:        lease,
@@ -148,15 +183,15 @@ func (o *ownership) claim(ctx context.Context, lease store.Lease) (*batch, store
 			LeaseFor:     o.r.cfg.LeaseFor,
 			HoldDeadKeys: o.r.cfg.DeadKeys == HoldKey,
 		},
-		Shards: shards,
+		Shards: held,
 	})
-	if errors.Is(err, store.ErrLeaseLost) {
+	switch {
+	case errors.Is(err, store.ErrLeaseLost):
 		// the store says this relay holds none of those shards any
 		// more: its view is stale; heartbeat now rather than fail
 		poke(o.kick)
-		return nil, store.Claim{Lease: lease}, nil
-	}
-	if err != nil && !errors.Is(err, store.ErrNotMigrated) && !errors.Is(err, store.ErrNothingClaimed) {
+		claim, err = store.Claim{Lease: lease}, nil
+	case err != nil && !errors.Is(err, store.ErrNotMigrated) && !errors.Is(err, store.ErrNothingClaimed):
 		// The claim may have committed although its answer was lost (a
 		// connection cut, a timeout during COMMIT): its events would be
 		// leased to this relay, unknown to the dispatcher, and the store
@@ -170,10 +205,43 @@ func (o *ownership) claim(ctx context.Context, lease store.Lease) (*batch, store
 		o.r.cfg.Logger.Warn("relay: a claim failed and may have committed unseen; claiming again once its lease has run out, so no key's events overtake the ones it may hold",
 			"error", err.Error(), "pause", (o.r.cfg.LeaseFor + o.r.cfg.LeaseFor/3).String())
 	}
-	if err != nil || len(claim.Events) == 0 {
+
+	o.mu.Lock()
+	var b *batch
+	if err == nil && len(claim.Events) > 0 {
+		b = o.place(lease, claim.Events)
+		b.shards = shards
+	}
+	// Only now, with this claim's tickets in place, close those of the
+	// batches settled during its store call: its snapshot may predate
+	// their outcomes (a retry written NEW with a later next attempt lets
+	// it take the key's next event, since the store does not let a
+	// relay's own claims hold its keys), and that event then waits behind
+	// the failed one instead of finding the key forgotten.
+	o.claiming = false
+	for _, lb := range o.later {
+		o.settleKeys(lb)
+	}
+	clear(o.later)
+	o.later = o.later[:0]
+	drained := false
+	if b == nil {
+		drained = o.unbusy(shards)
+	}
+	o.mu.Unlock()
+	if drained {
+		poke(o.kick)
+	}
+	if b == nil {
 		return nil, claim, err
 	}
-	b := &batch{r: o.r, lease: lease, events: claim.Events, own: o}
+	return b, claim, nil
+}
+
+// place makes a batch of claimed events and gives each keyed one its
+// ticket behind the previous claimed event of its key (under mu).
+func (o *ownership) place(lease store.Lease, events []outbox.Event) *batch {
+	b := &batch{r: o.r, lease: lease, events: events, own: o}
 	b.prev = make([]*ticket, len(b.events))
 	b.tickets = make([]*ticket, len(b.events))
 	b.prevIn = make([]int, len(b.events))
@@ -201,19 +269,33 @@ func (o *ownership) claim(ctx context.Context, lease store.Lease) (*batch, store
 			b.prevIn[i] = j
 		}
 	}
-	for _, l := range shards {
-		b.shards = append(b.shards, l.Shard)
-		o.busy[l.Shard]++
-	}
-	return b, claim, nil
+	return b
 }
 
 // settled closes a batch's places in its keys' chains once its outcomes
-// are written, and lets a drained revoked shard go. A key whose chain is
-// empty is forgotten: its next claimed event goes without waiting, and the
-// claim saw every outcome written (the claim runs under mu too).
+// are written, and lets a drained revoked shard go. It does not wait for a
+// claim in flight: that claim's snapshot may predate these outcomes, so
+// the tickets are then closed when it has placed its own (see claim); the
+// shards are let go at once (the claim counts its own in busy).
 func (o *ownership) settled(b *batch) {
 	o.mu.Lock()
+	if o.claiming {
+		o.later = append(o.later, b)
+	} else {
+		o.settleKeys(b)
+	}
+	drained := o.unbusy(b.shards)
+	o.mu.Unlock()
+	if drained {
+		poke(o.kick)
+	}
+}
+
+// settleKeys marks a settled batch's tickets settled (under mu, with no
+// claim in flight that began before its outcomes were written). A key
+// whose chain is then empty is forgotten: its next claimed event goes
+// without waiting, and the claim that takes it saw every outcome written.
+func (o *ownership) settleKeys(b *batch) {
 	for i, e := range b.events {
 		t := b.tickets[i]
 		if t == nil || t.settled {
@@ -230,17 +312,18 @@ func (o *ownership) settled(b *batch) {
 			ks.tickets = slices.DeleteFunc(ks.tickets, func(t *ticket) bool { return t.settled })
 		}
 	}
-	drained := false
-	for _, s := range b.shards {
+}
+
+// unbusy counts a batch (or an empty claim) off its shards and reports
+// whether a revoked shard drained (under mu).
+func (o *ownership) unbusy(shards []int) (drained bool) {
+	for _, s := range shards {
 		if o.busy[s]--; o.busy[s] <= 0 {
 			delete(o.busy, s)
 			drained = drained || slices.ContainsFunc(o.revoking, func(l store.ShardLease) bool { return l.Shard == s })
 		}
 	}
-	o.mu.Unlock()
-	if drained {
-		poke(o.kick)
-	}
+	return drained
 }
 
 // drained returns the revoked shards with no unsettled batch.

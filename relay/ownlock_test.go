@@ -1,0 +1,310 @@
+package relay_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	outbox "github.com/outbox-go/outbox"
+	"github.com/outbox-go/outbox/broker/membroker"
+	"github.com/outbox-go/outbox/internal/teststores"
+	"github.com/outbox-go/outbox/relay"
+	"github.com/outbox-go/outbox/store"
+)
+
+// hookedClaims is a real store whose ClaimOwned runs before ahead of the
+// real claim and after behind it (each when set), in the relay's claim
+// goroutine: a test can hold a claim in the store's round trip.
+type hookedClaims struct {
+	store.Store
+	own    store.Owned
+	before func(ctx context.Context)
+	after  func(ctx context.Context, c store.Claim)
+}
+
+func (s *hookedClaims) Balance(ctx context.Context, req store.BalanceRequest) (store.Ownership, error) {
+	return s.own.Balance(ctx, req)
+}
+
+func (s *hookedClaims) ClaimOwned(ctx context.Context, req store.OwnedClaimRequest) (store.Claim, error) {
+	if s.before != nil {
+		s.before(ctx)
+	}
+	c, err := s.own.ClaimOwned(ctx, req)
+	if s.after != nil && err == nil {
+		s.after(ctx, c)
+	}
+	return c, err
+}
+
+// gatedBroker is a membroker whose first call that carries the event with
+// payload target closes entered and waits until gate is closed (or the
+// call's context ends); then it fails that event with a transient error
+// when fail is set, and publishes the call's other events.
+type gatedBroker struct {
+	mb      *membroker.Broker
+	target  string
+	fail    bool
+	entered chan struct{}
+	gate    chan struct{}
+	used    atomic.Bool
+}
+
+func newGatedBroker(t *testing.T, target string, fail bool) *gatedBroker {
+	return &gatedBroker{mb: newMem(t, membroker.Config{}), target: target, fail: fail,
+		entered: make(chan struct{}), gate: make(chan struct{})}
+}
+
+func (g *gatedBroker) Close(ctx context.Context) error { return g.mb.Close(ctx) }
+
+func (g *gatedBroker) Publish(ctx context.Context, events []outbox.Event) []error {
+	at := -1
+	for i, e := range events {
+		if string(e.Payload) == g.target {
+			at = i
+		}
+	}
+	if at < 0 || !g.used.CompareAndSwap(false, true) {
+		return g.mb.Publish(ctx, events)
+	}
+	close(g.entered)
+	select {
+	case <-g.gate:
+	case <-ctx.Done():
+	}
+	if !g.fail {
+		return g.mb.Publish(ctx, events)
+	}
+	rest := append(append([]outbox.Event(nil), events[:at]...), events[at+1:]...)
+	errs := g.mb.Publish(ctx, rest)
+	errs = append(errs[:at:at], append([]error{errors.New("gated: timeout")}, errs[at:]...)...)
+	return errs
+}
+
+// signal closes its channel on the first call of fire.
+type signal struct {
+	once sync.Once
+	ch   chan struct{}
+}
+
+func newSignal() *signal { return &signal{ch: make(chan struct{})} }
+
+func (s *signal) fire() { s.once.Do(func() { close(s.ch) }) }
+
+// await reports whether the signal fired within d.
+func (s *signal) await(d time.Duration) bool {
+	select {
+	case <-s.ch:
+		return true
+	case <-time.After(d):
+	}
+	select {
+	case <-s.ch:
+		return true
+	default:
+		return false
+	}
+}
+
+// goodBeats counts the heartbeats that succeeded.
+type goodBeats struct{ n atomic.Int64 }
+
+func (g *goodBeats) OnShards(_ context.Context, s relay.ShardInfo) {
+	if s.Err == nil {
+		g.n.Add(1)
+	}
+}
+
+// settledWith fires its signal when a batch settles with a delivered (or,
+// retried set, a retried) event.
+type settledWith struct {
+	retried bool
+	sig     *signal
+}
+
+func (h settledWith) OnSettle(_ context.Context, r relay.BatchReport) {
+	if (h.retried && r.Retried > 0) || (!h.retried && r.Delivered > 0) {
+		h.sig.fire()
+	}
+}
+
+// A heartbeat and Health do not wait for a claim in the store's round
+// trip (a claim held there, as on a loaded database): the heartbeat
+// renews the shard leases meanwhile. Before the fix the claim held the
+// ownership lock across its round trip, and the heartbeat waited for it
+// (to list the drained shards) as did Health (the shard counts).
+func TestOwnedHeartbeatDoesNotWaitForAClaim(t *testing.T) {
+	forOwnedStores(t, func(t *testing.T, o teststores.Opened) {
+		entered, gate := newSignal(), make(chan struct{})
+		var armed atomic.Bool
+		armed.Store(true)
+		st := &hookedClaims{Store: o.Store, own: store.OwnedFor(o.Store)}
+		st.before = func(ctx context.Context) {
+			if armed.CompareAndSwap(true, false) {
+				entered.fire()
+				select {
+				case <-gate:
+				case <-ctx.Done():
+				}
+			}
+		}
+		opened := false
+		open := func() {
+			if !opened {
+				opened = true
+				close(gate)
+			}
+		}
+		defer open()
+		mb := newMem(t, membroker.Config{})
+		beats := &goodBeats{}
+		cfg := ownedConfig()
+		cfg.LeaseFor = 3 * time.Second // a heartbeat every second; the claim's context ends after 5 s
+		cfg.Workers = 1
+		cfg.Hooks = []relay.Hook{beats}
+		cfg.Logger = failureLog(t)
+		r, _ := run(t, st, mb, cfg)
+		if !entered.await(30 * time.Second) {
+			t.Fatal("no claim reached the store")
+		}
+		n := beats.n.Load()
+		health := newSignal()
+		go func() {
+			r.Health()
+			health.fire()
+		}()
+		// both within 3 s, before the claim's context ends
+		deadline := time.Now().Add(3 * time.Second)
+		for beats.n.Load() == n && time.Now().Before(deadline) {
+			time.Sleep(10 * time.Millisecond)
+		}
+		if beats.n.Load() == n {
+			t.Error("no heartbeat in 3 s while a claim was in the store: the heartbeat waited for it")
+		}
+		if !health.await(0) {
+			t.Error("Health waited for the claim in the store")
+		}
+		open()
+		msgs := []outbox.Message{{Topic: "t", Key: "k", Type: "T", Payload: []byte("k#1")}}
+		if err := o.Store.Enqueue(context.Background(), msgs...); err != nil {
+			t.Fatal(err)
+		}
+		r.Wake()
+		waitFor(t, "delivery", 30*time.Second, func() bool { return len(mb.Events("t")) >= 1 })
+		checkDelivered(t, msgs, mb.Events("t"))
+	})
+}
+
+// A batch's settle does not wait for another worker's claim in the store's
+// round trip: its outcomes are written and its keys' chains closed (or
+// queued for the end of that claim) at once. Before the fix settled took
+// the ownership lock, which the claim held across its round trip.
+func TestOwnedSettleDoesNotWaitForAClaim(t *testing.T) {
+	forOwnedStores(t, func(t *testing.T, o teststores.Opened) {
+		gb := newGatedBroker(t, "a#1", false)
+		claimIn, claimGate := newSignal(), make(chan struct{})
+		var armed atomic.Bool
+		st := &hookedClaims{Store: o.Store, own: store.OwnedFor(o.Store)}
+		st.before = func(ctx context.Context) {
+			if armed.CompareAndSwap(true, false) {
+				claimIn.fire()
+				select {
+				case <-claimGate:
+				case <-ctx.Done():
+				}
+			}
+		}
+		var once sync.Once
+		release := func() { once.Do(func() { close(claimGate) }) }
+		defer release()
+		settled := newSignal()
+		cfg := ownedConfig()
+		cfg.Workers = 2 // one publishes a#1 while the other claims
+		cfg.LeaseFor = 3 * time.Second
+		cfg.Hooks = []relay.Hook{settledWith{sig: settled}}
+		cfg.Logger = failureLog(t)
+		msgs := []outbox.Message{{Topic: "t", Key: "a", Type: "T", Payload: []byte("a#1")}}
+		if err := o.Store.Enqueue(context.Background(), msgs...); err != nil {
+			t.Fatal(err)
+		}
+		run(t, st, gb, cfg)
+		select {
+		case <-gb.entered:
+		case <-time.After(30 * time.Second):
+			t.Fatal("a#1 was not published")
+		}
+		armed.Store(true)
+		if !claimIn.await(30 * time.Second) {
+			t.Fatal("no claim reached the store while a#1 was in flight")
+		}
+		close(gb.gate) // a#1 is confirmed; its batch settles while the claim waits
+		if !settled.await(3 * time.Second) {
+			t.Fatal("a#1's batch did not settle within 3 s while a claim was in the store: the settle waited for it")
+		}
+		release()
+		waitFor(t, "the table to empty", 30*time.Second, func() bool { return pending(t, o.Store).Pending() == 0 })
+		checkDelivered(t, msgs, gb.mb.Events("t"))
+	})
+}
+
+// A claim whose snapshot predates the retry of a key's event e1 (written
+// NEW with a later next attempt while the claim is in the store) may take
+// the key's next event e2: the store does not let a relay's own claims
+// hold its keys, and e1 was still leased to this relay. e2 must wait
+// behind e1 (and be given back, untried), not find the key forgotten by
+// e1's settle, which ran meanwhile. Ordering by ownership held the lock
+// across the claim, so the settle waited; with claims outside the lock,
+// the settle's closing of e1's ticket waits for the end of such a claim.
+func TestOwnedOrderKeptWhenARetryIsSettledDuringAClaim(t *testing.T) {
+	forOwnedStores(t, func(t *testing.T, o teststores.Opened) {
+		ctx := context.Background()
+		gb := newGatedBroker(t, "k#1", true)
+		settled := newSignal()
+		var took, overlapped atomic.Bool
+		st := &hookedClaims{Store: o.Store, own: store.OwnedFor(o.Store)}
+		st.after = func(_ context.Context, c store.Claim) {
+			for _, e := range c.Events {
+				if string(e.Payload) != "k#2" || !took.CompareAndSwap(false, true) {
+					continue
+				}
+				// the claim's snapshot had k#1 still in flight: now fail
+				// it, and let its settle (the retry written) run before
+				// this claim returns (a relay whose settles wait for its
+				// claims lets this wait time out)
+				close(gb.gate)
+				overlapped.Store(settled.await(2 * time.Second))
+			}
+		}
+		cfg := ownedConfig()
+		cfg.Workers = 2
+		cfg.LeaseFor = 5 * time.Second
+		cfg.Hooks = []relay.Hook{settledWith{retried: true, sig: settled}}
+		cfg.Logger = failureLog(t)
+		msgs := []outbox.Message{
+			{Topic: "t", Key: "k", Type: "T", Payload: []byte("k#1")},
+			{Topic: "t", Key: "k", Type: "T", Payload: []byte("k#2")},
+		}
+		if err := o.Store.Enqueue(ctx, msgs[0]); err != nil {
+			t.Fatal(err)
+		}
+		r, _ := run(t, st, gb, cfg)
+		select {
+		case <-gb.entered:
+		case <-time.After(30 * time.Second):
+			t.Fatal("k#1 was not published")
+		}
+		if err := o.Store.Enqueue(ctx, msgs[1]); err != nil {
+			t.Fatal(err)
+		}
+		r.Wake()
+		waitFor(t, "the table to empty", time.Minute, func() bool { return pending(t, o.Store).Pending() == 0 })
+		if !took.Load() {
+			t.Fatal("no claim took k#2 while k#1 was in flight: the test did not set up its case")
+		}
+		t.Logf("k#1's retry settled during the claim that took k#2: %v", overlapped.Load())
+		checkDelivered(t, msgs, gb.mb.Events("t"))
+	})
+}

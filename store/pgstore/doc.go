@@ -68,7 +68,7 @@
 //     takeable row (one index probe per shard, one round trip, no lock)
 //     and claims from those alone, or not at all; at a steady 1,000
 //     events/s that is two or three shards, not 32. The claim statement
-//     names its shards by parameter (branch k walks shard $6[k]), so a
+//     names its shards by parameter (branch k walks shard $8[k]), so a
 //     table has seven of them (1, 2, 4 … 64 branches), each planned once
 //     per connection. Only after a claim that filled half its batch (a
 //     backlog) does the next one skip the probe.

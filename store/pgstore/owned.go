@@ -107,10 +107,11 @@ func ownedBranches(n int) int {
 	return b
 }
 
-// ownedClaimSQL is the claim statement for up to branches shards.
+// ownedClaimSQL is the claim statement that walks up to branches shards.
 // Parameters: $1 owner, $2 claim epoch, $3 HoldDeadKeys, $4 limit, $5
-// lease in µs, $6 the shards (sorted, distinct, at most branches), $7
-// their epochs.
+// lease in µs, $6 the shards asked for (sorted, distinct), $7 their
+// epochs, $8 the shards to walk (a subsequence of $6, at most branches:
+// those the pending probe named).
 //
 // held: the shards the owner still holds under those epochs (locked by
 // the statement before, so no takeover runs in between). ok: those that no
@@ -118,7 +119,7 @@ func ownedBranches(n int) int {
 // shard list and touches all). cand: a merge of one walk per shard of the
 // shard index in id order (a Merge Append under the LIMIT: it reads only
 // as far as the batch needs, whatever the backlog), skipping the owner's
-// own claimed ids and rows not due; branch k walks shard $6[k] (NULL past
+// own claimed ids and rows not due; branch k walks shard $8[k] (NULL past
 // the array's end: the index scan then reads nothing), and a branch whose
 // shard is not ok is cut off by a one-time filter. A row never delayed (next_attempt_at at most
 // created_at) is due whatever now() says: now() is the transaction's start,
@@ -148,7 +149,7 @@ func (s *Store) ownedClaimSQL(branches int) string {
 		if i > 0 {
 			b.WriteString("\n\tUNION ALL ")
 		}
-		n := "($6::int[])[" + strconv.Itoa(i+1) + "]"
+		n := "($8::int[])[" + strconv.Itoa(i+1) + "]"
 		b.WriteString(`(SELECT o.id, o.event_key, ` + n + ` AS shard FROM ` + s.table + ` o WHERE ` + expr + ` = ` + n +
 			` AND o.status = 'NEW' AND NOT o.parked AND (o.next_attempt_at <= now() OR o.next_attempt_at <= o.created_at) AND NOT (o.id <@ (SELECT r FROM mine)) AND (SELECT ` + n + ` = ANY(a) FROM ok) ORDER BY o.id)`)
 	}
@@ -242,6 +243,7 @@ func (s *Store) claimOwned(ctx context.Context, req store.OwnedClaimRequest, exp
 		shards[i], epochs[i] = l.Shard, l.Epoch
 	}
 	claims := s.claimsTable()
+	branch := shards // the shards the claim walks
 	if _, busy := s.busyOwners.Load(req.Lease.Owner); !explain && !busy {
 		// Most claims of a relay that keeps up find little or nothing:
 		// each wake-up of the commit probe or a notification, and each
@@ -256,7 +258,10 @@ func (s *Store) claimOwned(ctx context.Context, req store.OwnedClaimRequest, exp
 		// 1,000 events/s, two or three. After a claim that filled at
 		// least half its batch (a backlog) the next one is likely to
 		// find every shard busy: it goes straight to the claim over
-		// all of them.
+		// all of them. The probe's snapshot is older than the claim's:
+		// a row committed in between, in a shard the probe did not
+		// name, waits for the next claim (the relay looks again soon
+		// after events, and the commit that wrote it wakes it).
 		var pending []int32
 		b := &pgx.Batch{}
 		b.Queue("BEGIN")
@@ -286,25 +291,12 @@ func (s *Store) claimOwned(ctx context.Context, req store.OwnedClaimRequest, exp
 			s.caughtUp()
 			return c, 0, 0, nil
 		}
-		if len(pending) < len(shards) {
-			// pending is a subsequence of shards (the probe keeps their
-			// order): keep the leases of those shards
-			kept := leases[:0:0]
-			for i, j := 0, 0; i < len(leases) && j < len(pending); i++ {
-				if leases[i].Shard == int(pending[j]) {
-					kept = append(kept, leases[i])
-					j++
-				}
-			}
-			leases = kept
-			shards = shards[:0:0]
-			epochs = epochs[:0:0]
-			for _, l := range leases {
-				shards, epochs = append(shards, l.Shard), append(epochs, l.Epoch)
-			}
+		branch = make([]int, len(pending))
+		for i, sh := range pending {
+			branch[i] = int(sh)
 		}
 	}
-	sql := s.ownedClaimSQL(ownedBranches(len(shards)))
+	sql := s.ownedClaimSQL(ownedBranches(len(branch)))
 	if explain {
 		sql = "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + sql
 	}
@@ -329,7 +321,7 @@ func (s *Store) claimOwned(ctx context.Context, req store.OwnedClaimRequest, exp
 	// one order, so two claimers cannot deadlock); deleting one waits for
 	// a stale holder's state change in progress, as in Claim.
 	b.Queue("DELETE FROM "+claims+" WHERE (owner, epoch) IN (SELECT owner, epoch FROM "+claims+" WHERE lease_until <= now() AND (shards IS NULL OR shards && $1::int[]) ORDER BY owner, epoch FOR UPDATE)", shards)
-	b.Queue(sql, req.Lease.Owner, req.Lease.Epoch, req.HoldDeadKeys, req.Limit, req.LeaseFor.Microseconds(), shards, epochs)
+	b.Queue(sql, req.Lease.Owner, req.Lease.Epoch, req.HoldDeadKeys, req.Limit, req.LeaseFor.Microseconds(), shards, epochs, branch)
 	b.Queue("COMMIT")
 	b.Queue(readSettings)
 	b.Queue("SELECT "+prefixed(eventCols, "o.")+" FROM (SELECT unnest(k.ids) AS r FROM "+claims+" k WHERE k.owner = $1 AND k.epoch = $2) c JOIN "+s.table+" o ON o.id >= lower(c.r) AND o.id < upper(c.r)", req.Lease.Owner, req.Lease.Epoch)

@@ -2,6 +2,8 @@ package pgstore_test
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -44,10 +46,25 @@ func testClaimKeyOrderAcrossClaimStart(t *testing.T, owned bool) {
 		return outbox.Message{Topic: "t", Key: "k", Type: "T", Payload: []byte(`{"v":` + v + `}`)}
 	}
 
-	// A row of another key, pending before the claim starts: a claim
-	// over shards with nothing to take answers at once, without a
-	// transaction (ownedPendingSQL), and this one must begin and wait.
-	if err := st.Enqueue(ctx, outbox.Message{Topic: "t", Key: "other", Type: "T", Payload: []byte(`{"v":0}`)}); err != nil {
+	// A row of another key in k's shard, pending before the claim
+	// starts: a claim over shards with nothing to take answers at once,
+	// without a transaction (ownedPendingSQL), and one claims only from
+	// the shards with a pending row, so the claim must begin, wait, and
+	// walk k's shard.
+	kShard, err := st.ShardOf(ctx, "k", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	other := ""
+	for i := 0; other == ""; i++ {
+		key := fmt.Sprintf("o%d", i)
+		if sh, err := st.ShardOf(ctx, key, 0); err != nil {
+			t.Fatal(err)
+		} else if sh == kShard {
+			other = key
+		}
+	}
+	if err := st.Enqueue(ctx, outbox.Message{Topic: "t", Key: other, Type: "T", Payload: []byte(`{"v":0}`)}); err != nil {
 		t.Fatal(err)
 	}
 
@@ -149,5 +166,51 @@ func testClaimKeyOrderAcrossClaimStart(t *testing.T, owned bool) {
 	if len(got) == 1 || (len(got) == 2 && (got[0] != ids[0] || got[1] != ids[1])) {
 		t.Fatalf("claim took %v of the key's rows %v: the later row without the earlier one", got, ids)
 	}
+	if owned && len(got) != 2 {
+		// both rows were committed before the claim statement's
+		// snapshot (it is taken after the lock wait): the claim must
+		// have walked k's shard and taken them
+		t.Fatalf("claim took %v of the key's rows %v: it did not walk their shard", got, ids)
+	}
 	t.Logf("claim took %v of %v", got, ids)
+}
+
+// TestClaimOwnedLeaseLostOnlyWhenNoShardIsHeld: a claim names all its
+// shards; when the only one with a pending row has changed hands, the
+// owner still holds the others, so the claim takes nothing and is no
+// ErrLeaseLost (which says the owner holds none of the shards it names).
+// The claim walks only the shards the pending probe names, and checks
+// the lease of every shard asked for.
+func TestClaimOwnedLeaseLostOnlyWhenNoShardIsHeld(t *testing.T) {
+	ctx := context.Background()
+	pool, _ := openPool(t)
+	st, table := migratedStore(t, pool, "lost_", pgstore.Config{})
+	own, err := st.Balance(ctx, store.BalanceRequest{Owner: "a", LeaseFor: 30 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Enqueue(ctx, outbox.Message{Topic: "t", Key: "k", Type: "T", Payload: []byte(`{}`)}); err != nil {
+		t.Fatal(err)
+	}
+	shard, err := st.ShardOf(ctx, "k", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// another relay took k's shard (a new epoch)
+	if _, err := pool.Exec(ctx, "UPDATE "+table+"_shards SET owner = 'b', epoch = epoch + 1 WHERE shard = $1", shard); err != nil {
+		t.Fatal(err)
+	}
+	req := store.OwnedClaimRequest{ClaimRequest: store.ClaimRequest{Lease: store.Lease{Owner: "a", Epoch: 1}, Limit: 10, LeaseFor: 30 * time.Second}, Shards: own.Held}
+	c, err := st.ClaimOwned(ctx, req)
+	if err != nil {
+		t.Fatalf("claim over %d shards, one of them lost: %v; want nothing claimed and no error", len(own.Held), err)
+	}
+	if len(c.Events) != 0 {
+		t.Fatalf("claimed %d events from a shard that changed hands", len(c.Events))
+	}
+	// holding none of the shards it names: ErrLeaseLost
+	req.Shards = []store.ShardLease{{Shard: shard, Epoch: own.Held[shard].Epoch}}
+	if _, err := st.ClaimOwned(ctx, req); !errors.Is(err, store.ErrLeaseLost) {
+		t.Fatalf("claim over the one lost shard: %v, want ErrLeaseLost", err)
+	}
 }

@@ -92,9 +92,10 @@ type Store struct {
 	// probeEvery is Options.ProbeInterval with its default (<0: off).
 	probeEvery time.Duration
 
-	// busyOwners holds the owners whose last ClaimOwned took events: their
-	// next claim skips the pending probe (it would most likely say yes,
-	// and cost a round trip before the claim).
+	// busyOwners holds the owners whose last ClaimOwned took or parked at
+	// least half its Limit (a backlog): their next claim skips the
+	// pending probe (it would most likely name every shard, and cost a
+	// round trip before the claim).
 	busyOwners sync.Map // owner → struct{}
 
 	// Vacuuming (vacuum.go): rows deleted since the last VACUUM, the end

@@ -8,6 +8,7 @@ import (
 
 	outbox "github.com/outbox-go/outbox"
 	"github.com/outbox-go/outbox/broker"
+	"github.com/outbox-go/outbox/internal/dispatch"
 	"github.com/outbox-go/outbox/internal/retry"
 	"github.com/outbox-go/outbox/store"
 )
@@ -150,6 +151,46 @@ func (b *batch) deliver(ctx context.Context) (BatchReport, error) {
 	brokerErr = b.brokerOutcome(brokerErr)
 	b.brokerHealth(brokerErr)
 	return rep, brokerErr
+}
+
+// dispatch publishes the batch through the per-key dispatcher the engines
+// share (internal/dispatch): event i waits for event prevIn[i] of the
+// batch, or (prevIn[i] < 0) for the ticket prev[i] of an earlier batch, if
+// any; at most dispatch.DefaultMaxCalls calls are in flight. Each call's
+// results are sorted into acks, retries, burials and releases (sort); the
+// events given back untried are the caller's to record, told through
+// settled with every other outcome. No call starts once the relay is
+// stopping, the lease is gone or the broker cannot be reached. It returns
+// the broker's error, before brokerOutcome.
+func (b *batch) dispatch(ctx, pubCtx context.Context, prevIn []int, prev []dispatch.Ticket, settled func(i int, o dispatch.Outcome)) error {
+	failedKeys := make(map[string]bool)
+	var brokerErr error
+	b.acks = make([]int64, 0, len(b.events))
+	dispatch.Run(dispatch.Set{
+		Events:   b.events,
+		PrevIn:   prevIn,
+		Prev:     prev,
+		Features: b.r.features,
+		Publish: func(send []outbox.Event) ([]broker.Result, bool) {
+			results, stopped := b.call(pubCtx, send)
+			return results, !stopped
+		},
+		Judge: func(send []outbox.Event, results []broker.Result) []bool {
+			return b.sort(pubCtx, send, results, failedKeys, &brokerErr)
+		},
+		Stop: func() bool { return b.mustStop(ctx, pubCtx, brokerErr) },
+		Wait: func(wake <-chan struct{}) bool {
+			select {
+			case <-wake:
+				return true
+			case <-ctx.Done():
+			case <-pubCtx.Done():
+			}
+			return false
+		},
+		Settled: settled,
+	})
+	return brokerErr
 }
 
 // begin starts a batch's publishing: the publish context outlives ctx by

@@ -8,6 +8,7 @@ import (
 
 	outbox "github.com/outbox-go/outbox"
 	"github.com/outbox-go/outbox/broker"
+	"github.com/outbox-go/outbox/internal/dispatch"
 	"github.com/outbox-go/outbox/internal/retry"
 	"github.com/outbox-go/outbox/store"
 )
@@ -44,112 +45,97 @@ type batch struct {
 	shards  []int
 }
 
-// waves splits the batch so that the n-th event of each key goes in wave n;
-// keyless events all go in wave 0. Events keep id order inside a wave. When
-// no key repeats (the common case) the batch is one wave and nothing is
-// copied.
-//
-// A broker that declares MaxInFlight gets waves of at most that many
-// events: a wave's events are of distinct keys (or a key-ordered broker's
-// batch, whose later events of a failed key the next chunks leave out), so
-// sending it in pieces keeps every order the wave kept.
-func (b *batch) waves() [][]outbox.Event {
-	ws := b.positionWaves()
-	mx := b.r.features.MaxInFlight
-	if mx <= 0 {
-		return ws
-	}
-	var out [][]outbox.Event
-	for _, w := range ws {
-		for len(w) > mx {
-			out = append(out, w[:mx:mx])
-			w = w[mx:]
-		}
-		out = append(out, w)
-	}
-	return out
-}
-
-// positionWaves is waves before the broker's MaxInFlight is applied.
-func (b *batch) positionWaves() [][]outbox.Event {
-	if b.r.features.Ordering >= broker.OrderKey {
-		return [][]outbox.Event{b.events}
-	}
-	pos := make(map[string]int, len(b.events))
-	wave := make([]int, len(b.events)) // each event's wave
-	var sizes []int                    // events per wave
-	for i := range b.events {
-		n := 0
-		if k := b.events[i].Key; k != "" {
-			n = pos[k]
-			pos[k] = n + 1
-		}
-		wave[i] = n
-		if n == len(sizes) {
-			sizes = append(sizes, 0)
-		}
-		sizes[n]++
-	}
-	if len(sizes) <= 1 {
-		return [][]outbox.Event{b.events}
-	}
-	waves := make([][]outbox.Event, len(sizes))
-	for n, size := range sizes {
-		waves[n] = make([]outbox.Event, 0, size)
-	}
-	for i, n := range wave {
-		waves[n] = append(waves[n], b.events[i])
-	}
-	return waves
-}
-
 func (b *batch) isLost() bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.lost
 }
 
-// deliver publishes the batch wave by wave and sorts the outcomes into
-// acks, retries, burials and releases for settle. The error is non-nil when
-// the broker failed as a whole (no event of a wave confirmed), so the worker
-// backs off.
+// deliver publishes a batch of the exclusion engine through the per-key
+// dispatcher the engines share: a keyed event waits for the previous event
+// of its key in the batch, and for nothing outside it (the store hands out
+// no event whose key has another one in flight). Events given back untried
+// (behind a failed event of their key, or not sent because the relay is
+// stopping, the lease is gone or the broker cannot be reached) are
+// released. The error is non-nil when the broker failed as a whole (see
+// brokerOutcome), so the worker backs off.
 func (b *batch) deliver(ctx context.Context) (BatchReport, error) {
 	rep := BatchReport{Lease: b.lease, Claimed: len(b.events)}
 	pubCtx, end := b.begin(ctx)
 	defer end()
 
-	failedKeys := make(map[string]bool)
-	var brokerErr error
-	waves := b.waves()
-	b.acks = make([]int64, 0, len(b.events))
-	for wi, wave := range waves {
-		send := wave
-		if len(failedKeys) > 0 {
-			send = nil
-			for _, e := range wave {
-				if e.Key != "" && failedKeys[e.Key] {
-					b.released = append(b.released, e.ID) // waits behind its key's failed event
-					continue
-				}
-				send = append(send, e)
-			}
+	brokerErr := b.dispatch(ctx, pubCtx, prevInBatch(b.events), nil, func(i int, o dispatch.Outcome) {
+		if o == dispatch.GivenBack {
+			b.released = append(b.released, b.events[i].ID)
 		}
-		if len(send) == 0 {
-			continue
-		}
-		if _, stopped := b.publish(ctx, pubCtx, send, failedKeys, &brokerErr); stopped {
-			// stopping, the lease is gone, or the broker cannot be
-			// reached: do not start another wave
-			b.released = append(b.released, ids(send)...)
-			for _, w := range waves[wi+1:] {
-				b.released = append(b.released, ids(w)...)
-			}
-			break
-		}
-	}
+	})
 	brokerErr = b.brokerOutcome(brokerErr)
 	b.brokerHealth(brokerErr)
 	return rep, brokerErr
+}
+
+// prevInBatch returns, for each keyed event, the index of the previous
+// event of its key in events, or -1; nil when no key repeats (the common
+// case: nothing waits).
+func prevInBatch(events []outbox.Event) []int {
+	var prevIn []int
+	last := make(map[string]int, len(events))
+	for i, e := range events {
+		if e.Key == "" {
+			continue
+		}
+		if j, ok := last[e.Key]; ok {
+			if prevIn == nil {
+				prevIn = make([]int, len(events))
+				for k := range prevIn {
+					prevIn[k] = -1
+				}
+			}
+			prevIn[i] = j
+		}
+		last[e.Key] = i
+	}
+	return prevIn
+}
+
+// dispatch publishes the batch through the per-key dispatcher the engines
+// share (internal/dispatch): event i waits for event prevIn[i] of the
+// batch, or (prevIn[i] < 0) for the ticket prev[i] of an earlier batch, if
+// any; at most dispatch.DefaultMaxCalls calls are in flight. Each call's
+// results are sorted into acks, retries, burials and releases (sort); the
+// events given back untried are the caller's to record, told through
+// settled with every other outcome. No call starts once the relay is
+// stopping, the lease is gone or the broker cannot be reached. It returns
+// the broker's error, before brokerOutcome.
+func (b *batch) dispatch(ctx, pubCtx context.Context, prevIn []int, prev []dispatch.Ticket, settled func(i int, o dispatch.Outcome)) error {
+	failedKeys := make(map[string]bool)
+	var brokerErr error
+	b.acks = make([]int64, 0, len(b.events))
+	dispatch.Run(dispatch.Set{
+		Events:   b.events,
+		PrevIn:   prevIn,
+		Prev:     prev,
+		Features: b.r.features,
+		Publish: func(send []outbox.Event) ([]broker.Result, bool) {
+			results, stopped := b.call(pubCtx, send)
+			return results, !stopped
+		},
+		Judge: func(send []outbox.Event, results []broker.Result) []bool {
+			return b.sort(pubCtx, send, results, failedKeys, &brokerErr)
+		},
+		Stop: func() bool { return b.mustStop(ctx, pubCtx, brokerErr) },
+		Wait: func(wake <-chan struct{}) bool {
+			select {
+			case <-wake:
+				return true
+			case <-ctx.Done():
+			case <-pubCtx.Done():
+			}
+			return false
+		},
+		Settled: settled,
+	})
+	return brokerErr
 }
 
 // begin starts a batch's publishing: the publish context outlives ctx by
@@ -195,24 +181,6 @@ func (b *batch) brokerHealth(brokerErr error) {
 	} else if len(b.acks) > 0 {
 		b.r.health.set(&b.r.health.broker, nil)
 	}
-}
-
-// publish sends one set of events in one publish call (the caller has
-// checked that the broker's ordering allows it) and sorts each result into
-// acks, retries, burials and releases; ok[i] says send[i] was confirmed.
-// failedKeys gathers the keys with a failed event; *brokerErr is set when
-// the broker failed as a whole. stopped: nothing was sent, because the
-// relay is stopping, the lease is gone or the broker cannot be reached;
-// the caller gives send back.
-func (b *batch) publish(ctx, pubCtx context.Context, send []outbox.Event, failedKeys map[string]bool, brokerErr *error) (ok []bool, stopped bool) {
-	if b.mustStop(ctx, pubCtx, *brokerErr) {
-		return nil, true
-	}
-	results, stopped := b.call(pubCtx, send)
-	if stopped {
-		return nil, true
-	}
-	return b.sort(pubCtx, send, results, failedKeys, brokerErr), false
 }
 
 // mustStop reports whether no further publish call may start: the relay

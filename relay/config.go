@@ -48,7 +48,7 @@ type Config struct {
 	// LeaseFor is how long a claim holds before other relays may take it
 	// back; default 30s. It is renewed while the batch is in flight.
 	LeaseFor time.Duration
-	// PublishTimeout bounds each publish call (one wave of a batch);
+	// PublishTimeout bounds each publish call (some of a batch's events);
 	// default 10s.
 	PublishTimeout time.Duration
 	// PollInterval is how often an idle relay looks for work without a

@@ -18,10 +18,11 @@
 //     Either way the n-th event of a key is sent only after the (n-1)-th
 //     was confirmed (or, on a key-ordered broker, together with it in one
 //     call); when one fails, the later events of its key are released
-//     untouched, without counting an attempt, and wait behind it. By
-//     exclusion a batch goes in "waves", one per position within a key
-//     (keyless events all in the first); by ownership event by event
-//     (below).
+//     untouched, without counting an attempt, and wait behind it. Both
+//     engines publish a batch through one per-key dispatcher
+//     (internal/dispatch), event by event (below): by exclusion an event
+//     waits only for the previous one of its key in the same batch, by
+//     ownership also for one in an earlier batch still in flight.
 //   - Retry with exponential backoff and full jitter, capped; permanent
 //     errors (broker.IsPermanent) and events out of attempts go DEAD with
 //     their reason. By default a dead event holds its key until an operator
@@ -137,14 +138,16 @@
 //     the connection): the relay claims nothing more until such a lease
 //     has run out, rather than risk a key's later events overtaking the
 //     ones it would hold. Keyless events need no ticket.
-//   - Dispatch is event-driven: when a publish call returns, the next
-//     events of the keys it confirmed go out at once, in a new call, while
-//     the batch's other call is still in flight (two at most per batch;
-//     the broker's MaxInFlight bounds the events across all calls). Events
-//     ready together go in one call; on a broker that keeps no order, a
-//     ready set found with no call in flight is cut in two, so that the
-//     keys' chains drift apart instead of all waiting, call after call,
-//     for the slowest ack of one shared call.
+//   - Dispatch is event-driven (internal/dispatch; the exclusion engine
+//     uses it too, with no event waiting outside its batch): when a
+//     publish call returns, the next events of the keys it confirmed go
+//     out at once, in a new call, while the batch's other call is still
+//     in flight (two at most per batch; the broker's MaxInFlight bounds
+//     the events across all calls). Events ready together go in one
+//     call; on a broker that keeps no order, a ready set found with no
+//     call in flight is cut in two, so that the keys' chains drift apart
+//     instead of all waiting, call after call, for the slowest ack of one
+//     shared call.
 //   - One hot key is bound by the broker's round trip. On a broker that
 //     keeps no order after a failure (broker.OrderNone: NATS JetStream,
 //     which can store event k+1 of a key and fail k), a key's next event

@@ -31,7 +31,7 @@ type ClaimInfo struct {
 	Err    error // the store failed; Events is empty
 }
 
-// HookPublishStart is told before each publish call (one wave of a batch)
+// HookPublishStart is told before each publish call (some of a batch's events)
 // and returns the context the publish runs under: a tracing hook starts a
 // span there, and its end comes to HookPublishEnd with that context. The
 // context returned must derive from ctx, which carries the publish's

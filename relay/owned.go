@@ -9,7 +9,7 @@ import (
 	"time"
 
 	outbox "github.com/outbox-go/outbox"
-	"github.com/outbox-go/outbox/broker"
+	"github.com/outbox-go/outbox/internal/dispatch"
 	"github.com/outbox-go/outbox/store"
 )
 
@@ -121,15 +121,15 @@ func (t *ticket) resolve(ok bool) {
 	}
 }
 
-// state reports whether the outcome is known, and whether it was ok.
-func (t *ticket) state() (done, ok bool) {
+// State reports whether the outcome is known, and whether it was ok.
+func (t *ticket) State() (done, ok bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return t.done, t.ok
 }
 
-// notify pokes w when the outcome is known (at once if it is).
-func (t *ticket) notify(w chan struct{}) {
+// Notify pokes w when the outcome is known (at once if it is).
+func (t *ticket) Notify(w chan struct{}) {
 	t.mu.Lock()
 	if !t.done {
 		t.waiters = append(t.waiters, w)
@@ -492,238 +492,36 @@ func (o *ownership) balance(ctx context.Context, leave bool) error {
 	return err
 }
 
-// maxCalls bounds the publish calls one batch of ownership mode has in
-// flight at once (the broker's MaxInFlight window bounds the events across
-// all of them and across batches). Two calls keep one in flight while the
-// other's results are sorted and its keys' next events sent, and let the
-// keys' chains drift apart; events that get ready while both are in
-// flight wait and go together in the next call. More calls fragment
-// them: with four, calls carried 2.4 events at 10 keys instead of 4.9, and
-// a call costs the relay and the broker about the same whatever its size
-// (BENCHMARKS.md §11.5).
-const maxCalls = 2
-
-// deliverOwned publishes a batch of ownership mode: an event goes once the
-// previous event of its key is confirmed, in this batch or in an earlier
-// one still in flight (or, on a key-ordered broker, together with it in
-// one call); when that event failed or was given back, it is given back
-// too, untried.
-//
-// Dispatch is event-driven: when a call returns, the next events of the
-// keys it confirmed go out at once in a new call, while the batch's other
-// call is still in flight (maxCalls); a slow call holds only the keys it
-// carries. Events that are ready together go in one call, in id
-// order; on a broker that keeps no order (OrderNone), when nothing is in
-// flight, they are cut into two calls (maxCalls), so that the keys' chains
-// do not move in lock step behind the slowest ack of one shared call. A key-ordered
-// broker's calls are not cut: a key's events of the batch go in the call
-// of its first ready one.
+// deliverOwned publishes a batch of ownership mode through the shared
+// per-key dispatcher (internal/dispatch): an event goes once the previous
+// event of its key is confirmed, in this batch or in an earlier one still
+// in flight (its ticket), or, on a key-ordered broker, together with it in
+// one call; when that event failed or was given back, it is given back
+// too, untried. Each outcome resolves the event's own ticket at once, so
+// the key's next events in later batches move on without waiting for this
+// batch to end.
 func (b *batch) deliverOwned(ctx context.Context) (BatchReport, error) {
 	rep := BatchReport{Lease: b.lease, Claimed: len(b.events)}
 	pubCtx, end := b.begin(ctx)
 	defer end()
 
-	n := len(b.events)
-	ordered := b.r.features.Ordering > 0 // OrderKey or OrderPartition
-	mx := b.r.features.MaxInFlight
-	const (
-		waiting = iota
-		ready
-		sending
-		confirmed
-		failed
-	)
-	state := make([]int8, n)
-	// b.prevIn[i] is the index in this batch of the event i waits for, or
-	// -1: then b.prev[i] is in an earlier batch, if any. first[j] and
-	// sibling[i] list the events of this batch that wait for event j.
-	first := make([]int32, n)
-	sibling := make([]int32, n)
-	for i := range first {
-		first[i], sibling[i] = -1, -1
-	}
-	wake := make(chan struct{}, 1)
-	var queue []int   // ready, not sent yet
-	var outside []int // waiting for an event of an earlier batch
-	for i := n - 1; i >= 0; i-- {
-		switch j, p := b.prevIn[i], b.prev[i]; {
-		case j >= 0:
-			sibling[i], first[j] = first[j], int32(i)
-		case p != nil:
-			outside = append(outside, i)
-			p.notify(wake)
-		default:
-			state[i] = ready
+	var prev []dispatch.Ticket
+	for i, p := range b.prev {
+		if p != nil && b.prevIn[i] < 0 {
+			if prev == nil {
+				prev = make([]dispatch.Ticket, len(b.events))
+			}
+			prev[i] = p
 		}
 	}
-	slices.Reverse(outside)
-	for i := range state {
-		if state[i] == ready {
-			queue = append(queue, i)
-		}
-	}
-	left := n
-	// settle records an event's outcome and moves the events that wait
-	// for it on: ready when it was confirmed, given back when not.
-	var settle func(i int, ok bool)
-	settle = func(i int, ok bool) {
-		left--
-		if ok {
-			state[i] = confirmed
-		} else {
-			state[i] = failed
+	brokerErr := b.dispatch(ctx, pubCtx, b.prevIn, prev, func(i int, o dispatch.Outcome) {
+		if o == dispatch.GivenBack {
+			b.released = append(b.released, b.events[i].ID)
 		}
 		if t := b.tickets[i]; t != nil {
-			t.resolve(ok)
+			t.resolve(o == dispatch.Confirmed)
 		}
-		for k := first[i]; k >= 0; k = sibling[k] {
-			switch {
-			case state[k] != waiting:
-			case ok:
-				state[k] = ready
-				queue = append(queue, int(k))
-			default:
-				b.released = append(b.released, b.events[k].ID)
-				settle(int(k), false)
-			}
-		}
-	}
-	giveBack := func(i int) {
-		b.released = append(b.released, b.events[i].ID)
-		settle(i, false)
-	}
-	type done struct {
-		idx     []int
-		send    []outbox.Event
-		results []broker.Result
-		stopped bool
-	}
-	results := make(chan done, maxCalls)
-	inFlight := 0
-	stopping := false
-	failedKeys := make(map[string]bool)
-	var brokerErr error
-	b.acks = make([]int64, 0, n)
-	for left > 0 {
-		// events waiting for earlier batches whose outcome is known
-		if len(outside) > 0 {
-			kept := outside[:0]
-			for _, i := range outside {
-				if state[i] != waiting {
-					continue
-				}
-				switch done, ok := b.prev[i].state(); {
-				case !done:
-					kept = append(kept, i)
-				case ok:
-					state[i] = ready
-					queue = append(queue, i)
-				default:
-					giveBack(i)
-				}
-			}
-			outside = kept
-		}
-		if !stopping && len(queue) > 0 && b.mustStop(ctx, pubCtx, brokerErr) {
-			stopping = true
-		}
-		if stopping {
-			// stopping, the lease is gone, or the broker cannot be
-			// reached: give back what was not sent
-			for i := range state {
-				if state[i] == waiting || state[i] == ready {
-					giveBack(i)
-				}
-			}
-			queue = queue[:0]
-		}
-		for len(queue) > 0 && inFlight < maxCalls {
-			slices.Sort(queue)
-			take := len(queue)
-			if !ordered && inFlight == 0 {
-				// nothing in flight: cut the ready events into
-				// maxCalls calls
-				take = (len(queue) + maxCalls - 1) / maxCalls
-			}
-			if mx > 0 {
-				take = min(take, mx)
-			}
-			idx := slices.Clone(queue[:take])
-			queue = append(queue[:0], queue[take:]...)
-			for _, i := range idx {
-				state[i] = sending
-			}
-			if ordered {
-				// the key's later events of this batch go in the same
-				// call, after it
-				for at := 0; at < len(idx) && (mx <= 0 || len(idx) < mx); at++ {
-					for k := first[idx[at]]; k >= 0 && (mx <= 0 || len(idx) < mx); k = sibling[k] {
-						if state[k] == waiting {
-							state[k] = sending
-							idx = append(idx, int(k))
-						}
-					}
-				}
-				slices.Sort(idx)
-			}
-			send := make([]outbox.Event, len(idx))
-			for k, i := range idx {
-				send[k] = b.events[i]
-			}
-			inFlight++
-			if inFlight == 1 && len(queue) == 0 && len(outside) == 0 {
-				// the only call, and nothing can get ready before it
-				// returns: run it here (no goroutine handoff per call,
-				// which a hot key would pay per event)
-				res, stopped := b.call(pubCtx, send)
-				results <- done{idx: idx, send: send, results: res, stopped: stopped}
-				break
-			}
-			go func() {
-				res, stopped := b.call(pubCtx, send)
-				results <- done{idx: idx, send: send, results: res, stopped: stopped}
-			}()
-		}
-		if left == 0 {
-			break
-		}
-		var d done
-		if inFlight == 0 {
-			if stopping {
-				break // cannot happen: everything unsent was given back
-			}
-			// every event left waits for an earlier batch
-			select {
-			case <-wake:
-				continue
-			case <-ctx.Done():
-			case <-pubCtx.Done():
-			}
-			stopping = true
-			continue
-		}
-		select {
-		case d = <-results:
-		case <-wake:
-			continue
-		}
-		inFlight--
-		if d.stopped {
-			stopping = true
-			for _, i := range d.idx {
-				giveBack(i)
-			}
-			continue
-		}
-		ok := b.sort(pubCtx, d.send, d.results, failedKeys, &brokerErr)
-		for k, i := range d.idx {
-			settle(i, ok[k])
-		}
-	}
-	for ; inFlight > 0; inFlight-- {
-		// only reached with nothing left to settle: cannot happen
-		<-results
-	}
+	})
 	brokerErr = b.brokerOutcome(brokerErr)
 	b.brokerHealth(brokerErr)
 	return rep, brokerErr

@@ -352,9 +352,9 @@ func ids(events []outbox.Event) []int64 {
 }
 
 // inFlightWindow waits until n more events may be in flight at the broker
-// (Features.MaxInFlight, shared by all workers; waves are cut to fit it)
-// and returns the function that gives them back.
-// It reports stopped when ctx ended first: the wave is then not published.
+// (Features.MaxInFlight, shared by all workers; the dispatcher cuts calls
+// to fit it) and returns the function that gives them back.
+// It reports stopped when ctx ended first: the call is then not published.
 func (r *Relay) inFlightWindow(ctx context.Context, n int) (release func(), stopped bool) {
 	if r.window == nil {
 		return func() {}, false

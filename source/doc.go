@@ -53,17 +53,24 @@
 // the same code (retry and DEAD rules, the reasons, the backoff with full
 // jitter and Retry-After).
 //
-// Not shared yet: the per-key dispatcher itself. The store-backed relay
-// keeps its own (relay/batch.go for the exclusion engine: waves per batch;
-// relay/owned.go for ownership: tickets that chain a key's events across
-// batches), and Loop keeps per-key FIFO queues of its own. Their rules are
-// the same (listed above; the relay's tests and this package's check them
-// separately), but the code is written twice: the relay settles by event
-// id against leased rows (retry and release write to the store, an attempt
-// counter lives in the row, a DEAD event can hold its key), while Loop
-// settles by counting events off transactions and retries in memory. The
-// poller can already run through Loop (source/pollsource); making that
-// the relay's only path, and with it one dispatcher, needs the relay's
-// lease renewal per batch, its HoldKey policy and its ownership shards
-// expressed through the Source seam first.
+// The relay's two engines share one per-key dispatcher,
+// internal/dispatch: it orders a claimed batch's events by key (each waits
+// for its predecessor, in the batch or, ordering by ownership, a ticket of
+// an earlier batch still in flight), sends a key-ordered broker a key's
+// events in one call, cuts calls to the broker's MaxInFlight, and gives
+// back untried whatever waits behind a failed event or was not sent before
+// a stop. Not shared yet: Loop keeps per-key FIFO queues of its own, and
+// with them its own dispatch (the same rules, listed above; the relay's
+// tests and this package's check them separately). Loop runs a stream,
+// not batches: its calls take the ready heads of its queues while earlier
+// calls are in flight, and it retries in memory; the dispatcher settles
+// one set of events and returns. Loop could feed it sets of ready events
+// (its retries and delays staying its own), at the cost of the stream's
+// overlap between sets. The relay settles by event id against leased rows
+// (retry and release write to the store, an attempt counter lives in the
+// row, a DEAD event can hold its key), while Loop settles by counting
+// events off transactions. The poller can already run through Loop
+// (source/pollsource); making that the relay's only path needs the
+// relay's lease renewal per batch, its HoldKey policy and its ownership
+// shards expressed through the Source seam first.
 package source

@@ -88,56 +88,16 @@ func (ks *keyState) add(t *ticket) (prev *ticket) {
 	return nil
 }
 
-// ticket is one claimed keyed event's place in its key's order. done is
-// closed once its outcome is known: ok when the broker confirmed it (the
-// next event of its key may go), not ok when it failed or was given back
-// (the next events of its key are given back too, untried).
+// ticket is one claimed keyed event's place in its key's order. Its latch
+// is resolved once its outcome is known: ok when the broker confirmed it
+// (the next event of its key may go), not ok when it failed or was given
+// back (the next events of its key are given back too, untried).
 type ticket struct {
+	dispatch.Latch
 	id int64
 	// settled: the outcome is written, and every claim that began before
 	// it was is done (guarded by ownership.mu; see ownership.claiming)
 	settled bool
-
-	mu      sync.Mutex
-	done    bool
-	ok      bool
-	waiters []chan struct{}
-}
-
-// resolve records the outcome and tells the waiters. Only the first call
-// counts.
-func (t *ticket) resolve(ok bool) {
-	t.mu.Lock()
-	if t.done {
-		t.mu.Unlock()
-		return
-	}
-	t.done, t.ok = true, ok
-	ws := t.waiters
-	t.waiters = nil
-	t.mu.Unlock()
-	for _, w := range ws {
-		poke(w)
-	}
-}
-
-// State reports whether the outcome is known, and whether it was ok.
-func (t *ticket) State() (done, ok bool) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return t.done, t.ok
-}
-
-// Notify pokes w when the outcome is known (at once if it is).
-func (t *ticket) Notify(w chan struct{}) {
-	t.mu.Lock()
-	if !t.done {
-		t.waiters = append(t.waiters, w)
-		t.mu.Unlock()
-		return
-	}
-	t.mu.Unlock()
-	poke(w)
 }
 
 func poke(w chan struct{}) {
@@ -519,7 +479,7 @@ func (b *batch) deliverOwned(ctx context.Context) (BatchReport, error) {
 			b.released = append(b.released, b.events[i].ID)
 		}
 		if t := b.tickets[i]; t != nil {
-			t.resolve(o == dispatch.Confirmed)
+			t.Resolve(o == dispatch.Confirmed)
 		}
 	})
 	brokerErr = b.brokerOutcome(brokerErr)

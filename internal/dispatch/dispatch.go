@@ -2,6 +2,7 @@ package dispatch
 
 import (
 	"slices"
+	"sync"
 
 	outbox "github.com/outbox-go/outbox"
 	"github.com/outbox-go/outbox/broker"
@@ -45,6 +46,51 @@ type Ticket interface {
 	// Notify makes a non-blocking send on wake once the outcome is known
 	// (at once if it is already).
 	Notify(wake chan struct{})
+}
+
+// Latch is a Ticket resolved once by its owner: the relay's ticket of a
+// claimed event embeds one. The zero value is pending.
+type Latch struct {
+	mu      sync.Mutex
+	done    bool
+	ok      bool
+	waiters []chan struct{}
+}
+
+// Resolve records the outcome and tells the waiters. Only the first call
+// counts.
+func (l *Latch) Resolve(ok bool) {
+	l.mu.Lock()
+	if l.done {
+		l.mu.Unlock()
+		return
+	}
+	l.done, l.ok = true, ok
+	ws := l.waiters
+	l.waiters = nil
+	l.mu.Unlock()
+	for _, w := range ws {
+		poke(w)
+	}
+}
+
+// State reports whether the outcome is known, and whether it was ok.
+func (l *Latch) State() (done, ok bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.done, l.ok
+}
+
+// Notify pokes w when the outcome is known (at once if it is).
+func (l *Latch) Notify(w chan struct{}) {
+	l.mu.Lock()
+	if !l.done {
+		l.waiters = append(l.waiters, w)
+		l.mu.Unlock()
+		return
+	}
+	l.mu.Unlock()
+	poke(w)
 }
 
 // DefaultMaxCalls is Set.MaxCalls when it is 0. Two calls keep one in
@@ -312,4 +358,12 @@ func Run(s Set) []Outcome {
 		<-results
 	}
 	return out
+}
+
+// poke sends on w without blocking.
+func poke(w chan struct{}) {
+	select {
+	case w <- struct{}{}:
+	default:
+	}
 }

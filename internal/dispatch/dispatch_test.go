@@ -79,48 +79,6 @@ func judge(_ []outbox.Event, res []broker.Result) []bool {
 	return ok
 }
 
-// ticket is a Ticket resolved by the test.
-type ticket struct {
-	mu      sync.Mutex
-	done    bool
-	ok      bool
-	waiters []chan struct{}
-}
-
-func (t *ticket) State() (bool, bool) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return t.done, t.ok
-}
-
-func (t *ticket) Notify(w chan struct{}) {
-	t.mu.Lock()
-	if !t.done {
-		t.waiters = append(t.waiters, w)
-		t.mu.Unlock()
-		return
-	}
-	t.mu.Unlock()
-	select {
-	case w <- struct{}{}:
-	default:
-	}
-}
-
-func (t *ticket) resolve(ok bool) {
-	t.mu.Lock()
-	t.done, t.ok = true, ok
-	ws := t.waiters
-	t.waiters = nil
-	t.mu.Unlock()
-	for _, w := range ws {
-		select {
-		case w <- struct{}{}:
-		default:
-		}
-	}
-}
-
 // before reports whether id a was published in an earlier call than b.
 func before(calls [][]int64, a, b int64) bool {
 	ca, cb := -1, -1
@@ -166,7 +124,7 @@ func TestNoOrderBrokerCutsTheReadySetInTwo(t *testing.T) {
 
 func TestPredecessorOutsideTheSet(t *testing.T) {
 	evs, prevIn := events("a", "a", "b", "c")
-	ta, tc := &ticket{}, &ticket{}
+	ta, tc := &Latch{}, &Latch{}
 	prev := []Ticket{ta, nil, nil, tc} // a#1 waits for a; c#1 for c
 	r := &recorder{}
 	var mu sync.Mutex
@@ -184,8 +142,8 @@ func TestPredecessorOutsideTheSet(t *testing.T) {
 	if got := r.sent(); fmt.Sprint(got) != "[3]" {
 		t.Errorf("before the tickets resolved, published %v, want only b's event 3", got)
 	}
-	ta.resolve(true)  // a's earlier event confirmed: a#1, then a#2 go
-	tc.resolve(false) // c's failed: c#1 is given back untried
+	ta.Resolve(true)  // a's earlier event confirmed: a#1, then a#2 go
+	tc.Resolve(false) // c's failed: c#1 is given back untried
 	var out []Outcome
 	select {
 	case out = <-resultCh:
@@ -335,7 +293,7 @@ func TestUnsentCallStopsTheDispatch(t *testing.T) {
 func TestWaitThatEndsGivesBackTheWaiting(t *testing.T) {
 	evs, prevIn := events("a", "a", "b")
 	r := &recorder{}
-	out := Run(Set{Events: evs, PrevIn: prevIn, Prev: []Ticket{&ticket{}, nil, nil}, Publish: r.publish, Judge: judge,
+	out := Run(Set{Events: evs, PrevIn: prevIn, Prev: []Ticket{&Latch{}, nil, nil}, Publish: r.publish, Judge: judge,
 		Wait: func(<-chan struct{}) bool { return false }})
 	want := []Outcome{GivenBack, GivenBack, Confirmed}
 	if !slices.Equal(out, want) {

@@ -47,8 +47,10 @@ func (s *Store) startListening() {
 // other, and its poll the rest.
 func (s *Store) probe(ctx context.Context) {
 	defer s.background.Done()
-	q := "SELECT COALESCE(max(id), 0) FROM " + s.table
+	q := s.probeSQL()
 	last := int64(-1)
+	n := 0
+	probesPerRecheck := max(int(time.Second/s.probeEvery), 1)
 	t := time.NewTicker(s.probeEvery)
 	defer t.Stop()
 	for {
@@ -57,8 +59,16 @@ func (s *Store) probe(ctx context.Context) {
 			return
 		case <-t.C:
 		}
+		// Once a second: have the ids gone back (TRUNCATE … RESTART
+		// IDENTITY)? Then nothing would ever be above last; look from 0.
+		if n++; n%probesPerRecheck == 0 && last > 0 {
+			var seq *int64
+			if err := s.pool.QueryRow(ctx, restartSQL, s.table).Scan(&seq); err == nil && seq != nil && *seq < last {
+				last = 0
+			}
+		}
 		var newest int64
-		if err := s.pool.QueryRow(ctx, q).Scan(&newest); err != nil {
+		if err := s.pool.QueryRow(ctx, q, last).Scan(&newest); err != nil {
 			continue // the relay polls meanwhile
 		}
 		if newest != last {
@@ -69,6 +79,21 @@ func (s *Store) probe(ctx context.Context) {
 		}
 	}
 }
+
+// probeSQL returns the newest id above $1 ($1 itself, or 0, when there is
+// none). Only ids above the newest seen: a max over the whole index walks,
+// when the table is empty (a relay that keeps up), backwards over every row
+// deleted since the last VACUUM, each a heap fetch (measured at a steady
+// 1,000 events/s: 8,700 of them, 2 ms, every 5 ms in each relay). Above the
+// newest seen id there are only the rows inserted since.
+func (s *Store) probeSQL() string {
+	return "SELECT COALESCE(max(id), GREATEST($1::bigint, 0)) FROM " + s.table + " WHERE id > $1"
+}
+
+// restartSQL reads the last value of table $1's id sequence (NULL before
+// its first use; an error without the privilege, and the probe then does
+// without this check).
+const restartSQL = "SELECT pg_sequence_last_value(pg_get_serial_sequence($1, 'id')::regclass)"
 
 // signal wakes every in-process listener without blocking.
 func (s *Store) signal() { s.wakeups.Broadcast() }

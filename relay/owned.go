@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	outbox "github.com/outbox-go/outbox"
@@ -26,6 +27,8 @@ type ownership struct {
 	// order is each key's order. It is taken before mu, and held across
 	// the store's round trip: only claims wait for it.
 	claimMu sync.Mutex
+	// queued counts the claims waiting for claimMu (at most one: see claim).
+	queued atomic.Int32
 	// pausedTill: no claim before this, because a failed claim may have
 	// committed without the relay learning its events (see claim).
 	// Guarded by claimMu.
@@ -107,15 +110,32 @@ func poke(w chan struct{}) {
 	}
 }
 
+// errClaimQueued: the claim was not made, because another one waits to
+// start and takes what it would have (see ownership.claim).
+var errClaimQueued = errors.New("relay: a claim is queued already")
+
 func newOwnership(r *Relay, st store.Owned) *ownership {
 	return &ownership{r: r, st: st, busy: map[int]int{}, keys: map[string]*keyState{}, kick: make(chan struct{}, 1)}
 }
 
 // claim takes a batch from the held shards and places its keyed events in
 // their keys' chains. Claims run one at a time (claimMu); the store's round
-// trip runs without mu. It returns a nil batch when nothing was claimed.
+// trip runs without mu. It returns a nil batch when nothing was claimed,
+// and errClaimQueued, claiming nothing, when one claim is running and
+// another already waits for it: the waiting one starts later than this one
+// could, so it takes everything this one would have (a claim takes a
+// snapshot when it starts), and a third adds only a round trip. Measured
+// at a steady 1,000 plain-SQL events/s with 2 relay processes, claims
+// often queued two deep behind a slow one.
 func (o *ownership) claim(ctx context.Context, lease store.Lease) (*batch, store.Claim, error) {
-	o.claimMu.Lock()
+	if !o.claimMu.TryLock() {
+		if o.queued.Add(1) > 1 {
+			o.queued.Add(-1)
+			return nil, store.Claim{Lease: lease}, errClaimQueued
+		}
+		o.claimMu.Lock()
+		o.queued.Add(-1)
+	}
 	defer o.claimMu.Unlock()
 	if time.Now().Before(o.pausedTill) {
 		return nil, store.Claim{Lease: lease}, nil

@@ -246,6 +246,9 @@ func (r *Relay) round(ctx context.Context, settling *chan struct{}) (int, error)
 	)
 	if r.own != nil {
 		b, claim, err = r.own.claim(cctx, lease)
+		if err == errClaimQueued {
+			return 0, nil // not a claim: no hooks, no health change
+		}
 	} else {
 		claim, err = r.st.Claim(cctx, store.ClaimRequest{
 			Lease:        lease,

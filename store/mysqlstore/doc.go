@@ -104,6 +104,16 @@
 // copied, and producers keep inserting meanwhile (BENCHMARKS.md §11 has
 // the cost on a 1,000,000-row table).
 //
+// A relay's row in <table>_relays outlives its membership: the mixed-mode
+// check below tells an ownership relay's in-flight events by it. Each row
+// records its relay's own lease (lease_for, migration 3), and a heartbeat
+// deletes a stopped relay's row only once it ended more than ten minutes
+// or twice that lease ago, whichever is longer, so relays of one table may
+// use different leases. A row that records none (a relay of an earlier
+// version wrote it) is judged by the heartbeating relay's lease; relays of
+// earlier versions judge every row by their own, so while they run the
+// relays of a table need one lease (README).
+//
 // Exclusion beside ownership (a rolling upgrade). This version's
 // exclusion-mode Claim locks every shard row for its two statements, and
 // an owned claim its owner's: the two exclude each other (owned claims of

@@ -293,11 +293,13 @@ func migratedStore(t *testing.T, prefix string) (*sql.DB, *mysqlstore.Store, str
 	return db, st, table
 }
 
-// TestRelayRowsOutlastLongLeases: a heartbeat keeps the row of a relay
-// whose membership ended for twice its own LeaseFor when that is longer
-// than ten minutes, so the events still leased under a relay with a long
-// lease are not taken for an exclusion-mode relay's (which would make
-// every ownership relay refuse to claim); with a short lease, ten minutes.
+// TestRelayRowsOutlastLongLeases: a row that records no lease (written
+// before migration 3, or by a relay of an earlier version, which names
+// only owner and lease_until) is kept, after its membership ended, for
+// twice the heartbeating relay's LeaseFor when that is longer than ten
+// minutes, so the events still leased under a relay with a long lease are
+// not taken for an exclusion-mode relay's (which would make every
+// ownership relay refuse to claim); with a short lease, ten minutes.
 func TestRelayRowsOutlastLongLeases(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -336,5 +338,85 @@ func TestRelayRowsOutlastLongLeases(t *testing.T) {
 	}
 	if kept() {
 		t.Fatal("with a 1 min lease, a row ended 11 min ago outlived the 10 min retention")
+	}
+}
+
+// TestRelayRowsKeptByOwnLease: a relay's row outlasts its claims whatever
+// the lease of the relay whose heartbeat would delete it. Relay "long"
+// (30 min lease) claims events, then its membership ends (simulated: its
+// lease_until is moved 11 min into the past, its claims stay leased); the
+// heartbeats of relay "short" (1 min lease) keep its row, so they are not
+// refused for taking the long relay's events for an exclusion relay's,
+// until the row ended more than twice the long lease ago. A short-lease
+// relay's row is in turn kept only its own ten minutes by a long-lease
+// relay's heartbeat.
+func TestRelayRowsKeptByOwnLease(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db, st, table := migratedStore(t, "own_")
+	var msgs []outbox.Message
+	for i := range 8 {
+		msgs = append(msgs, outbox.Message{Topic: "t", Key: fmt.Sprintf("k%d", i), Type: "T", Payload: []byte(`{}`)})
+	}
+	if err := st.Enqueue(ctx, msgs...); err != nil {
+		t.Fatal(err)
+	}
+	const long, short = 30 * time.Minute, time.Minute
+	own, err := st.Balance(ctx, store.BalanceRequest{Owner: "long", LeaseFor: long})
+	if err != nil || len(own.Held) != 64 {
+		t.Fatalf("relay long alone: %d shards, %v", len(own.Held), err)
+	}
+	c, err := st.ClaimOwned(ctx, store.OwnedClaimRequest{
+		ClaimRequest: store.ClaimRequest{Lease: store.Lease{Owner: "long", Epoch: 1}, Limit: 100, LeaseFor: long},
+		Shards:       own.Held,
+	})
+	if err != nil || len(c.Events) != len(msgs) {
+		t.Fatalf("relay long's claim: %d events, %v; want %d", len(c.Events), err, len(msgs))
+	}
+	ended := func(owner string, ago time.Duration) {
+		t.Helper()
+		res, err := db.ExecContext(ctx, "UPDATE "+table+"_relays SET lease_until = UNIX_TIMESTAMP(NOW(6)) * 1000000 - ? WHERE owner = ?", ago.Microseconds(), owner)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n, _ := res.RowsAffected(); n != 1 {
+			t.Fatalf("relay %s has no row to end", owner)
+		}
+	}
+	kept := func(owner string) bool {
+		t.Helper()
+		var n int
+		if err := db.QueryRowContext(ctx, "SELECT COUNT(*) FROM "+table+"_relays WHERE owner = ?", owner).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n == 1
+	}
+	ended("long", 11*time.Minute)
+	for i := range 2 {
+		if _, err := st.Balance(ctx, store.BalanceRequest{Owner: "short", LeaseFor: short}); err != nil {
+			t.Fatalf("relay short's heartbeat %d while relay long's claims are leased: %v", i+1, err)
+		}
+		if !kept("long") {
+			t.Fatalf("relay short's heartbeat %d (1 min lease) deleted the row of relay long (30 min lease), whose membership ended 11 min ago and whose claims are still leased", i+1)
+		}
+	}
+	// The other way round: relay short's row, ended 11 min ago, is kept
+	// its own ten minutes, not twice the heartbeating relay's lease.
+	ended("short", 11*time.Minute)
+	if _, err := st.Balance(ctx, store.BalanceRequest{Owner: "other", LeaseFor: long}); err != nil {
+		t.Fatal(err)
+	}
+	if kept("short") {
+		t.Fatal("a heartbeat with a 30 min lease kept the row of relay short (1 min lease) ended 11 min ago: it outlived its 10 min retention")
+	}
+	if !kept("long") {
+		t.Fatal("relay other's heartbeat deleted relay long's row, ended 11 min ago under a 30 min lease")
+	}
+	ended("long", 61*time.Minute)
+	if _, err := st.Balance(ctx, store.BalanceRequest{Owner: "other", LeaseFor: short}); err != nil {
+		t.Fatal(err)
+	}
+	if kept("long") {
+		t.Fatal("relay long's row, ended 61 min ago, outlived twice its 30 min lease")
 	}
 }

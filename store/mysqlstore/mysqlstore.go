@@ -226,6 +226,12 @@ func (l *heldLock) unlock(extra string, args []any, dest ...any) error {
 // Migrate creates or upgrades the schema under a GET_LOCK, so several
 // processes may migrate at once.
 func (s *Store) Migrate(ctx context.Context) error {
+	return s.migrate(ctx, len(migrations(s.table, s.archive, s.opts.Table)))
+}
+
+// migrate applies the migrations up to version upTo (tests build a table
+// of an earlier version with it).
+func (s *Store) migrate(ctx context.Context, upTo int) error {
 	l, err := s.lock(ctx, "migrate", migrateLockWait)
 	if err != nil {
 		return wrap("migrate: lock", err)
@@ -246,7 +252,7 @@ func (s *Store) Migrate(ctx context.Context) error {
 	}
 	for i, m := range migrations(s.table, s.archive, s.opts.Table) {
 		v := i + 1
-		if v <= current {
+		if v <= current || v > upTo {
 			continue
 		}
 		for _, stmt := range m {
@@ -273,6 +279,7 @@ const (
 	errNoSuchTable = 1146 // ER_NO_SUCH_TABLE
 	errBadDB       = 1049 // ER_BAD_DB_ERROR
 	errNoDB        = 1046 // ER_NO_DB_ERROR
+	errBadField    = 1054 // ER_BAD_FIELD_ERROR
 )
 
 // wrap adds context and turns "table does not exist" into ErrNotMigrated.
@@ -285,6 +292,8 @@ func wrap(op string, err error) error {
 		switch me.Number {
 		case errNoSuchTable, errBadDB:
 			return fmt.Errorf("mysqlstore: %s: %w (%s)", op, store.ErrNotMigrated, me.Message)
+		case errBadField:
+			return fmt.Errorf("mysqlstore: %s: the table's schema is older than this version (%s): run `outbox migrate --db URL`", op, me.Message)
 		case errNoDB:
 			return fmt.Errorf("mysqlstore: %s: the connection has no database selected: name one in the URL (mysql://…/dbname) or set Config.Schema: %w", op, err)
 		}

@@ -54,15 +54,23 @@ func (e *afterCommit) Unwrap() error { return e.err }
 // checkModes tells the events still in flight under its claims from an
 // exclusion-mode relay's by that row, so the row must outlast the claims.
 // A claim's lease ends at most about one LeaseFor after the membership's
-// (both are renewed by the same relay), so a heartbeat keeps the rows for
-// the longer of this and twice its own LeaseFor: relays of one table
-// configured alike keep every row their claims need, whatever the lease.
+// (both are renewed by the same relay), so each row records its relay's
+// LeaseFor (lease_for, migration 3) and a heartbeat deletes a row only
+// once it ended more than the longer of this and twice that lease ago,
+// whatever the lease of the relay that heartbeats. A row without
+// lease_for (written before migration 3, or by a relay of an earlier
+// version) is judged by the heartbeating relay's own LeaseFor instead, as
+// every row was before.
 const relayRetention = 10 * time.Minute
 
-// retention is how long a Balance with lease LeaseFor keeps the rows of
-// relays whose membership ended (see relayRetention).
-func retention(leaseFor time.Duration) time.Duration {
-	return max(relayRetention, 2*leaseFor)
+// expireRelaysSQL deletes the rows of <table>_relays whose membership
+// ended longer ago than their retention (see relayRetention); arguments:
+// the database clock now, relayRetention and the heartbeat's LeaseFor, in
+// microseconds. The table has a row per relay (live, or ended within the
+// retention) and no index but its primary key, so the DELETE reads those
+// few rows, as it did when it compared lease_until with one bound.
+func expireRelaysSQL(relays string) string {
+	return "DELETE FROM " + relays + " WHERE lease_until <= ? - GREATEST(?, 2 * COALESCE(lease_for, ?))"
 }
 
 // sweepTimeout bounds Balance's orphan sweep.
@@ -95,7 +103,8 @@ func (s *Store) parkedIdx() string { return s.opts.Table + "_parked_idx" }
 // ownedMigration is migration 2 for table t (quoted) whose short name is
 // short. A statement that starts with "?column:NAME\n" or "?index:NAME\n"
 // runs only when the table has no such column or index (MySQL has no ADD
-// COLUMN IF NOT EXISTS), see Migrate.
+// COLUMN IF NOT EXISTS), see Migrate; "?column:SUFFIX.NAME\n" asks the
+// same of the table named t's name and SUFFIX (as _relays).
 //
 //   - parked: a row the claim met behind a held earlier row of its key;
 //     it leaves the claim's index until its key moves on.
@@ -161,6 +170,10 @@ func (s *Store) needed(ctx context.Context, conn *sql.Conn, stmt string) (bool, 
 	}
 	cond, rest, _ := strings.Cut(stmt[1:], "\n")
 	kind, name, _ := strings.Cut(cond, ":")
+	table := s.opts.Table
+	if suffix, col, ok := strings.Cut(name, "."); ok {
+		table, name = table+suffix, col
+	}
 	var q string
 	switch kind {
 	case "column":
@@ -169,7 +182,7 @@ func (s *Store) needed(ctx context.Context, conn *sql.Conn, stmt string) (bool, 
 		q = "SELECT COUNT(*) FROM information_schema.STATISTICS WHERE TABLE_SCHEMA = COALESCE(?, DATABASE()) AND TABLE_NAME = ? AND INDEX_NAME = ?"
 	}
 	var n int
-	if err := conn.QueryRowContext(ctx, q, s.schema, s.opts.Table, name).Scan(&n); err != nil {
+	if err := conn.QueryRowContext(ctx, q, s.schema, table, name).Scan(&n); err != nil {
 		return false, rest, err
 	}
 	return n == 0, rest, nil
@@ -822,10 +835,10 @@ func (s *Store) balance(ctx context.Context, req store.BalanceRequest, own *stor
 	// still this owner's (same epoch: nobody held it in between).
 	until := now + lease
 	own.Until = time.UnixMicro(until)
-	if _, err := tx.ExecContext(ctx, "INSERT INTO "+relays+" (owner, lease_until) VALUES (?, ?) ON DUPLICATE KEY UPDATE lease_until = VALUES(lease_until)", req.Owner, until); err != nil {
+	if _, err := tx.ExecContext(ctx, "INSERT INTO "+relays+" (owner, lease_until, lease_for) VALUES (?, ?, ?) ON DUPLICATE KEY UPDATE lease_until = VALUES(lease_until), lease_for = VALUES(lease_for)", req.Owner, until, lease); err != nil {
 		return err
 	}
-	if _, err := tx.ExecContext(ctx, "DELETE FROM "+relays+" WHERE lease_until <= ?", now-retention(req.LeaseFor).Microseconds()); err != nil {
+	if _, err := tx.ExecContext(ctx, expireRelaysSQL(relays), now, relayRetention.Microseconds(), lease); err != nil {
 		return err
 	}
 	if len(req.Release) > 0 {

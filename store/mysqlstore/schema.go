@@ -1,6 +1,9 @@
 package mysqlstore
 
-import "fmt"
+import (
+	"fmt"
+	"strings"
+)
 
 // migrations are applied in order under a GET_LOCK; each is recorded in
 // <table>_migrations once all its statements ran. MySQL commits DDL at once,
@@ -91,5 +94,18 @@ func migrations(t, archive, short string) [][]string {
 		// statement is skipped when what it adds exists (see
 		// ownedMigration), so an interrupted run is simply run again.
 		ownedMigration(t, short),
+		// 3: each relay's row in <table>_relays records its own lease
+		// (microseconds), so that a heartbeat keeps the row of a relay
+		// whose membership ended for as long as that relay's claims may
+		// still be leased, whatever the lease of the relay that deletes
+		// it (see relayRetention). NULL in the rows written before, and
+		// by relays of earlier versions, which name their columns. The
+		// table holds a row per relay, so the ALTER is cheap whatever the
+		// algorithm the server picks.
+		{"?column:_relays.lease_for\nALTER TABLE " + suffixed(t, "_relays") + " ADD COLUMN lease_for BIGINT NULL DEFAULT NULL"},
 	}
 }
+
+// suffixed is the quoted name t (a quoted, maybe qualified table name)
+// with suffix appended to the table's name.
+func suffixed(t, suffix string) string { return strings.TrimSuffix(t, "`") + suffix + "`" }

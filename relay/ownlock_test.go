@@ -311,18 +311,30 @@ func TestOwnedOrderKeptWhenARetryIsSettledDuringAClaim(t *testing.T) {
 
 // While a claim is in the store's round trip and another waits to start
 // after it, a third worker's claim is not made: the waiting one starts
-// later, so it takes everything the third would have. Before, every
-// worker queued for the claim lock and each ran its claim in turn, two or
-// three back to back, all but the first finding little (at a steady 1,000
-// events/s this queue was often two deep behind a slow claim).
+// later, so it takes everything the third would have, an event committed
+// during the wait included. Before, every worker queued for the claim lock
+// and each ran its claim in turn, two or three back to back, all but the
+// first finding little (at a steady 1,000 events/s this queue was often two
+// deep behind a slow claim).
 func TestOwnedClaimsQueueOneDeep(t *testing.T) {
 	forOwnedStores(t, func(t *testing.T, o teststores.Opened) {
 		var calls atomic.Int32
 		var hold atomic.Bool
-		entered, gate := newSignal(), make(chan struct{})
+		var entered *signal
+		var gate chan struct{}
+		var mu sync.Mutex
+		var starts, ends []time.Time
 		st := &hookedClaims{Store: o.Store, own: store.OwnedFor(o.Store)}
+		st.after = func(ctx context.Context, c store.Claim) {
+			mu.Lock()
+			ends = append(ends, time.Now())
+			mu.Unlock()
+		}
 		st.before = func(ctx context.Context) {
 			calls.Add(1)
+			mu.Lock()
+			starts = append(starts, time.Now())
+			mu.Unlock()
 			if hold.CompareAndSwap(true, false) {
 				entered.fire()
 				select {
@@ -334,22 +346,75 @@ func TestOwnedClaimsQueueOneDeep(t *testing.T) {
 		cfg := fastConfig()
 		cfg.Workers = 3
 		cfg.PollInterval = 30 * time.Second // no claim but those the test wakes
-		r, _ := run(t, st, newMem(t, membroker.Config{}), cfg)
-		time.Sleep(500 * time.Millisecond) // the first Balance and empty rounds are over
-		hold.Store(true)
-		base := calls.Load()
-		r.Wake()
-		if !entered.await(5 * time.Second) {
-			t.Fatal("no claim reached the store within 5 s of a wake-up")
+		cfg.LeaseFor = 30 * time.Second     // and no heartbeat (every LeaseFor/3) during the test
+		mb := newMem(t, membroker.Config{})
+		r, _ := run(t, st, mb, cfg)
+		// The first Balance and the empty rounds after it are over once no
+		// claim has started for 300 ms.
+		deadline := time.Now().Add(10 * time.Second)
+		for last := int32(-1); ; {
+			time.Sleep(300 * time.Millisecond)
+			n := calls.Load()
+			if n == last && n > 0 {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("claims still starting after 10 s (%d)", n)
+			}
+			last = n
 		}
-		r.Wake() // a second worker: waits for the first
-		time.Sleep(100 * time.Millisecond)
-		r.Wake() // a third: another waits already
-		time.Sleep(100 * time.Millisecond)
-		close(gate)
+		// holdThree holds one claim in the store while two more workers
+		// are woken, then lets it go; during the hold it runs during.
+		holdThree := func(during func()) {
+			entered, gate = newSignal(), make(chan struct{})
+			hold.Store(true)
+			r.Wake()
+			if !entered.await(5 * time.Second) {
+				t.Fatal("no claim reached the store within 5 s of a wake-up")
+			}
+			r.Wake() // a second worker: waits for the first
+			time.Sleep(100 * time.Millisecond)
+			during()
+			r.Wake() // a third: another waits already
+			time.Sleep(100 * time.Millisecond)
+			close(gate)
+		}
+		holdThree(func() {})
+		released := time.Now()
 		time.Sleep(500 * time.Millisecond)
-		if n := calls.Load() - base; n != 2 {
-			t.Fatalf("%d claims reached the store for three workers woken while one claim was in it; want 2 (the held one and the one waiting for it)", n)
+		// The claims that started from the release until 5 ms after the
+		// held claim returned: only the one that waited for it. (Before,
+		// the third worker's claim followed that one at once; later claims
+		// are the workers' looks again, 10 ms and more after an empty
+		// round.)
+		mu.Lock()
+		var firstEnd time.Time
+		for _, e := range ends {
+			if e.After(released) {
+				firstEnd = e
+				break
+			}
 		}
+		n, since := 0, 0
+		for _, st := range starts {
+			if st.After(released) {
+				since++
+				if !firstEnd.IsZero() && st.Before(firstEnd.Add(5*time.Millisecond)) {
+					n++
+				}
+			}
+		}
+		mu.Unlock()
+		if firstEnd.IsZero() || n != 1 {
+			t.Fatalf("%d claims started right after the held claim returned (%d in the 500 ms since it was released); want 1: the one that waited for it, the third worker's not made", n, since)
+		}
+		// An event committed during the held claim: the waiting claim
+		// takes it (the skipped one is not needed for it).
+		holdThree(func() {
+			if err := o.Store.Enqueue(context.Background(), outbox.Message{Topic: "t", Key: "k", Type: "T", Payload: []byte(`"late"`)}); err != nil {
+				t.Fatal(err)
+			}
+		})
+		waitFor(t, "the event committed during the held claim, long before the 30 s poll", 5*time.Second, func() bool { return len(mb.Events("t")) == 1 })
 	})
 }

@@ -177,6 +177,11 @@ func (r *Relay) work(ctx context.Context) {
 		}
 		var wait time.Duration
 		switch {
+		case err == errClaimQueued:
+			// Not a round: the claim waiting to start takes what this
+			// one would have. Neither a failure nor an empty round; a
+			// wake-up or the poll brings this worker back.
+			wait, err = r.cfg.PollInterval, nil
 		case err != nil:
 			failures++
 			wait = jitter(backoff(r.cfg.BackoffBase/4, 30*time.Second, failures))
@@ -247,7 +252,7 @@ func (r *Relay) round(ctx context.Context, settling *chan struct{}) (int, error)
 	if r.own != nil {
 		b, claim, err = r.own.claim(cctx, lease)
 		if err == errClaimQueued {
-			return 0, nil // not a claim: no hooks, no health change
+			return 0, err // not a claim: no hooks, no health change
 		}
 	} else {
 		claim, err = r.st.Claim(cctx, store.ClaimRequest{

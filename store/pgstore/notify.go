@@ -37,20 +37,27 @@ func (s *Store) startListening() {
 	}
 }
 
-// probe signals whenever the table's newest committed id changes, until ctx
-// ends. It finds the commits of producers that send no notification (plain
-// SQL), which LISTEN never hears of. It looks only at the end of the
-// primary key, so its cost does not grow with the backlog. It can miss a
-// commit whose id is below one already seen (ids are drawn at INSERT and
-// commit out of order): the relay's look again shortly after each wake-up
-// covers the usual case, a commit landing within milliseconds of the
-// other, and its poll the rest.
+// probe signals soon after events are committed, until ctx ends. It finds
+// the commits of producers that send no notification (plain SQL), which
+// LISTEN never hears of. Every probeEvery it asks for an id above the
+// newest it has seen (probeSQL: it reads only the rows inserted since, so
+// its cost grows neither with the backlog nor with the rows deleted since
+// the last VACUUM). Ids are drawn at INSERT and committed out of order, so
+// a commit can land below an id already seen; the relay's look again
+// shortly after each wake-up covers a commit landing within milliseconds
+// of the other, and every fullProbeEvery the probe also reads the whole
+// table's newest id (fullProbeSQL) and signals when it changed: a late
+// commit below the newest seen is found within that, once the rows above
+// it were delivered (until then their claims take it too). Once a second
+// it checks the id sequence for a restart (TRUNCATE … RESTART IDENTITY),
+// after which nothing would be above the newest seen.
 func (s *Store) probe(ctx context.Context) {
 	defer s.background.Done()
-	q := s.probeSQL()
-	last := int64(-1)
+	q, full := s.probeSQL(), s.fullProbeSQL()
+	last, lastFull := int64(-1), int64(-1)
 	n := 0
-	probesPerRecheck := max(int(time.Second/s.probeEvery), 1)
+	fullEvery := max(int(fullProbeEvery/s.probeEvery), 1)
+	restartEvery := max(int(time.Second/s.probeEvery), 1)
 	t := time.NewTicker(s.probeEvery)
 	defer t.Stop()
 	for {
@@ -59,9 +66,8 @@ func (s *Store) probe(ctx context.Context) {
 			return
 		case <-t.C:
 		}
-		// Once a second: have the ids gone back (TRUNCATE … RESTART
-		// IDENTITY)? Then nothing would ever be above last; look from 0.
-		if n++; n%probesPerRecheck == 0 && last > 0 {
+		n++
+		if n%restartEvery == 0 && last > 0 {
 			var seq *int64
 			if err := s.pool.QueryRow(ctx, restartSQL, s.table).Scan(&seq); err == nil && seq != nil && *seq < last {
 				last = 0
@@ -71,29 +77,51 @@ func (s *Store) probe(ctx context.Context) {
 		if err := s.pool.QueryRow(ctx, q, last).Scan(&newest); err != nil {
 			continue // the relay polls meanwhile
 		}
-		if newest != last {
-			if last >= 0 && newest > last {
+		if newest > last {
+			if last >= 0 {
 				s.signal()
 			}
 			last = newest
 		}
+		if n%fullEvery == 0 {
+			var top int64
+			if err := s.pool.QueryRow(ctx, full).Scan(&top); err != nil {
+				continue
+			}
+			if lastFull >= 0 && top != lastFull {
+				s.signal()
+			}
+			lastFull = top
+		}
 	}
 }
 
+// fullProbeEvery is how often the commit probe reads the whole table's
+// newest id (see probe).
+const fullProbeEvery = 50 * time.Millisecond
+
 // probeSQL returns the newest id above $1 ($1 itself, or 0, when there is
-// none). Only ids above the newest seen: a max over the whole index walks,
-// when the table is empty (a relay that keeps up), backwards over every row
-// deleted since the last VACUUM, each a heap fetch (measured at a steady
-// 1,000 events/s: 8,700 of them, 2 ms, every 5 ms in each relay). Above the
-// newest seen id there are only the rows inserted since.
+// none). A max over the whole index walks, when the table is empty (a
+// relay that keeps up), backwards over every row deleted since the last
+// VACUUM, each a heap fetch (measured at a steady 1,000 events/s: 8,700 of
+// them, 2 ms, every 5 ms in each relay); above the newest id seen there
+// are only the rows inserted since.
 func (s *Store) probeSQL() string {
 	return "SELECT COALESCE(max(id), GREATEST($1::bigint, 0)) FROM " + s.table + " WHERE id > $1"
 }
 
-// restartSQL reads the last value of table $1's id sequence (NULL before
-// its first use; an error without the privilege, and the probe then does
-// without this check).
-const restartSQL = "SELECT pg_sequence_last_value(pg_get_serial_sequence($1, 'id')::regclass)"
+// fullProbeSQL returns the table's newest id (0 when it is empty): the
+// walk probeSQL avoids, made every fullProbeEvery only.
+func (s *Store) fullProbeSQL() string {
+	return "SELECT COALESCE(max(id), 0) FROM " + s.table
+}
+
+// restartSQL reads the last value of table $1's id sequence: NULL before
+// its first use, for a column with no owned sequence, and for a role
+// without the privilege to read it (the probe then does without this
+// check; inserting needs no such privilege, so relay roles often lack it).
+const restartSQL = `SELECT CASE WHEN has_sequence_privilege(q.s, 'SELECT') THEN pg_sequence_last_value(q.s::regclass) END
+FROM (SELECT pg_get_serial_sequence($1, 'id') AS s) q`
 
 // signal wakes every in-process listener without blocking.
 func (s *Store) signal() { s.wakeups.Broadcast() }

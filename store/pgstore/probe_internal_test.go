@@ -4,6 +4,7 @@ import (
 	"context"
 	"regexp"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 )
@@ -18,11 +19,13 @@ func heapFetches(t *testing.T, s *Store, from int64) (fetches int64, newest int6
 		t.Fatal(err)
 	}
 	re := regexp.MustCompile(`Heap Fetches: (\d+)`)
+	scanned := false
 	for rows.Next() {
 		var line string
 		if err := rows.Scan(&line); err != nil {
 			t.Fatal(err)
 		}
+		scanned = scanned || strings.Contains(line, "Index Only Scan")
 		if m := re.FindStringSubmatch(line); m != nil {
 			n, _ := strconv.ParseInt(m[1], 10, 64)
 			fetches += n
@@ -30,6 +33,9 @@ func heapFetches(t *testing.T, s *Store, from int64) (fetches int64, newest int6
 	}
 	if err := rows.Err(); err != nil {
 		t.Fatal(err)
+	}
+	if !scanned {
+		t.Fatal("the probe's plan has no index-only scan of the primary key, so its heap fetches are not counted")
 	}
 	if err := s.pool.QueryRow(ctx, s.probeSQL(), from).Scan(&newest); err != nil {
 		t.Fatal(err)
@@ -90,13 +96,22 @@ func TestProbeNoticesIDsThatWentBack(t *testing.T) {
 	}
 	s.probeEvery = 5 * time.Millisecond
 	insert := "INSERT INTO " + s.table + " (topic, event_type, payload) SELECT 't', 'T', '\\x7b7d' FROM generate_series(1, $1::int)"
-	if _, err := pool.Exec(ctx, insert, 100); err != nil {
-		t.Fatal(err)
-	}
 	nctx, cancel := context.WithCancel(ctx)
 	ch := s.Notify(nctx)
 	t.Cleanup(func() { cancel(); _ = s.Close() })
-	time.Sleep(100 * time.Millisecond) // the probe has seen id 100
+	time.Sleep(100 * time.Millisecond) // the probe has seen the empty table
+	for len(ch) > 0 {
+		<-ch // the listener's wake-up when it starts
+	}
+	if _, err := pool.Exec(ctx, insert, 100); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-ch: // the probe has seen id 100
+	case <-time.After(3 * time.Second):
+		t.Fatal("no wake-up within 3 s of 100 rows committed")
+	}
+	time.Sleep(20 * time.Millisecond)
 	if _, err := pool.Exec(ctx, "TRUNCATE "+s.table+" RESTART IDENTITY"); err != nil {
 		t.Fatal(err)
 	}
@@ -110,5 +125,59 @@ func TestProbeNoticesIDsThatWentBack(t *testing.T) {
 	case <-ch:
 	case <-time.After(3 * time.Second):
 		t.Fatal("no wake-up within 3 s for rows committed after the ids restarted below the newest seen")
+	}
+}
+
+// A commit whose id is below one the probe has seen, landing after the
+// higher row was delivered (deleted) and long after the relay's looks
+// again: the probe's look at the whole table's newest id finds it.
+func TestProbeNoticesALateCommitBelowTheNewestSeen(t *testing.T) {
+	ctx := context.Background()
+	pool, s := unmigratedStore(t)
+	if err := s.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	s.probeEvery = 5 * time.Millisecond
+	ins := "INSERT INTO " + s.table + " (topic, event_type, payload) VALUES ('t', 'T', '\\x7b7d') RETURNING id"
+	nctx, cancel := context.WithCancel(ctx)
+	ch := s.Notify(nctx)
+	t.Cleanup(func() { cancel(); _ = s.Close() })
+	time.Sleep(100 * time.Millisecond)
+	for len(ch) > 0 {
+		<-ch // the listener's wake-up when it starts
+	}
+	late, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer late.Rollback(ctx) //nolint:errcheck
+	var a, b int64
+	if err := late.QueryRow(ctx, ins).Scan(&a); err != nil {
+		t.Fatal(err)
+	}
+	if err := pool.QueryRow(ctx, ins).Scan(&b); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-ch: // the probe has seen b
+	case <-time.After(3 * time.Second):
+		t.Fatal("no wake-up within 3 s of a commit")
+	}
+	if _, err := pool.Exec(ctx, "DELETE FROM "+s.table+" WHERE id = $1", b); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(300 * time.Millisecond)
+	for len(ch) > 0 {
+		<-ch
+	}
+	if err := late.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	select {
+	case <-ch:
+		t.Logf("id %d committed after id %d: woken %v after its commit", a, b, time.Since(start).Round(time.Millisecond))
+	case <-time.After(2 * time.Second):
+		t.Fatalf("id %d committed 300 ms after id %d was seen and delivered: no wake-up within 2 s", a, b)
 	}
 }

@@ -293,7 +293,7 @@ func wrap(op string, err error) error {
 		case errNoSuchTable, errBadDB:
 			return fmt.Errorf("mysqlstore: %s: %w (%s)", op, store.ErrNotMigrated, me.Message)
 		case errBadField:
-			return fmt.Errorf("mysqlstore: %s: the table's schema is older than this version (%s): run `outbox migrate --db URL`", op, me.Message)
+			return fmt.Errorf("mysqlstore: %s: a column is missing, so the table's schema is likely older than this version: run `outbox migrate --db URL` (%w)", op, err)
 		case errNoDB:
 			return fmt.Errorf("mysqlstore: %s: the connection has no database selected: name one in the URL (mysql://…/dbname) or set Config.Schema: %w", op, err)
 		}

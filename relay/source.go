@@ -14,7 +14,8 @@ import (
 
 // NewSource returns a relay that delivers a source.Source's events (a log
 // tail such as source/pgcdc, or source/pollsource) through br, with
-// source.Loop's dispatcher (see the source package doc for its rules). The
+// source.Loop (see the source package doc for its rules; it publishes
+// through the same per-key dispatcher as the relay's engines). The
 // relay's hooks, Health and Totals work as for a store: a Next is a claim
 // (HookClaim), each publish call goes to HookPublishStart and
 // HookPublishEnd, each call's outcomes to HookSettle (Released counts the

@@ -1,16 +1,20 @@
 package source
 
 import (
+	"cmp"
 	"container/heap"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
+	"sync"
 	"sync/atomic"
 	"time"
 
 	outbox "github.com/outbox-go/outbox"
 	"github.com/outbox-go/outbox/broker"
+	"github.com/outbox-go/outbox/internal/dispatch"
 	"github.com/outbox-go/outbox/internal/retry"
 )
 
@@ -157,25 +161,82 @@ type txnState struct {
 	left int // events not settled yet
 }
 
+// entry is one event read and not settled yet.
 type entry struct {
 	ev        outbox.Event
 	txn       *txnState
+	seq       uint64 // read order, so a key's events are in commit order
 	attempts  int
 	notBefore time.Time
-	q         *keyQueue // nil for a keyless event
-	heapIdx   int
+	k         *keyChain // nil for a keyless event
+	// latch is its outcome in the set it was handed to (nil while it is in
+	// none): the ticket its key's next event in a later set waits for.
+	latch   *dispatch.Latch
+	pred    *entry // while a set is built: the event it waits for
+	gen     uint64 // the set it was last handed to
+	at      int    // its index in that set
+	heapIdx int
 }
 
-type keyQueue struct {
-	key   string
-	items []*entry // FIFO in commit order; items[0] is the key's head
-	busy  bool     // the head (and maybe more) is in a publish call
+// keyChain is one key's unsettled events in commit order, and how far they
+// were handed to sets. items[:placed] went to sets still in flight, each
+// waiting for the one before it (in its set, or through that one's latch);
+// items[placed:] are in no set. While no outcome but confirmed or DEAD
+// comes back, the key's next events join later sets behind
+// items[placed-1]. Once one comes back unsettled (failed, held back, given
+// back), none is handed out until every outcome is back; then the key is
+// handed out again from its first event.
+type keyChain struct {
+	key    string
+	items  []*entry
+	placed int
+	out    int  // handed to sets, outcome not back yet
+	broken bool // one of those came back unsettled
+	dirty  bool // in run.dirty
+}
+
+// report is what a set tells the loop: one publish call's results, an
+// event given back untried, or that the set is done.
+type report struct {
+	call    *call
+	back    *entry
+	setDone bool
 }
 
 type call struct {
 	entries []*entry
+	events  []outbox.Event
 	results []broker.Result
 	took    time.Duration
+}
+
+// inbox carries the sets' reports to the loop's goroutine, in the order
+// they were pushed.
+type inbox struct {
+	mu    sync.Mutex
+	list  []report
+	spare []report
+	wake  chan struct{}
+}
+
+func (b *inbox) push(r report) {
+	b.mu.Lock()
+	b.list = append(b.list, r)
+	b.mu.Unlock()
+	select {
+	case b.wake <- struct{}{}:
+	default:
+	}
+}
+
+// take returns the reports pushed so far; they are valid until the next take.
+func (b *inbox) take() []report {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	clear(b.spare)
+	out := b.list
+	b.list, b.spare = b.spare[:0], out
+	return out
 }
 
 type ackReq struct {
@@ -188,15 +249,28 @@ type ackDone struct {
 	err error
 }
 
-// run is the loop's state, owned by Run's goroutine.
+// run is the loop's state, owned by Run's goroutine, except where said.
 type run struct {
-	l        *Loop
-	keys     map[string]*keyQueue
-	ready    []*entry
-	delayed  delayHeap
-	txns     []*txnState
-	live     int // unsettled events
-	inFlight int
+	l *Loop
+	// For the sets' goroutines: ctx ends when the loop stops (no further
+	// publish call starts); pub is the publish calls' base (it outlives
+	// the caller's context by DrainTimeout); slots holds one token per
+	// publish call in flight; paused is pauseUntil (UnixNano).
+	ctx    context.Context
+	pub    context.Context
+	slots  chan struct{}
+	inbox  inbox
+	paused atomic.Int64
+
+	keys    map[string]*keyChain
+	dirty   []*keyChain // keys that may have events to hand out
+	loose   []*entry    // keyless events due
+	delayed delayHeap
+	txns    []*txnState
+	seq     uint64
+	gen     uint64
+	live    int // unsettled events
+	sets    int // sets in flight
 
 	pauseUntil  time.Time // the broker was unavailable
 	unavailable int       // consecutive unavailable calls
@@ -212,8 +286,11 @@ type run struct {
 // in flight, within DrainTimeout) or the source fails (ErrFenced, or an
 // error it cannot recover from).
 func (l *Loop) Run(ctx context.Context) error {
-	r := &run{l: l, keys: map[string]*keyQueue{}}
 	cfg := l.cfg
+	runCtx, stopRun := context.WithCancel(ctx)
+	defer stopRun()
+	r := &run{l: l, ctx: runCtx, keys: map[string]*keyChain{}, slots: make(chan struct{}, cfg.InFlight)}
+	r.inbox.wake = make(chan struct{}, 1)
 
 	readCtx, stopRead := context.WithCancel(ctx)
 	defer stopRead()
@@ -247,8 +324,8 @@ func (l *Loop) Run(ctx context.Context) error {
 		context.AfterFunc(pubBase, func() { t.Stop() })
 	})
 	defer stopDrain()
+	r.pub = pubBase
 
-	results := make(chan call, cfg.InFlight)
 	acks := make(chan ackReq, 1)
 	acked := make(chan ackDone, 1)
 	ackCtx, stopAck := context.WithCancel(context.Background())
@@ -277,13 +354,17 @@ func (l *Loop) Run(ctx context.Context) error {
 	var failure error
 	stopping := false
 	readDone := false
+	stop := func() {
+		stopping = true
+		stopRun()
+	}
 	for {
 		now := time.Now()
 		r.promote(now)
-		if !stopping {
-			for r.inFlight < cfg.InFlight && len(r.ready) > 0 && !now.Before(r.pauseUntil) {
-				r.launch(pubBase, results, now)
-			}
+		// A new set starts when a publish call could start now: while
+		// every call is busy, what gets ready gathers into the next set.
+		if !stopping && !now.Before(r.pauseUntil) && (r.sets == 0 || len(r.slots) < cfg.InFlight) {
+			r.launch(now)
 		}
 		if !r.ackBusy && !now.Before(r.ackRetry) && (len(r.parks) > 0 || r.ackWanted > r.ackSent) {
 			req := ackReq{parks: r.parks, pos: r.ackWanted}
@@ -291,7 +372,7 @@ func (l *Loop) Run(ctx context.Context) error {
 			r.ackBusy = true
 			acks <- req
 		}
-		if stopping && r.inFlight == 0 && !r.ackBusy {
+		if stopping && r.sets == 0 && !r.ackBusy {
 			// nothing left to acknowledge, or the final ack failed (the
 			// source replays what it did not acknowledge)
 			if len(r.parks) == 0 && r.ackWanted <= r.ackSent || now.Before(r.ackRetry) {
@@ -315,18 +396,17 @@ func (l *Loop) Run(ctx context.Context) error {
 			if ctx.Err() == nil && !errors.Is(err, context.Canceled) {
 				failure = fmt.Errorf("source: reading events: %w", err)
 				cfg.Logger.Error("outbox cdc: the source failed; stopping", "error", err.Error())
-				stopping = true
+				stop()
 			}
-		case c := <-results:
-			r.inFlight--
-			r.settle(c, time.Now())
+		case <-r.inbox.wake:
+			r.settle(time.Now())
 		case d := <-acked:
 			r.ackBusy = false
 			if d.err != nil {
 				r.parks = append(d.req.parks, r.parks...)
 				if errors.Is(d.err, ErrFenced) {
 					failure = d.err
-					stopping = true
+					stop()
 					r.parks, r.ackWanted = nil, r.ackSent // fenced: write nothing more
 					continue
 				}
@@ -339,14 +419,14 @@ func (l *Loop) Run(ctx context.Context) error {
 				l.acked.Store(uint64(d.req.pos))
 			}
 		case <-done:
-			stopping = true
+			stop()
 			stopRead()
 		case <-timer.C:
 		}
 	}
 }
 
-// add queues newly committed transactions.
+// add takes in newly committed transactions.
 func (r *run) add(txns []Txn) {
 	now := time.Now()
 	for _, t := range txns {
@@ -354,119 +434,255 @@ func (r *run) add(txns []Txn) {
 		r.txns = append(r.txns, ts)
 		for i := range t.Events {
 			// a delayed event (Message.AvailableAt) waits, and holds its key
-			e := &entry{ev: t.Events[i], txn: ts, attempts: t.Events[i].Attempts, heapIdx: -1, notBefore: t.Events[i].AvailableAt}
+			r.seq++
+			e := &entry{ev: t.Events[i], txn: ts, seq: r.seq, attempts: t.Events[i].Attempts, heapIdx: -1, notBefore: t.Events[i].AvailableAt}
 			r.live++
 			if e.ev.Key == "" {
 				r.enqueue(e, now)
 				continue
 			}
-			q := r.keys[e.ev.Key]
-			if q == nil {
-				q = &keyQueue{key: e.ev.Key}
-				r.keys[e.ev.Key] = q
+			k := r.keys[e.ev.Key]
+			if k == nil {
+				k = &keyChain{key: e.ev.Key}
+				r.keys[e.ev.Key] = k
 			}
-			e.q = q
-			q.items = append(q.items, e)
-			if len(q.items) == 1 && !q.busy {
-				r.enqueue(e, now)
-			}
+			e.k = k
+			k.items = append(k.items, e)
+			r.markDirty(k)
 		}
 	}
 	r.advance()
 }
 
-// enqueue makes e ready, or delayed until its notBefore.
+// enqueue makes a keyless event due, or delayed until its notBefore.
 func (r *run) enqueue(e *entry, now time.Time) {
 	if e.notBefore.After(now) {
 		heap.Push(&r.delayed, e)
 		return
 	}
-	r.ready = append(r.ready, e)
+	r.loose = append(r.loose, e)
 }
 
-// launch publishes up to BatchSize ready events in one call.
-func (r *run) launch(base context.Context, results chan<- call, now time.Time) {
-	cfg := r.l.cfg
-	var c call
-	n := 0
-	for n < len(r.ready) && len(c.entries) < cfg.BatchSize {
-		e := r.ready[n]
-		n++
-		if e.q == nil {
-			c.entries = append(c.entries, e)
-			continue
-		}
-		e.q.busy = true
-		c.entries = append(c.entries, e)
-		if r.l.ordering >= broker.OrderKey {
-			// the broker keeps a key's order within a call: send its
-			// next events too, right after
-			for _, next := range e.q.items[1:] {
-				if len(c.entries) >= cfg.BatchSize || next.notBefore.After(now) {
-					break
-				}
-				c.entries = append(c.entries, next)
-			}
-		}
+func (r *run) markDirty(k *keyChain) {
+	if !k.dirty {
+		k.dirty = true
+		r.dirty = append(r.dirty, k)
 	}
-	r.ready = r.ready[n:]
-	if len(r.ready) == 0 {
-		r.ready = nil
+}
+
+// launch hands every event that may go now to a new set, which
+// internal/dispatch publishes on its own goroutine.
+func (r *run) launch(now time.Time) {
+	r.gen++
+	var es []*entry
+	for _, k := range r.dirty {
+		k.dirty = false
+		es = r.handOut(k, now, es)
 	}
-	r.inFlight++
-	evs := make([]outbox.Event, len(c.entries))
-	for i, e := range c.entries {
+	clear(r.dirty)
+	r.dirty = r.dirty[:0]
+	for _, e := range r.loose {
+		e.latch, e.gen = &dispatch.Latch{}, r.gen
+		es = append(es, e)
+	}
+	clear(r.loose)
+	r.loose = r.loose[:0]
+	if len(es) == 0 {
+		return
+	}
+	// oldest first: the dispatcher sends ready events in index order
+	slices.SortFunc(es, func(a, b *entry) int { return cmp.Compare(a.seq, b.seq) })
+	n := len(es)
+	evs := make([]outbox.Event, n)
+	latches := make([]*dispatch.Latch, n)
+	prevIn := make([]int, n)
+	var prev []dispatch.Ticket
+	for i, e := range es {
+		e.at = i
 		evs[i] = e.ev
 		evs[i].Attempts = e.attempts
+		latches[i] = e.latch
+		prevIn[i] = -1
+		switch p := e.pred; {
+		case p == nil:
+		case p.gen == r.gen:
+			prevIn[i] = p.at
+		default:
+			// in an earlier set, still in flight: wait for its outcome
+			if prev == nil {
+				prev = make([]dispatch.Ticket, n)
+			}
+			prev[i] = p.latch
+		}
+		e.pred = nil
 	}
-	go func() {
-		ctx, cancel := context.WithTimeout(base, cfg.PublishTimeout)
-		defer cancel()
-		o := cfg.Observer
-		if o != nil && o.PublishStart != nil {
-			if c := o.PublishStart(ctx, evs); c != nil {
-				ctx = c
-			}
-		}
-		start := time.Now()
-		res := broker.PublishResults(ctx, r.l.b, evs)
-		c.took = time.Since(start)
-		if len(res) != len(evs) { // an adapter bug: nothing it said can be trusted
-			bad := fmt.Errorf("broker %T returned %d results for %d events", r.l.b, len(res), len(evs))
-			res = make([]broker.Result, len(evs))
-			for i := range res {
-				res[i].Err = bad
-			}
-		}
-		c.results = res
-		if o != nil && o.PublishEnd != nil {
-			o.PublishEnd(ctx, evs, res, c.took)
-		}
-		results <- c
-	}()
+	r.sets++
+	go r.runSet(es, evs, latches, prevIn, prev)
 }
 
-// settle sorts a call's results: confirmed, retried, parked, or held back
-// behind a failure of its key (no attempt counted).
-func (r *run) settle(c call, now time.Time) {
+// handOut appends to es the key's events that may join the next set: from
+// the first one in no set, those due, up to a delayed one (it holds its
+// key) or one whose predecessor already failed (the key is handed out
+// again once that outcome is back). A key's events are in at most two sets
+// at once.
+func (r *run) handOut(k *keyChain, now time.Time, es []*entry) []*entry {
+	if k.placed > 0 && k.items[0].gen != k.items[k.placed-1].gen {
+		// its events are in two sets already: what comes next gathers
+		// here, to go in one set (and, on a key-ordered broker, one call)
+		// once the first of them is back
+		return es
+	}
+	for !k.broken && k.placed < len(k.items) {
+		e := k.items[k.placed]
+		if e.notBefore.After(now) {
+			if e.heapIdx < 0 {
+				heap.Push(&r.delayed, e)
+			}
+			break
+		}
+		var pred *entry
+		if k.placed > 0 {
+			pred = k.items[k.placed-1]
+			if done, ok := pred.latch.State(); done && !ok {
+				break
+			}
+		}
+		e.pred, e.latch, e.gen = pred, &dispatch.Latch{}, r.gen
+		k.placed++
+		k.out++
+		es = append(es, e)
+	}
+	return es
+}
+
+// runSet publishes one set through the dispatcher and reports to the
+// loop: each call's results (before the dispatcher moves the keys on, so
+// that a key's outcomes reach the loop in its order), each event given
+// back untried, and the set's end. It runs on its own goroutine and reads
+// no entry's fields.
+func (r *run) runSet(es []*entry, evs []outbox.Event, latches []*dispatch.Latch, prevIn []int, prev []dispatch.Ticket) {
 	cfg := r.l.cfg
-	failedKeys := map[*keyQueue]bool{}
-	touched := map[*keyQueue]bool{}
+	unavailable := false
+	dispatch.Run(dispatch.Set{
+		Events:   evs,
+		PrevIn:   prevIn,
+		Prev:     prev,
+		Features: broker.Features{Ordering: r.l.ordering, MaxInFlight: cfg.BatchSize},
+		MaxCalls: cfg.InFlight,
+		NoCut:    true, // a call takes what is ready, up to BatchSize, as it always did
+		PublishIdx: func(idx []int, send []outbox.Event) ([]broker.Result, bool) {
+			return r.publish(es, idx, send)
+		},
+		Judge: func(send []outbox.Event, results []broker.Result) []bool {
+			ok := make([]bool, len(send))
+			var failed map[string]bool
+			for i, e := range send {
+				switch err := results[i].Err; {
+				case e.Key != "" && failed[e.Key]:
+					// held back behind its key's failure in this call
+				case err == nil:
+					ok[i] = true
+				default:
+					unavailable = unavailable || errors.Is(err, broker.ErrUnavailable)
+					if e.Key != "" {
+						if failed == nil {
+							failed = map[string]bool{}
+						}
+						failed[e.Key] = true
+					}
+				}
+			}
+			return ok
+		},
+		Stop: func() bool {
+			return unavailable || r.ctx.Err() != nil || time.Now().UnixNano() < r.paused.Load()
+		},
+		Wait: func(wake <-chan struct{}) bool {
+			select {
+			case <-wake:
+				return true
+			case <-r.ctx.Done():
+				return false
+			}
+		},
+		Settled: func(i int, o dispatch.Outcome) {
+			if o == dispatch.GivenBack {
+				r.inbox.push(report{back: es[i]})
+			}
+			latches[i].Resolve(o == dispatch.Confirmed)
+		},
+	})
+	r.inbox.push(report{setDone: true})
+}
+
+// publish runs one publish call once one of the InFlight slots is free,
+// and reports its results to the loop. sent false: the loop stopped first.
+func (r *run) publish(es []*entry, idx []int, evs []outbox.Event) ([]broker.Result, bool) {
+	cfg := r.l.cfg
+	select {
+	case r.slots <- struct{}{}:
+	case <-r.ctx.Done():
+		return nil, false
+	}
+	ctx, cancel := context.WithTimeout(r.pub, cfg.PublishTimeout)
+	o := cfg.Observer
+	if o != nil && o.PublishStart != nil {
+		if c := o.PublishStart(ctx, evs); c != nil {
+			ctx = c
+		}
+	}
+	start := time.Now()
+	res := broker.PublishResults(ctx, r.l.b, evs)
+	took := time.Since(start)
+	if len(res) != len(evs) { // an adapter bug: nothing it said can be trusted
+		bad := fmt.Errorf("broker %T returned %d results for %d events", r.l.b, len(res), len(evs))
+		res = make([]broker.Result, len(evs))
+		for i := range res {
+			res[i].Err = bad
+		}
+	}
+	if o != nil && o.PublishEnd != nil {
+		o.PublishEnd(ctx, evs, res, took)
+	}
+	cancel()
+	<-r.slots // before the report: the loop, woken by it, finds the slot free
+	c := &call{entries: make([]*entry, len(idx)), events: evs, results: res, took: took}
+	for k, i := range idx {
+		c.entries[k] = es[i]
+	}
+	r.inbox.push(report{call: c})
+	return res, true
+}
+
+// settle takes in the sets' reports.
+func (r *run) settle(now time.Time) {
+	for _, rep := range r.inbox.take() {
+		switch {
+		case rep.call != nil:
+			r.settleCall(rep.call, now)
+		case rep.back != nil:
+			r.back(rep.back, now)
+		default:
+			r.sets--
+		}
+	}
+	r.advance()
+}
+
+// settleCall sorts a call's results: confirmed, retried, parked, or held
+// back behind a failure of its key (no attempt counted).
+func (r *run) settleCall(c *call, now time.Time) {
+	cfg := r.l.cfg
+	var failedKeys map[string]bool
 	anyOK := false
 	st := Settled{Events: len(c.entries), Took: c.took}
-	defer func() {
-		if o := cfg.Observer; o != nil && o.Settled != nil {
-			o.Settled(context.Background(), st)
-		}
-	}()
 	for i, e := range c.entries {
 		res := c.results[i]
-		if e.q != nil {
-			touched[e.q] = true
-		}
-		if e.q != nil && failedKeys[e.q] {
+		key := e.ev.Key
+		if key != "" && failedKeys[key] {
 			st.Held++
-			continue // held back: stays in its queue, behind the failed one
+			r.back(e, now) // held back: it goes again behind the failed one
+			continue
 		}
 		if res.Err == nil {
 			anyOK = true
@@ -478,20 +694,22 @@ func (r *run) settle(c call, now time.Time) {
 			r.done(e)
 			continue
 		}
-		if e.q != nil {
-			failedKeys[e.q] = true
+		if key != "" {
+			if failedKeys == nil {
+				failedKeys = map[string]bool{}
+			}
+			failedKeys[key] = true
 		}
 		if errors.Is(res.Err, broker.ErrUnavailable) {
 			st.Held++
 			e.notBefore = time.Time{}
 			r.unavailable++
 			r.pauseUntil = now.Add(r.backoff(r.unavailable))
+			r.paused.Store(r.pauseUntil.UnixNano())
 			if r.unavailable == 1 {
 				cfg.Logger.Warn("outbox cdc: broker unavailable; backing off", "error", res.Err.Error())
 			}
-			if e.q == nil {
-				r.ready = append(r.ready, e)
-			}
+			r.back(e, now)
 			continue
 		}
 		e.attempts++
@@ -505,41 +723,71 @@ func (r *run) settle(c call, now time.Time) {
 		r.l.retried.Add(1)
 		st.Retried++
 		e.notBefore = now.Add(retry.Delay(cfg.BackoffBase, cfg.BackoffMax, e.attempts, res.Err))
-		if e.q == nil {
-			heap.Push(&r.delayed, e)
-		}
+		r.back(e, now)
 	}
 	if anyOK && r.unavailable > 0 {
 		r.unavailable = 0
 		cfg.Logger.Info("outbox cdc: broker available again")
 	}
-	for q := range touched {
-		q.busy = false
-		if len(q.items) == 0 {
-			delete(r.keys, q.key)
-			continue
-		}
-		head := q.items[0]
-		if head.notBefore.After(now) {
-			heap.Push(&r.delayed, head)
-		} else {
-			r.ready = append(r.ready, head)
-		}
+	if o := cfg.Observer; o != nil && o.Settled != nil {
+		o.Settled(context.Background(), st)
 	}
-	r.advance()
 }
 
-// done settles e: off its key's queue and its transaction's count.
-func (r *run) done(e *entry) {
-	if q := e.q; q != nil {
-		// e is its key's head: a key's events settle in order
-		if len(q.items) > 0 && q.items[0] == e {
-			q.items[0] = nil
-			q.items = q.items[1:]
-		}
+// back takes e back from its set unsettled (retried, held back, given
+// back): a keyless event is due again at its notBefore; a key is handed
+// out again from its first event once all its outcomes are back.
+func (r *run) back(e *entry, now time.Time) {
+	e.latch = nil
+	k := e.k
+	if k == nil {
+		r.enqueue(e, now)
+		return
 	}
+	k.out--
+	k.broken = true
+	r.check(k)
+}
+
+// done settles e: off its key's events and its transaction's count.
+func (r *run) done(e *entry) {
+	e.latch = nil
 	e.txn.left--
 	r.live--
+	k := e.k
+	if k == nil {
+		return
+	}
+	// a key's events settle in order: e is its first
+	if len(k.items) > 0 && k.items[0] == e {
+		k.items[0] = nil
+		k.items = k.items[1:]
+	} else if i := slices.Index(k.items, e); i >= 0 {
+		k.items = slices.Delete(k.items, i, i+1)
+	}
+	k.placed--
+	k.out--
+	r.check(k)
+}
+
+// check lets a key go on after one of its outcomes came back: once none
+// of its events is in a set, it is forgotten when it has none left, else
+// handed out again.
+func (r *run) check(k *keyChain) {
+	if k.out > 0 {
+		if !k.broken && k.placed < len(k.items) {
+			r.markDirty(k) // its gathered events may go now
+		}
+		return
+	}
+	k.broken, k.placed = false, 0
+	if len(k.items) == 0 {
+		if r.keys[k.key] == k {
+			delete(r.keys, k.key)
+		}
+		return
+	}
+	r.markDirty(k)
 }
 
 // advance moves ackWanted past the leading fully settled transactions.
@@ -557,11 +805,15 @@ func (r *run) advance() {
 	}
 }
 
-// promote moves delayed events whose time came to ready.
+// promote makes the delayed events whose time came due.
 func (r *run) promote(now time.Time) {
 	for len(r.delayed) > 0 && !r.delayed[0].notBefore.After(now) {
 		e := heap.Pop(&r.delayed).(*entry)
-		r.ready = append(r.ready, e)
+		if e.k != nil {
+			r.markDirty(e.k)
+		} else {
+			r.loose = append(r.loose, e)
+		}
 	}
 }
 
@@ -571,7 +823,7 @@ func (r *run) wakeAt(now time.Time) time.Duration {
 	if len(r.delayed) > 0 {
 		d = min(d, r.delayed[0].notBefore.Sub(now))
 	}
-	if len(r.ready) > 0 && now.Before(r.pauseUntil) {
+	if (len(r.loose) > 0 || len(r.dirty) > 0) && now.Before(r.pauseUntil) {
 		d = min(d, r.pauseUntil.Sub(now))
 	}
 	if now.Before(r.ackRetry) {

@@ -4,7 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
+	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -358,6 +361,180 @@ func TestAvailableAtDelaysAndHoldsKey(t *testing.T) {
 	}
 }
 
+// gate is a broker that holds the calls carrying event hold until open is
+// closed, and logs which events each call carried, when it started.
+type gate struct {
+	*membroker.Broker
+	hold    int64
+	entered chan struct{}
+	open    chan struct{}
+	mu      sync.Mutex
+	starts  [][]int64
+}
+
+func (g *gate) PublishResults(ctx context.Context, evs []outbox.Event) []broker.Result {
+	ids := make([]int64, len(evs))
+	held := false
+	for i, e := range evs {
+		ids[i] = e.ID
+		held = held || e.ID == g.hold
+	}
+	g.mu.Lock()
+	g.starts = append(g.starts, ids)
+	g.mu.Unlock()
+	if held {
+		select {
+		case g.entered <- struct{}{}:
+		default:
+		}
+		select {
+		case <-g.open:
+		case <-ctx.Done():
+		}
+	}
+	return g.Broker.PublishResults(ctx, evs)
+}
+
+func (g *gate) Publish(ctx context.Context, evs []outbox.Event) []error {
+	res := g.PublishResults(ctx, evs)
+	errs := make([]error, len(res))
+	for i := range res {
+		errs[i] = res[i].Err
+	}
+	return errs
+}
+
+// callOf returns the first call that carried event id.
+func (g *gate) callOf(id int64) []int64 {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for _, c := range g.starts {
+		if slices.Contains(c, id) {
+			return c
+		}
+	}
+	return nil
+}
+
+// calls returns how many calls carried event id.
+func (g *gate) calls(id int64) int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	n := 0
+	for _, c := range g.starts {
+		for _, x := range c {
+			if x == id {
+				n++
+			}
+		}
+	}
+	return n
+}
+
+// A key's event read while its previous one is still in a publish call
+// (an earlier set) waits for that call's outcome: it goes only after the
+// previous one is confirmed and, when that one failed, it is given back
+// untried and goes after the retry. The other keys of the later read go
+// at once.
+func TestKeyAcrossReadsWaitsForTheCallInFlight(t *testing.T) {
+	for _, keyOrdered := range []bool{false, true} {
+		for _, failFirst := range []bool{false, true} {
+			t.Run(fmt.Sprintf("keyOrdered=%v/failFirst=%v", keyOrdered, failFirst), func(t *testing.T) {
+				mb := newBroker(t, membroker.Config{KeyOrdered: keyOrdered})
+				nextID = 0
+				first := txn(1, "k") // event 1
+				var mu sync.Mutex
+				failed := false
+				mb.SetHook(func(e outbox.Event) error {
+					mu.Lock()
+					defer mu.Unlock()
+					if failFirst && e.ID == 1 && !failed {
+						failed = true
+						return errors.New("transient")
+					}
+					return nil
+				})
+				g := &gate{Broker: mb, hold: 1, entered: make(chan struct{}, 1), open: make(chan struct{})}
+				src := newMemSource(first)
+				l := start(t, src, g, source.Config{})
+				select {
+				case <-g.entered:
+				case <-time.After(20 * time.Second):
+					t.Fatal("event 1 was not published")
+				}
+				src.add(txn(2, "k", "j")) // events 2 (k) and 3 (j)
+				waitFor(t, "the other key's event", func() bool {
+					return slices.ContainsFunc(mb.Events(""), func(e outbox.Event) bool { return e.ID == 3 })
+				})
+				time.Sleep(50 * time.Millisecond)
+				if n := g.calls(2); n != 0 {
+					t.Fatalf("event 2 was published while event 1, before it on its key, was in flight")
+				}
+				close(g.open)
+				waitFor(t, "ack of 2", func() bool { return src.lastAck() == 2 })
+				got := mb.Events("")
+				checkOrder(t, got)
+				if len(got) != 3 || got[0].ID != 3 {
+					t.Fatalf("delivered %v", got)
+				}
+				for _, e := range got {
+					want := 0
+					if failFirst && e.ID == 1 {
+						want = 1
+					}
+					if e.Attempts != want {
+						t.Fatalf("event %d went out with %d attempts, want %d", e.ID, e.Attempts, want)
+					}
+				}
+				if n := g.calls(2); n != 1 {
+					t.Fatalf("event 2 was in %d calls, want 1 (it waited, untried, for event 1)", n)
+				}
+				var retried int64
+				if failFirst {
+					retried = 1
+				}
+				if tot := l.Totals(); tot.Delivered != 3 || tot.Dead != 0 || tot.Retried != retried {
+					t.Fatalf("totals %+v", tot)
+				}
+			})
+		}
+	}
+}
+
+// On a key-ordered broker, a hot key's events read one at a time while
+// its earlier ones are in flight do not go one call each: those that
+// waited meanwhile go together, in one call.
+func TestHotKeyReadsGatherIntoOneCall(t *testing.T) {
+	mb := newBroker(t, membroker.Config{KeyOrdered: true})
+	g := &gate{Broker: mb, hold: 1, entered: make(chan struct{}, 1), open: make(chan struct{})}
+	nextID = 0
+	src := newMemSource(txn(1, "k"))
+	var reads atomic.Int64
+	start(t, src, g, source.Config{Observer: &source.Observer{Read: func(_ context.Context, _ []source.Txn, _ time.Duration, err error) {
+		if err == nil {
+			reads.Add(1)
+		}
+	}}})
+	select {
+	case <-g.entered:
+	case <-time.After(20 * time.Second):
+		t.Fatal("event 1 was not published")
+	}
+	for p := 2; p <= 5; p++ {
+		src.add(txn(source.Position(p), "k")) // one read each
+		waitFor(t, "the read", func() bool { return reads.Load() == int64(p) })
+	}
+	time.Sleep(20 * time.Millisecond)
+	close(g.open)
+	waitFor(t, "ack of 5", func() bool { return src.lastAck() == 5 })
+	checkOrder(t, mb.Events(""))
+	if c := g.callOf(3); fmt.Sprint(c) != "[3 4 5]" && fmt.Sprint(c) != "[2 3 4 5]" {
+		g.mu.Lock()
+		defer g.mu.Unlock()
+		t.Fatalf("calls %v: events 3, 4 and 5 did not go in one call", g.starts)
+	}
+}
+
 func TestConfigRefusesNegative(t *testing.T) {
 	if _, err := (source.Config{BatchSize: -1}).WithDefaults(); err == nil {
 		t.Fatal("accepted BatchSize -1")
@@ -399,4 +576,42 @@ func BenchmarkLoop(b *testing.B) {
 		<-done
 	}
 	b.ReportMetric(float64(n)*float64(b.N)/b.Elapsed().Seconds(), "ev/s")
+}
+
+// BenchmarkLoopHotKey: 2,000 events of one key, committed one per
+// transaction every 100µs, through a key-ordered membroker that takes 1ms
+// per call. To keep up, the loop must send the key's events that waited
+// meanwhile together, in one call.
+//
+//	go test -run XXX -bench LoopHotKey ./source/
+func BenchmarkLoopHotKey(b *testing.B) {
+	const n = 2000
+	calls := 0
+	for i := 0; i < b.N; i++ {
+		mb, _ := membroker.New(membroker.Config{KeyOrdered: true, Latency: time.Millisecond})
+		src := newMemSource()
+		l, err := source.New(src, mb, source.Config{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- l.Run(ctx) }()
+		t0 := time.Now()
+		for j := 1; j <= n; j++ {
+			src.add(source.Txn{Pos: source.Position(j), Events: []outbox.Event{{ID: int64(j), Message: outbox.Message{EventID: outbox.NewEventID(),
+				Topic: "t", Key: "hot", Type: "T", Payload: []byte("{}"), SchemaVersion: 1, ContentType: outbox.DefaultContentType}}}})
+			for time.Since(t0) < time.Duration(j)*100*time.Microsecond {
+				runtime.Gosched()
+			}
+		}
+		for src.lastAck() != n {
+			time.Sleep(time.Millisecond)
+		}
+		cancel()
+		<-done
+		calls += mb.Stats().Calls
+	}
+	b.ReportMetric(float64(n)*float64(b.N)/b.Elapsed().Seconds(), "ev/s")
+	b.ReportMetric(float64(n)*float64(b.N)/float64(calls), "ev/call")
 }

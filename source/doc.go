@@ -53,20 +53,28 @@
 // the same code (retry and DEAD rules, the reasons, the backoff with full
 // jitter and Retry-After).
 //
-// The relay's two engines share one per-key dispatcher,
-// internal/dispatch: it orders a claimed batch's events by key (each waits
-// for its predecessor, in the batch or, ordering by ownership, a ticket of
-// an earlier batch still in flight), sends a key-ordered broker a key's
-// events in one call, cuts calls to the broker's MaxInFlight, and gives
-// back untried whatever waits behind a failed event or was not sent before
-// a stop. Not shared yet: Loop keeps per-key FIFO queues of its own, and
-// with them its own dispatch (the same rules, listed above; the relay's
-// tests and this package's check them separately). Loop runs a stream,
-// not batches: its calls take the ready heads of its queues while earlier
-// calls are in flight, and it retries in memory; the dispatcher settles
-// one set of events and returns. Loop could feed it sets of ready events
-// (its retries and delays staying its own), at the cost of the stream's
-// overlap between sets. The relay settles by event id against leased rows
+// Loop and the relay's two engines publish through one per-key
+// dispatcher, internal/dispatch: it orders a set of events by key (each
+// waits for its predecessor, in the set or, through a ticket, in an
+// earlier set still in flight), sends a key-ordered broker a key's events
+// in one call, bounds each call, and gives back untried whatever waits
+// behind a failed event or was not sent before a stop. The relay's sets
+// are its claimed batches. Loop's are the events that may go when a
+// publish call could start, each set on its own goroutine, several in
+// flight at once and at most InFlight publish calls across them: a key's
+// event whose predecessor is in a set still in flight joins the new set
+// behind that predecessor's ticket, as ordering by ownership does across
+// batches. A key's events are in at most two sets at once: what comes
+// next gathers until the first of them is back, and then goes in one set
+// (on a key-ordered broker, one call), not one set per read. Unlike the relay on a broker that keeps no order, Loop does
+// not cut a set's ready events into several calls when none is in flight
+// (dispatch.Set.NoCut): a call takes what is ready, up to BatchSize. What feeds the sets stays Loop's own: each key's
+// unsettled events in commit order, retries (in memory, with their
+// backoff), AvailableAt delays, the pause while the broker is unreachable,
+// and the Positions it acknowledges. A key one of whose events came back
+// unsettled (retried, held back, given back) joins no new set until every
+// one of its events in a set is back; it then goes again from its first
+// unsettled event. The relay settles by event id against leased rows
 // (retry and release write to the store, an attempt counter lives in the
 // row, a DEAD event can hold its key), while Loop settles by counting
 // events off transactions. The poller can already run through Loop

@@ -115,12 +115,20 @@ type Set struct {
 	Features broker.Features
 	// MaxCalls bounds the calls in flight at once; 0 is DefaultMaxCalls.
 	MaxCalls int
+	// NoCut keeps the ready events together on a broker that keeps no
+	// order: a call found with no call in flight takes every ready event
+	// (up to MaxInFlight), not a MaxCalls-th of them.
+	NoCut bool
 
 	// Publish runs one publish call and returns one result per event; it
 	// may run on its own goroutine, several at once. sent false: nothing
 	// was sent (no room before a stop): the events are given back and no
 	// further call starts.
 	Publish func(events []outbox.Event) (results []broker.Result, sent bool)
+	// PublishIdx, when set, is used instead of Publish, and is also given
+	// the indices in Events of the call's events, in the call's order (it
+	// must not change idx).
+	PublishIdx func(idx []int, events []outbox.Event) (results []broker.Result, sent bool)
 	// Judge sorts one call's results and says per event whether it was
 	// confirmed (ok) or failed. It is called on Run's goroutine, one call
 	// at a time.
@@ -231,6 +239,12 @@ func Run(s Set) []Outcome {
 		results []broker.Result
 		sent    bool
 	}
+	publish := func(idx []int, send []outbox.Event) ([]broker.Result, bool) {
+		if s.PublishIdx != nil {
+			return s.PublishIdx(idx, send)
+		}
+		return s.Publish(send)
+	}
 	results := make(chan done, maxCalls)
 	inFlight := 0
 	stopping := false
@@ -269,7 +283,7 @@ func Run(s Set) []Outcome {
 		for len(queue) > 0 && inFlight < maxCalls {
 			slices.Sort(queue)
 			take := len(queue)
-			if !ordered && inFlight == 0 {
+			if !ordered && !s.NoCut && inFlight == 0 {
 				// nothing in flight: cut the ready events into
 				// maxCalls calls
 				take = (len(queue) + maxCalls - 1) / maxCalls
@@ -304,12 +318,12 @@ func Run(s Set) []Outcome {
 				// the only call, and nothing can get ready before it
 				// returns: run it here (no goroutine handoff per call,
 				// which a hot key would pay per event)
-				res, sent := s.Publish(send)
+				res, sent := publish(idx, send)
 				results <- done{idx: idx, send: send, results: res, sent: sent}
 				break
 			}
 			go func() {
-				res, sent := s.Publish(send)
+				res, sent := publish(idx, send)
 				results <- done{idx: idx, send: send, results: res, sent: sent}
 			}()
 		}

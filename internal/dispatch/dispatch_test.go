@@ -303,3 +303,50 @@ func TestWaitThatEndsGivesBackTheWaiting(t *testing.T) {
 		t.Errorf("published %v, want only b's event", r.sent())
 	}
 }
+
+func TestNoCutKeepsTheReadySetInOneCall(t *testing.T) {
+	evs, prevIn := events("a", "b", "c", "d", "a")
+	r := &recorder{}
+	Run(Set{Events: evs, PrevIn: prevIn, NoCut: true, Publish: r.publish, Judge: judge})
+	if fmt.Sprint(r.calls) != "[[1 2 3 4] [5]]" {
+		t.Errorf("calls %v, want the four ready events in one call, then a's next", r.calls)
+	}
+	// MaxInFlight still bounds a call
+	r = &recorder{}
+	Run(Set{Events: evs, PrevIn: prevIn, NoCut: true, Features: broker.Features{MaxInFlight: 3}, Publish: r.publish, Judge: judge})
+	for _, c := range r.calls {
+		if len(c) > 3 {
+			t.Errorf("calls %v: one carries more than MaxInFlight 3", r.calls)
+		}
+	}
+}
+
+func TestPublishIdxIsToldTheIndices(t *testing.T) {
+	evs, prevIn := events("a", "b", "a", "", "b")
+	var mu sync.Mutex
+	bad := 0
+	seen := map[int]int{}
+	out := Run(Set{Events: evs, PrevIn: prevIn, Features: broker.Features{Ordering: broker.OrderKey, MaxInFlight: 2},
+		PublishIdx: func(idx []int, send []outbox.Event) ([]broker.Result, bool) {
+			mu.Lock()
+			defer mu.Unlock()
+			if len(idx) != len(send) {
+				bad++
+			}
+			for k, i := range idx {
+				seen[i]++
+				if k >= len(send) || send[k].ID != evs[i].ID {
+					bad++
+				}
+			}
+			return make([]broker.Result, len(send)), true
+		}, Judge: judge})
+	if bad != 0 {
+		t.Errorf("%d indices did not match the call's events", bad)
+	}
+	for i, o := range out {
+		if o != Confirmed || seen[i] != 1 {
+			t.Errorf("event %d: %v, in %d calls, want confirmed in one", i+1, o, seen[i])
+		}
+	}
+}

@@ -1,13 +1,14 @@
-// Package dispatch is the per-key dispatcher the relay's engines share:
-// given a set of events (one claimed batch) and, for each, the event it
-// must wait for, it decides which events go to the broker in which
-// publish call and when, and which are given back untried.
+// Package dispatch is the per-key dispatcher the relay's engines and
+// source.Loop share: given a set of events (one claimed batch; for Loop,
+// the events that may go when a publish call could start) and, for each,
+// the event it must wait for, it decides which events go to the broker in
+// which publish call and when, and which are given back untried.
 //
 // What it owns:
 //
 //   - Order per key. An event is published only after its predecessor was
-//     confirmed: one in the same set (Set.PrevIn), or one outside it (an
-//     earlier batch still in flight) whose outcome it awaits through a
+//     confirmed: one in the same set (Set.PrevIn), or one outside it (in
+//     an earlier set still in flight) whose outcome it awaits through a
 //     Ticket (Set.Prev). On a broker that keeps a key's order within a
 //     call (Features.Ordering OrderKey or OrderPartition) a key's later
 //     events of the set go in the call of its first ready one, after it.
@@ -22,8 +23,9 @@
 //     2). Events ready together go in one call, in index order; on a
 //     broker that keeps no order (OrderNone) a ready set found with no call
 //     in flight is cut into MaxCalls calls, so that the keys' chains drift
-//     apart instead of all waiting for the slowest ack of one call. A call
-//     carries at most Features.MaxInFlight events.
+//     apart instead of all waiting for the slowest ack of one call
+//     (Set.NoCut keeps them in one call: source.Loop's calls take what is
+//     ready). A call carries at most Features.MaxInFlight events.
 //
 // What it does not own, and leaves to its caller's callbacks: the publish
 // call itself (deadlines, hooks, the broker's in-flight window), what a

@@ -624,6 +624,14 @@ func (r *run) publish(es []*entry, idx []int, evs []outbox.Event) ([]broker.Resu
 	case <-r.ctx.Done():
 		return nil, false
 	}
+	// A call that waited for its slot looks again: the loop may have
+	// stopped, or learned the broker is unreachable, meanwhile (the slot
+	// is freed before the loop hears of the call that held it). Its
+	// events are given back untried, as Stop would have.
+	if r.ctx.Err() != nil || time.Now().UnixNano() < r.paused.Load() {
+		<-r.slots
+		return nil, false
+	}
 	ctx, cancel := context.WithTimeout(r.pub, cfg.PublishTimeout)
 	o := cfg.Observer
 	if o != nil && o.PublishStart != nil {
@@ -674,6 +682,7 @@ func (r *run) settle(now time.Time) {
 func (r *run) settleCall(c *call, now time.Time) {
 	cfg := r.l.cfg
 	var failedKeys map[string]bool
+	var unavailable error // the first ErrUnavailable result of the call
 	anyOK := false
 	st := Settled{Events: len(c.entries), Took: c.took}
 	for i, e := range c.entries {
@@ -703,11 +712,8 @@ func (r *run) settleCall(c *call, now time.Time) {
 		if errors.Is(res.Err, broker.ErrUnavailable) {
 			st.Held++
 			e.notBefore = time.Time{}
-			r.unavailable++
-			r.pauseUntil = now.Add(r.backoff(r.unavailable))
-			r.paused.Store(r.pauseUntil.UnixNano())
-			if r.unavailable == 1 {
-				cfg.Logger.Warn("outbox cdc: broker unavailable; backing off", "error", res.Err.Error())
+			if unavailable == nil {
+				unavailable = res.Err
 			}
 			r.back(e, now)
 			continue
@@ -724,6 +730,16 @@ func (r *run) settleCall(c *call, now time.Time) {
 		st.Retried++
 		e.notBefore = now.Add(retry.Delay(cfg.BackoffBase, cfg.BackoffMax, e.attempts, res.Err))
 		r.back(e, now)
+	}
+	if unavailable != nil {
+		// one backoff step per call that could not reach the broker, not
+		// one per event of it
+		r.unavailable++
+		r.pauseUntil = now.Add(r.backoff(r.unavailable))
+		r.paused.Store(r.pauseUntil.UnixNano())
+		if r.unavailable == 1 {
+			cfg.Logger.Warn("outbox cdc: broker unavailable; backing off", "error", unavailable.Error())
+		}
 	}
 	if anyOK && r.unavailable > 0 {
 		r.unavailable = 0

@@ -28,6 +28,7 @@ type memSource struct {
 	acked  []source.Position
 	parked []source.Parked
 	wake   chan struct{}
+	nexts  atomic.Int64 // calls of Next: the reader calls again once the loop took the last read
 }
 
 func newMemSource(txns ...source.Txn) *memSource {
@@ -45,6 +46,7 @@ func (s *memSource) add(txns ...source.Txn) {
 }
 
 func (s *memSource) Next(ctx context.Context) ([]source.Txn, error) {
+	s.nexts.Add(1)
 	for {
 		s.mu.Lock()
 		if len(s.txns) > 0 {
@@ -523,6 +525,8 @@ func TestHotKeyReadsGatherIntoOneCall(t *testing.T) {
 	for p := 2; p <= 5; p++ {
 		src.add(txn(source.Position(p), "k")) // one read each
 		waitFor(t, "the read", func() bool { return reads.Load() == int64(p) })
+		// the reader asks again only once the loop has taken the read
+		waitFor(t, "the loop to take the read", func() bool { return src.nexts.Load() >= int64(p+1) })
 	}
 	time.Sleep(20 * time.Millisecond)
 	close(g.open)

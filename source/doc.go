@@ -66,10 +66,11 @@
 // behind that predecessor's ticket, as ordering by ownership does across
 // batches. A key's events are in at most two sets at once: what comes
 // next gathers until the first of them is back, and then goes in one set
-// (on a key-ordered broker, one call), not one set per read. Unlike the relay on a broker that keeps no order, Loop does
-// not cut a set's ready events into several calls when none is in flight
-// (dispatch.Set.NoCut): a call takes what is ready, up to BatchSize. What feeds the sets stays Loop's own: each key's
-// unsettled events in commit order, retries (in memory, with their
+// (on a key-ordered broker, one call), not one set per read. Unlike the
+// relay on a broker that keeps no order, Loop does not cut a set's ready
+// events into several calls when none is in flight (dispatch.Set.NoCut):
+// a call takes what is ready, up to BatchSize. What feeds the sets stays
+// Loop's own: each key's unsettled events in commit order, retries (in memory, with their
 // backoff), AvailableAt delays, the pause while the broker is unreachable,
 // and the Positions it acknowledges. A key one of whose events came back
 // unsettled (retried, held back, given back) joins no new set until every

@@ -48,7 +48,9 @@ func (s *Store) startListening() {
 // of the other, and every fullProbeEvery the probe also reads the whole
 // table's newest id (fullProbeSQL) and signals when it changed: a late
 // commit below the newest seen is found within that, once the rows above
-// it were delivered (until then their claims take it too). Once a second
+// it were delivered (until then their claims take it too). One below a row
+// that stays (DEAD, waiting for a retry or its AvailableAt, or held behind
+// its key) changes no max: the relay's poll finds it. Once a second
 // it checks the id sequence for a restart (TRUNCATE … RESTART IDENTITY),
 // after which nothing would be above the newest seen.
 func (s *Store) probe(ctx context.Context) {
@@ -88,8 +90,8 @@ func (s *Store) probe(ctx context.Context) {
 			if err := s.pool.QueryRow(ctx, full).Scan(&top); err != nil {
 				continue
 			}
-			if lastFull >= 0 && top != lastFull {
-				s.signal()
+			if lastFull >= 0 && top != lastFull && top > 0 {
+				s.signal() // (a table drained empty is no news)
 			}
 			lastFull = top
 		}

@@ -109,7 +109,10 @@
 //     earlier ones are still being published. Claims wait only for each
 //     other: the lock of the relay's shard view and key chains is never
 //     held across a round trip, so a heartbeat, a settle or Health does
-//     not wait for a claim in the store. A shard revoked while a claim
+//     not wait for a claim in the store. While the relay keeps up (its
+//     last claim did not fill its batch), a worker that finds one claim
+//     running and another waiting does not claim: the waiting one starts
+//     later and takes all it would have. A shard revoked while a claim
 //     reads it counts that claim as its work: it is released only once
 //     the claim's batch is settled.
 //   - The per-key dispatcher. Each claimed keyed event takes a ticket

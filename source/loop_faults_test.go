@@ -124,6 +124,12 @@ func (c *chaos) PublishResults(ctx context.Context, evs []outbox.Event) []broker
 	return res
 }
 
+// newChaos is a chaos broker drawing its faults from seed.
+func newChaos(t *testing.T, ordered bool, seed int64) *chaos {
+	return &chaos{t: t, ordered: ordered, rnd: rand.New(rand.NewSource(seed * 7)), order: map[string][]int64{},
+		keyOf: map[int64]string{}, settled: map[int64]bool{}, conf: map[int64]int{}, perm: map[int64]bool{}, fails: map[int64]int{}}
+}
+
 // shapes are the BatchSize/InFlight pairs the random tests run under.
 var shapes = []struct{ batch, inFlight int }{{3, 2}, {1, 3}}
 
@@ -149,8 +155,7 @@ func TestLoopRandomFaultsKeepEveryRule(t *testing.T) {
 			for seed := int64(1); seed <= 20; seed++ {
 				t.Run(fmt.Sprintf("ordered=%v/batch=%d,inflight=%d/seed=%d", ordered, sh.batch, sh.inFlight, seed), func(t *testing.T) {
 					rnd := rand.New(rand.NewSource(seed))
-					c := &chaos{t: t, ordered: ordered, rnd: rand.New(rand.NewSource(seed * 7)), order: map[string][]int64{},
-						keyOf: map[int64]string{}, settled: map[int64]bool{}, conf: map[int64]int{}, perm: map[int64]bool{}, fails: map[int64]int{}}
+					c := newChaos(t, ordered, seed)
 					src := newMemSource()
 					cfg := source.Config{BatchSize: sh.batch, InFlight: sh.inFlight, MaxAttempts: 100, BackoffBase: time.Millisecond, BackoffMax: 4 * time.Millisecond}
 					l, err := source.New(src, c, cfg)
@@ -234,8 +239,7 @@ func TestLoopRandomStopsAckNothingUnsettled(t *testing.T) {
 			for seed := int64(1); seed <= 20; seed++ {
 				t.Run(fmt.Sprintf("ordered=%v/batch=%d,inflight=%d/seed=%d", ordered, sh.batch, sh.inFlight, seed), func(t *testing.T) {
 					rnd := rand.New(rand.NewSource(seed))
-					c := &chaos{t: t, ordered: ordered, rnd: rand.New(rand.NewSource(seed * 7)), order: map[string][]int64{},
-						keyOf: map[int64]string{}, settled: map[int64]bool{}, conf: map[int64]int{}, perm: map[int64]bool{}, fails: map[int64]int{}}
+					c := newChaos(t, ordered, seed)
 					src := newMemSource()
 					cfg := source.Config{BatchSize: sh.batch, InFlight: sh.inFlight, MaxAttempts: 100, BackoffBase: time.Millisecond, BackoffMax: 4 * time.Millisecond, DrainTimeout: time.Second}
 					l, _ := source.New(src, c, cfg)

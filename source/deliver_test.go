@@ -398,7 +398,11 @@ func (g *gate) PublishResults(ctx context.Context, evs []outbox.Event) []broker.
 }
 
 func (g *gate) Publish(ctx context.Context, evs []outbox.Event) []error {
-	res := g.PublishResults(ctx, evs)
+	return errsOf(g.PublishResults(ctx, evs))
+}
+
+// errsOf is each result's error, for a Publish built on PublishResults.
+func errsOf(res []broker.Result) []error {
 	errs := make([]error, len(res))
 	for i := range res {
 		errs[i] = res[i].Err

@@ -43,12 +43,7 @@ func (c *chaos) Features() broker.Features {
 }
 func (c *chaos) Close(context.Context) error { return nil }
 func (c *chaos) Publish(ctx context.Context, evs []outbox.Event) []error {
-	res := c.PublishResults(ctx, evs)
-	out := make([]error, len(res))
-	for i := range res {
-		out[i] = res[i].Err
-	}
-	return out
+	return errsOf(c.PublishResults(ctx, evs))
 }
 
 func (c *chaos) bad(f string, a ...any) {
@@ -130,8 +125,22 @@ func newChaos(t *testing.T, ordered bool, seed int64) *chaos {
 		keyOf: map[int64]string{}, settled: map[int64]bool{}, conf: map[int64]int{}, perm: map[int64]bool{}, fails: map[int64]int{}}
 }
 
-// shapes are the BatchSize/InFlight pairs the random tests run under.
-var shapes = []struct{ batch, inFlight int }{{3, 2}, {1, 3}}
+// shape is a BatchSize/InFlight pair a random test runs under.
+type shape struct{ batch, inFlight int }
+
+// forRandomRuns runs fn as a subtest for each broker ordering (none, key),
+// each of two shapes, and 20 seeds.
+func forRandomRuns(t *testing.T, fn func(t *testing.T, ordered bool, sh shape, seed int64)) {
+	for _, ordered := range []bool{false, true} {
+		for _, sh := range []shape{{3, 2}, {1, 3}} {
+			for seed := int64(1); seed <= 20; seed++ {
+				t.Run(fmt.Sprintf("ordered=%v/batch=%d,inflight=%d/seed=%d", ordered, sh.batch, sh.inFlight, seed), func(t *testing.T) {
+					fn(t, ordered, sh, seed)
+				})
+			}
+		}
+	}
+}
 
 // ids lists the events' ids.
 func ids(evs []outbox.Event) []int64 {
@@ -150,148 +159,136 @@ func ids(evs []outbox.Event) []int64 {
 // holds; at the end each event was confirmed once or parked, and the ack
 // reached the last Position.
 func TestLoopRandomFaultsKeepEveryRule(t *testing.T) {
-	for _, ordered := range []bool{false, true} {
-		for _, sh := range shapes {
-			for seed := int64(1); seed <= 20; seed++ {
-				t.Run(fmt.Sprintf("ordered=%v/batch=%d,inflight=%d/seed=%d", ordered, sh.batch, sh.inFlight, seed), func(t *testing.T) {
-					rnd := rand.New(rand.NewSource(seed))
-					c := newChaos(t, ordered, seed)
-					src := newMemSource()
-					cfg := source.Config{BatchSize: sh.batch, InFlight: sh.inFlight, MaxAttempts: 100, BackoffBase: time.Millisecond, BackoffMax: 4 * time.Millisecond}
-					l, err := source.New(src, c, cfg)
-					if err != nil {
-						t.Fatal(err)
-					}
-					ctx, cancel := context.WithCancel(context.Background())
-					done := make(chan error, 1)
-					go func() { done <- l.Run(ctx) }()
-					keys := []string{"a", "b", "c", "d", ""}
-					var id int64
-					pos := source.Position(0)
-					total := 0
-					for round := 0; round < 60; round++ {
-						var txns []source.Txn
-						for n := rnd.Intn(3) + 1; n > 0; n-- {
-							pos++
-							tx := source.Txn{Pos: pos}
-							for m := rnd.Intn(4); m > 0; m-- {
-								id++
-								k := keys[rnd.Intn(len(keys))]
-								ev := outbox.Event{ID: id, Message: outbox.Message{EventID: outbox.NewEventID(), Topic: "t", Key: k, Type: "T", Payload: []byte("x"), SchemaVersion: 1, ContentType: outbox.DefaultContentType}}
-								if rnd.Intn(10) == 0 {
-									ev.AvailableAt = time.Now().Add(time.Duration(rnd.Intn(5)) * time.Millisecond)
-								}
-								c.mu.Lock()
-								c.order[k] = append(c.order[k], id)
-								c.mu.Unlock()
-								tx.Events = append(tx.Events, ev)
-								total++
-							}
-							txns = append(txns, tx)
-						}
-						src.add(txns...)
-						time.Sleep(time.Duration(rnd.Intn(2000)) * time.Microsecond)
-					}
-					waitFor(t, fmt.Sprintf("ack of %d", pos), func() bool { return src.lastAck() == pos })
-					cancel()
-					if err := <-done; err != nil {
-						t.Fatal(err)
+	forRandomRuns(t, func(t *testing.T, ordered bool, sh shape, seed int64) {
+		rnd := rand.New(rand.NewSource(seed))
+		c := newChaos(t, ordered, seed)
+		src := newMemSource()
+		cfg := source.Config{BatchSize: sh.batch, InFlight: sh.inFlight, MaxAttempts: 100, BackoffBase: time.Millisecond, BackoffMax: 4 * time.Millisecond}
+		l, err := source.New(src, c, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- l.Run(ctx) }()
+		keys := []string{"a", "b", "c", "d", ""}
+		var id int64
+		pos := source.Position(0)
+		total := 0
+		for round := 0; round < 60; round++ {
+			var txns []source.Txn
+			for n := rnd.Intn(3) + 1; n > 0; n-- {
+				pos++
+				tx := source.Txn{Pos: pos}
+				for m := rnd.Intn(4); m > 0; m-- {
+					id++
+					k := keys[rnd.Intn(len(keys))]
+					ev := outbox.Event{ID: id, Message: outbox.Message{EventID: outbox.NewEventID(), Topic: "t", Key: k, Type: "T", Payload: []byte("x"), SchemaVersion: 1, ContentType: outbox.DefaultContentType}}
+					if rnd.Intn(10) == 0 {
+						ev.AvailableAt = time.Now().Add(time.Duration(rnd.Intn(5)) * time.Millisecond)
 					}
 					c.mu.Lock()
-					defer c.mu.Unlock()
-					for _, e := range c.errs[:min(len(c.errs), 10)] {
-						t.Error(e)
-					}
-					if c.maxIn > cfg.InFlight {
-						t.Errorf("%d calls in flight, InFlight %d", c.maxIn, cfg.InFlight)
-					}
-					nconf, nperm := 0, 0
-					for i := int64(1); i <= id; i++ {
-						if c.conf[i] > 1 {
-							t.Errorf("event %d confirmed %d times", i, c.conf[i])
-						}
-						if c.conf[i] > 0 {
-							nconf++
-						} else if c.perm[i] {
-							nperm++
-						} else {
-							t.Errorf("event %d neither confirmed nor parked", i)
-						}
-					}
-					tot := l.Totals()
-					if tot.Delivered != int64(nconf) || tot.Dead != int64(nperm) {
-						t.Errorf("totals %+v, broker confirmed %d, permanent %d", tot, nconf, nperm)
-					}
-					if len(src.parkedEvents()) != nperm {
-						t.Errorf("parked %d, want %d", len(src.parkedEvents()), nperm)
-					}
-				})
+					c.order[k] = append(c.order[k], id)
+					c.mu.Unlock()
+					tx.Events = append(tx.Events, ev)
+					total++
+				}
+				txns = append(txns, tx)
+			}
+			src.add(txns...)
+			time.Sleep(time.Duration(rnd.Intn(2000)) * time.Microsecond)
+		}
+		waitFor(t, fmt.Sprintf("ack of %d", pos), func() bool { return src.lastAck() == pos })
+		cancel()
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		for _, e := range c.errs[:min(len(c.errs), 10)] {
+			t.Error(e)
+		}
+		if c.maxIn > cfg.InFlight {
+			t.Errorf("%d calls in flight, InFlight %d", c.maxIn, cfg.InFlight)
+		}
+		nconf, nperm := 0, 0
+		for i := int64(1); i <= id; i++ {
+			if c.conf[i] > 1 {
+				t.Errorf("event %d confirmed %d times", i, c.conf[i])
+			}
+			if c.conf[i] > 0 {
+				nconf++
+			} else if c.perm[i] {
+				nperm++
+			} else {
+				t.Errorf("event %d neither confirmed nor parked", i)
 			}
 		}
-	}
+		tot := l.Totals()
+		if tot.Delivered != int64(nconf) || tot.Dead != int64(nperm) {
+			t.Errorf("totals %+v, broker confirmed %d, permanent %d", tot, nconf, nperm)
+		}
+		if len(src.parkedEvents()) != nperm {
+			t.Errorf("parked %d, want %d", len(src.parkedEvents()), nperm)
+		}
+	})
 }
 
 // The same random faults with a stop mid-stream: Run returns, and no
 // Position past an unsettled event was acknowledged.
 func TestLoopRandomStopsAckNothingUnsettled(t *testing.T) {
-	for _, ordered := range []bool{false, true} {
-		for _, sh := range shapes {
-			for seed := int64(1); seed <= 20; seed++ {
-				t.Run(fmt.Sprintf("ordered=%v/batch=%d,inflight=%d/seed=%d", ordered, sh.batch, sh.inFlight, seed), func(t *testing.T) {
-					rnd := rand.New(rand.NewSource(seed))
-					c := newChaos(t, ordered, seed)
-					src := newMemSource()
-					cfg := source.Config{BatchSize: sh.batch, InFlight: sh.inFlight, MaxAttempts: 100, BackoffBase: time.Millisecond, BackoffMax: 4 * time.Millisecond, DrainTimeout: time.Second}
-					l, _ := source.New(src, c, cfg)
-					ctx, cancel := context.WithCancel(context.Background())
-					done := make(chan error, 1)
-					go func() { done <- l.Run(ctx) }()
-					keys := []string{"a", "b", "c", "d", ""}
-					var id int64
-					pos := source.Position(0)
-					txIDs := map[source.Position][]int64{}
-					for round := 0; round < 30; round++ {
-						pos++
-						tx := source.Txn{Pos: pos}
-						for m := rnd.Intn(4); m > 0; m-- {
-							id++
-							k := keys[rnd.Intn(len(keys))]
-							ev := outbox.Event{ID: id, Message: outbox.Message{EventID: outbox.NewEventID(), Topic: "t", Key: k, Type: "T", Payload: []byte("x"), SchemaVersion: 1, ContentType: outbox.DefaultContentType}}
-							c.mu.Lock()
-							c.order[k] = append(c.order[k], id)
-							c.mu.Unlock()
-							tx.Events = append(tx.Events, ev)
-							txIDs[pos] = append(txIDs[pos], id)
-						}
-						src.add(tx)
-						time.Sleep(time.Duration(rnd.Intn(500)) * time.Microsecond)
-					}
-					cancel()
-					select {
-					case err := <-done:
-						if err != nil {
-							t.Fatal(err)
-						}
-					case <-time.After(5 * time.Second):
-						t.Fatal("Run did not return")
-					}
-					c.mu.Lock()
-					defer c.mu.Unlock()
-					for _, e := range c.errs[:min(len(c.errs), 10)] {
-						t.Error(e)
-					}
-					a := src.lastAck()
-					for p := source.Position(1); p <= a; p++ {
-						for _, i := range txIDs[p] {
-							if c.conf[i] == 0 && !c.perm[i] {
-								t.Errorf("acked %d past unsettled event %d (txn %d)", a, i, p)
-							}
-						}
-					}
-				})
+	forRandomRuns(t, func(t *testing.T, ordered bool, sh shape, seed int64) {
+		rnd := rand.New(rand.NewSource(seed))
+		c := newChaos(t, ordered, seed)
+		src := newMemSource()
+		cfg := source.Config{BatchSize: sh.batch, InFlight: sh.inFlight, MaxAttempts: 100, BackoffBase: time.Millisecond, BackoffMax: 4 * time.Millisecond, DrainTimeout: time.Second}
+		l, _ := source.New(src, c, cfg)
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- l.Run(ctx) }()
+		keys := []string{"a", "b", "c", "d", ""}
+		var id int64
+		pos := source.Position(0)
+		txIDs := map[source.Position][]int64{}
+		for round := 0; round < 30; round++ {
+			pos++
+			tx := source.Txn{Pos: pos}
+			for m := rnd.Intn(4); m > 0; m-- {
+				id++
+				k := keys[rnd.Intn(len(keys))]
+				ev := outbox.Event{ID: id, Message: outbox.Message{EventID: outbox.NewEventID(), Topic: "t", Key: k, Type: "T", Payload: []byte("x"), SchemaVersion: 1, ContentType: outbox.DefaultContentType}}
+				c.mu.Lock()
+				c.order[k] = append(c.order[k], id)
+				c.mu.Unlock()
+				tx.Events = append(tx.Events, ev)
+				txIDs[pos] = append(txIDs[pos], id)
+			}
+			src.add(tx)
+			time.Sleep(time.Duration(rnd.Intn(500)) * time.Microsecond)
+		}
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatal(err)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatal("Run did not return")
+		}
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		for _, e := range c.errs[:min(len(c.errs), 10)] {
+			t.Error(e)
+		}
+		a := src.lastAck()
+		for p := source.Position(1); p <= a; p++ {
+			for _, i := range txIDs[p] {
+				if c.conf[i] == 0 && !c.perm[i] {
+					t.Errorf("acked %d past unsettled event %d (txn %d)", a, i, p)
+				}
 			}
 		}
-	}
+	})
 }
 
 // A key's first event goes DEAD while its next ones wait in later sets:
@@ -393,12 +390,7 @@ func (b *blip) PublishResults(ctx context.Context, evs []outbox.Event) []broker.
 	return b.Broker.PublishResults(ctx, evs)
 }
 func (b *blip) Publish(ctx context.Context, evs []outbox.Event) []error {
-	res := b.PublishResults(ctx, evs)
-	out := make([]error, len(res))
-	for i := range res {
-		out[i] = res[i].Err
-	}
-	return out
+	return errsOf(b.PublishResults(ctx, evs))
 }
 
 // One unreachable call of 20 events of distinct keys pauses the loop one

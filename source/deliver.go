@@ -709,6 +709,15 @@ func (r *run) settleCall(c *call, now time.Time) {
 			}
 			failedKeys[key] = true
 		}
+		if errors.Is(res.Err, broker.ErrNotAttempted) {
+			// The adapter did not send it: it stood behind a failure of
+			// its ordered unit (a Kafka partition shared with another
+			// key). It goes again, uncharged; its key's later events
+			// are held behind it (failedKeys, above).
+			st.Held++
+			r.back(e, now)
+			continue
+		}
 		if errors.Is(res.Err, broker.ErrUnavailable) {
 			st.Held++
 			e.notBefore = time.Time{}

@@ -623,3 +623,71 @@ func BenchmarkLoopHotKey(b *testing.B) {
 	b.ReportMetric(float64(n)*float64(b.N)/b.Elapsed().Seconds(), "ev/s")
 	b.ReportMetric(float64(n)*float64(b.N)/float64(calls), "ev/call")
 }
+
+// partitionBroker is a broker whose ordered unit is the call (a Kafka
+// partition shared by every key): once an event fails, the later events
+// of the call, whatever their key, are not sent (broker.ErrNotAttempted).
+type partitionBroker struct{ *membroker.Broker }
+
+func (p partitionBroker) Features() broker.Features {
+	return broker.Features{Ordering: broker.OrderPartition}
+}
+
+func (p partitionBroker) PublishResults(ctx context.Context, evs []outbox.Event) []broker.Result {
+	out := make([]broker.Result, len(evs))
+	failed := false
+	for i := range evs {
+		if failed {
+			out[i].Err = fmt.Errorf("not sent behind a failure (%w)", broker.ErrNotAttempted)
+			continue
+		}
+		out[i] = p.Broker.PublishResults(ctx, evs[i:i+1])[0]
+		failed = out[i].Err != nil
+	}
+	return out
+}
+
+func (p partitionBroker) Publish(ctx context.Context, evs []outbox.Event) []error {
+	return errsOf(p.PublishResults(ctx, evs))
+}
+
+// An event the adapter did not send because another key's event failed
+// before it in its ordered unit (ErrNotAttempted) goes again uncharged:
+// with MaxAttempts 2 and two failures of key a, key b must not go DEAD.
+func TestNotAttemptedCostsNoAttempt(t *testing.T) {
+	mb := newBroker(t, membroker.Config{})
+	var mu sync.Mutex
+	failed := 0
+	nextID = 0
+	mb.SetHook(func(e outbox.Event) error {
+		mu.Lock()
+		defer mu.Unlock()
+		if e.ID == 1 && failed < 3 {
+			failed++
+			return errors.New("transient")
+		}
+		return nil
+	})
+	src := newMemSource(txn(1, "a", "b", "b"))
+	l := start(t, src, partitionBroker{mb}, source.Config{MaxAttempts: 4})
+	waitFor(t, "delivered", func() bool { return src.lastAck() == 1 })
+	got := mb.Events("")
+	if len(got) != 3 {
+		t.Fatalf("delivered %d: %v", len(got), got)
+	}
+	var b []int64
+	for _, e := range got {
+		if e.Key == "b" {
+			b = append(b, e.ID)
+			if e.Attempts != 0 {
+				t.Fatalf("event %d of key b went out with %d attempts, want 0", e.ID, e.Attempts)
+			}
+		}
+	}
+	if !slices.Equal(b, []int64{2, 3}) {
+		t.Fatalf("key b's order %v", b)
+	}
+	if tot := l.Totals(); tot.Dead != 0 || tot.Retried != 3 {
+		t.Fatalf("totals %+v, want 3 retries (key a's) and none dead", tot)
+	}
+}

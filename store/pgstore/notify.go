@@ -2,6 +2,7 @@ package pgstore
 
 import (
 	"context"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -43,22 +44,29 @@ func (s *Store) startListening() {
 // newest it has seen (probeSQL: it reads only the rows inserted since, so
 // its cost grows neither with the backlog nor with the rows deleted since
 // the last VACUUM). Ids are drawn at INSERT and committed out of order, so
-// a commit can land below an id already seen; the relay's look again
-// shortly after each wake-up covers a commit landing within milliseconds
-// of the other, and every fullProbeEvery the probe also reads the whole
-// table's newest id (fullProbeSQL) and signals when it changed: a late
-// commit below the newest seen is found within that, once the rows above
-// it were delivered (until then their claims take it too). One below a row
-// that stays (DEAD, waiting for a retry or its AvailableAt, or held behind
-// its key) changes no max: the relay's poll finds it. Once a second
-// it checks the id sequence for a restart (TRUNCATE … RESTART IDENTITY),
-// after which nothing would be above the newest seen.
+// a commit can land below an id already seen, and below rows that stay in
+// the table (DEAD, waiting for a retry, held behind their key), so that no
+// max over the table changes either. The relay's look again shortly after
+// each wake-up covers a commit landing within milliseconds of the other;
+// for the rest, every writersEvery the probe lists the transactions that
+// hold a write lock on the table (writersSQL, from pg_locks: an INSERT
+// holds one until its transaction ends) and signals when one it saw
+// before is gone: it committed (or rolled back, a wake-up for nothing).
+// So a producer's transaction that was open at one of those looks is
+// found within writersEvery of its commit, wherever its id lies; one that
+// began and committed between two looks, below an id already seen, is
+// found by the relay's poll. Where pg_locks cannot be read, the probe
+// reads the table's newest id instead (fullProbeSQL) and signals when it
+// changed. Once a second it checks the id sequence for a restart
+// (TRUNCATE … RESTART IDENTITY), after which nothing would be above the
+// newest seen.
 func (s *Store) probe(ctx context.Context) {
 	defer s.background.Done()
 	q, full := s.probeSQL(), s.fullProbeSQL()
 	last, lastFull := int64(-1), int64(-1)
+	var writers []string // the write-lock holders seen at the last look; nil before the first
 	n := 0
-	fullEvery := max(int(fullProbeEvery/s.probeEvery), 1)
+	fullEvery := max(int(writersEvery/s.probeEvery), 1)
 	restartEvery := max(int(time.Second/s.probeEvery), 1)
 	t := time.NewTicker(s.probeEvery)
 	defer t.Stop()
@@ -86,6 +94,15 @@ func (s *Store) probe(ctx context.Context) {
 			last = newest
 		}
 		if n%fullEvery == 0 {
+			var now []string
+			if err := s.pool.QueryRow(ctx, writersSQL, s.table).Scan(&now); err == nil {
+				slices.Sort(now)
+				if writerEnded(writers, now) {
+					s.signal()
+				}
+				writers = now
+				continue
+			}
 			var top int64
 			if err := s.pool.QueryRow(ctx, full).Scan(&top); err != nil {
 				continue
@@ -98,9 +115,32 @@ func (s *Store) probe(ctx context.Context) {
 	}
 }
 
-// fullProbeEvery is how often the commit probe reads the whole table's
-// newest id (see probe).
-const fullProbeEvery = 50 * time.Millisecond
+// writersEvery is how often the commit probe lists the table's writers
+// (see probe). A look costs PostgreSQL about 0.3 ms (it copies the lock
+// table), too much for every probeEvery.
+const writersEvery = 50 * time.Millisecond
+
+// writersSQL lists the transactions (virtual ids) that hold or
+// wait for a write lock on table $1: producers between their INSERT and
+// their commit, and relays' own claims and acks, whose end wakes the relay
+// for nothing only when a look falls inside one of their few milliseconds.
+const writersSQL = `SELECT ARRAY(SELECT virtualtransaction FROM pg_locks
+WHERE locktype = 'relation' AND relation = $1::text::regclass AND mode = 'RowExclusiveLock')`
+
+// writerEnded says whether a transaction in before (sorted) is not in now
+// (sorted): it ended since the last look.
+func writerEnded(before, now []string) bool {
+	j := 0
+	for _, v := range before {
+		for j < len(now) && now[j] < v {
+			j++
+		}
+		if j == len(now) || now[j] != v {
+			return true
+		}
+	}
+	return false
+}
 
 // probeSQL returns the newest id above $1 ($1 itself, or 0, when there is
 // none). A max over the whole index walks, when the table is empty (a
@@ -113,7 +153,8 @@ func (s *Store) probeSQL() string {
 }
 
 // fullProbeSQL returns the table's newest id (0 when it is empty): the
-// walk probeSQL avoids, made every fullProbeEvery only.
+// walk probeSQL avoids, made every writersEvery only, and only where
+// writersSQL fails.
 func (s *Store) fullProbeSQL() string {
 	return "SELECT COALESCE(max(id), 0) FROM " + s.table
 }

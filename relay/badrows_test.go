@@ -133,6 +133,12 @@ func TestBadRowsAmidGoodOnes(t *testing.T) {
 								break
 							}
 						}
+						// The relay counts it DEAD (and logs it), whether the
+						// broker refused it or the claim buried it for
+						// breaking the table contract.
+						if n := r.Totals().Dead.Load(); n != 1 {
+							t.Errorf("the relay's Totals say %d DEAD; want 1", n)
+						}
 						if stats.Dead != 1 || stats.BlockedKeys != 1 {
 							t.Errorf("Stats: %+v; want Dead 1, BlockedKeys 1", stats)
 						}

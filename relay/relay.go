@@ -271,6 +271,9 @@ func (r *Relay) round(ctx context.Context, settling *chan struct{}) (int, error)
 	}
 	r.health.set(&r.health.store, nil)
 	stamp(&r.lastClaim)
+	if len(claim.Buried) > 0 {
+		r.buriedAtClaim(ctx, lease, start, claim.Buried)
+	}
 	if len(claim.Events) == 0 {
 		return 0, nil
 	}
@@ -372,4 +375,20 @@ func (r *Relay) inFlightWindow(ctx context.Context, n int) (release func(), stop
 		return nil, true
 	}
 	return func() { r.window.Release(w) }, false
+}
+
+// buriedAtClaim logs and counts the events the claim marked DEAD itself,
+// because their rows break the table contract, as the relay's own burials
+// are: a warning each, Totals.Dead, and a report to the settle hooks.
+func (r *Relay) buriedAtClaim(ctx context.Context, lease store.Lease, start time.Time, buried []store.Burial) {
+	for _, d := range buried {
+		r.cfg.Logger.Warn("relay: event is DEAD", "id", d.ID, "reason", d.Error)
+	}
+	n := len(buried)
+	r.totals.Claimed.Add(int64(n))
+	r.totals.Dead.Add(int64(n))
+	rep := BatchReport{Lease: lease, Claimed: n, Dead: n, Duration: time.Since(start)}
+	for _, h := range r.hooks.settle {
+		h.OnSettle(context.WithoutCancel(ctx), rep)
+	}
 }

@@ -75,6 +75,24 @@ func checkText(column, s string) error {
 // Release.
 func Screen(ctx context.Context, lease Lease, events []outbox.Event, bad map[int64]error, holdDeadKeys bool,
 	bury func(context.Context, Lease, []Burial) error, release func(context.Context, Lease, []int64) error) ([]outbox.Event, error) {
+	kept, _, err := screen(ctx, lease, events, bad, holdDeadKeys, bury, release)
+	return kept, err
+}
+
+// ScreenClaim is Screen on c's events: it keeps in c.Events those to
+// deliver and records in c.Buried those it buried.
+func ScreenClaim(ctx context.Context, c *Claim, bad map[int64]error, holdDeadKeys bool,
+	bury func(context.Context, Lease, []Burial) error, release func(context.Context, Lease, []int64) error) error {
+	kept, buried, err := screen(ctx, c.Lease, c.Events, bad, holdDeadKeys, bury, release)
+	if err != nil {
+		return err
+	}
+	c.Events, c.Buried = kept, buried
+	return nil
+}
+
+func screen(ctx context.Context, lease Lease, events []outbox.Event, bad map[int64]error, holdDeadKeys bool,
+	bury func(context.Context, Lease, []Burial) error, release func(context.Context, Lease, []int64) error) ([]outbox.Event, []Burial, error) {
 	reason := func(e *outbox.Event) error {
 		if err := bad[e.ID]; err != nil {
 			return err
@@ -90,7 +108,7 @@ func Screen(ctx context.Context, lease Lease, events []outbox.Event, bad map[int
 		}
 	}
 	if first < 0 {
-		return events, nil
+		return events, nil, nil
 	}
 	var burials []Burial
 	var released []int64
@@ -115,17 +133,17 @@ func Screen(ctx context.Context, lease Lease, events []outbox.Event, bad map[int
 		}
 	}
 	if err := bury(ctx, lease, burials); err != nil {
-		return nil, fmt.Errorf("burying %d events that break the table contract: %w", len(burials), err)
+		return nil, nil, fmt.Errorf("burying %d events that break the table contract: %w", len(burials), err)
 	}
 	if len(released) > 0 {
 		if err := release(ctx, lease, released); err != nil {
-			return nil, fmt.Errorf("releasing %d events held by a row that breaks the table contract: %w", len(released), err)
+			return nil, nil, fmt.Errorf("releasing %d events held by a row that breaks the table contract: %w", len(released), err)
 		}
 	}
 	if len(kept) == 0 {
-		return nil, nil
+		return nil, burials, nil
 	}
-	return kept, nil
+	return kept, burials, nil
 }
 
 // DecodeHeaders parses the headers column, which must hold a JSON object

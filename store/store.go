@@ -100,6 +100,10 @@ type Claim struct {
 	Lease  Lease
 	Until  time.Time // lease expiry, database clock
 	Events []outbox.Event
+	// Buried are the claimed events the claim itself marked DEAD because
+	// their rows break the table contract (see Screen); they are not in
+	// Events. The relay logs and counts them like its own burials.
+	Buried []Burial
 }
 
 // Retry is one event to try again later.

@@ -272,7 +272,7 @@ func (s *Store) Claim(ctx context.Context, req store.ClaimRequest) (store.Claim,
 	if t, terr := epoch(until); err == nil && terr == nil && !t.IsZero() {
 		c.Until = t
 	}
-	if c.Events, err = store.Screen(ctx, c.Lease, c.Events, bad, req.HoldDeadKeys, s.Bury, s.Release); err != nil {
+	if err = store.ScreenClaim(ctx, &c, bad, req.HoldDeadKeys, s.Bury, s.Release); err != nil {
 		return store.Claim{Lease: req.Lease}, fmt.Errorf("mysqlstore: claim: %w", err)
 	}
 	return c, nil

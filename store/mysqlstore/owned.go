@@ -599,7 +599,7 @@ func (s *Store) claimOwned(ctx context.Context, req store.OwnedClaimRequest, rea
 	if len(c.Events) == 0 {
 		return c, parked, nil
 	}
-	if c.Events, err = store.Screen(ctx, c.Lease, c.Events, bad, req.HoldDeadKeys, s.Bury, s.Release); err != nil {
+	if err = store.ScreenClaim(ctx, &c, bad, req.HoldDeadKeys, s.Bury, s.Release); err != nil {
 		// The claim is committed: running it again under the same lease
 		// would leave these rows claimed and unseen (a deadlock here must
 		// not be retried by ClaimOwned).

@@ -198,7 +198,7 @@ RETURNING lease_until, n`
 	if len(c.Events) < req.Limit {
 		s.caughtUp()
 	}
-	if c.Events, err = store.Screen(ctx, c.Lease, c.Events, bad, req.HoldDeadKeys, s.Bury, s.Release); err != nil {
+	if err = store.ScreenClaim(ctx, &c, bad, req.HoldDeadKeys, s.Bury, s.Release); err != nil {
 		return store.Claim{}, fmt.Errorf("pgstore: claim: %w", err)
 	}
 	return c, nil

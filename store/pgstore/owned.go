@@ -422,7 +422,7 @@ func (s *Store) claimOwned(ctx context.Context, req store.OwnedClaimRequest, exp
 	} else {
 		s.busyOwners.Delete(req.Lease.Owner)
 	}
-	if c.Events, err = store.Screen(ctx, c.Lease, c.Events, bad, req.HoldDeadKeys, s.Bury, s.Release); err != nil {
+	if err = store.ScreenClaim(ctx, &c, bad, req.HoldDeadKeys, s.Bury, s.Release); err != nil {
 		return store.Claim{}, reads, parked, fmt.Errorf("pgstore: claim: %w", err)
 	}
 	return c, reads, parked, nil

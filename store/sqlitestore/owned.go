@@ -351,7 +351,7 @@ func (s *Store) ClaimOwned(ctx context.Context, req store.OwnedClaimRequest) (st
 		return c, nil
 	}
 	sort.Slice(c.Events, func(i, j int) bool { return c.Events[i].ID < c.Events[j].ID })
-	if c.Events, err = store.Screen(ctx, c.Lease, c.Events, bad, req.HoldDeadKeys, s.Bury, s.Release); err != nil {
+	if err = store.ScreenClaim(ctx, &c, bad, req.HoldDeadKeys, s.Bury, s.Release); err != nil {
 		return store.Claim{Lease: req.Lease}, fmt.Errorf("sqlitestore: claim: %w", err)
 	}
 	return c, nil

@@ -585,7 +585,7 @@ func (s *Store) claimOnce(ctx context.Context, look *sql.Stmt, req store.ClaimRe
 	}
 	s.claimGen.Add(1)
 	sort.Slice(c.Events, func(i, j int) bool { return c.Events[i].ID < c.Events[j].ID })
-	if c.Events, err = store.Screen(ctx, c.Lease, c.Events, bad, req.HoldDeadKeys, s.Bury, s.Release); err != nil {
+	if err = store.ScreenClaim(ctx, &c, bad, req.HoldDeadKeys, s.Bury, s.Release); err != nil {
 		return store.Claim{Lease: req.Lease}, false, fmt.Errorf("sqlitestore: claim: %w", err)
 	}
 	return c, false, nil

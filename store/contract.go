@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"unicode/utf8"
 
 	outbox "github.com/outbox-go/outbox"
 	"github.com/outbox-go/outbox/internal/eventrule"
@@ -149,10 +150,18 @@ func screen(ctx context.Context, lease Lease, events []outbox.Event, bad map[int
 // DecodeHeaders parses the headers column, which must hold a JSON object
 // whose values are strings ('{}' or empty: no headers). Anything else (an
 // array, a string, null, a number as a value, text that is not JSON) is an
-// error wrapping ErrBadRow that names what was found.
+// error wrapping ErrBadRow that names what was found, and so is text that
+// is not valid UTF-8. A name given twice keeps its last value, as
+// PostgreSQL's jsonb keeps it at INSERT.
 func DecodeHeaders(s []byte) (map[string]string, error) {
 	if len(s) == 0 || string(s) == "{}" {
 		return nil, nil
+	}
+	if !utf8.Valid(s) {
+		// json.Unmarshal would put U+FFFD in its place: a value changed
+		// on the way (PostgreSQL's jsonb and MySQL's JSON refuse it at
+		// INSERT; SQLite's text column takes it).
+		return nil, BadRow("headers column is not valid UTF-8 (byte %d): write the header names and values in UTF-8", invalidAt(s))
 	}
 	var raw map[string]json.RawMessage
 	if err := json.Unmarshal(s, &raw); err != nil || raw == nil {
@@ -170,6 +179,18 @@ func DecodeHeaders(s []byte) (map[string]string, error) {
 		out[k] = str
 	}
 	return out, nil
+}
+
+// invalidAt returns the offset of s's first byte that is not valid UTF-8.
+func invalidAt(s []byte) int {
+	for i := 0; i < len(s); {
+		r, n := utf8.DecodeRune(s[i:])
+		if r == utf8.RuneError && n == 1 {
+			return i
+		}
+		i += n
+	}
+	return len(s)
 }
 
 // describeJSON names the kind of JSON text s is, with a clipped excerpt.

@@ -91,7 +91,9 @@ func TestDecodeHeaders(t *testing.T) {
 		{``, "map[]"}, {`{}`, "map[]"}, {` { } `, "map[]"}, {`{"a":"1","b":""}`, "map[a:1 b:]"},
 		{`[1,2]`, "an array ([1,2])"}, {`"x"`, `a string ("x")`}, {`null`, "it holds null"}, {`7`, "a number (7)"},
 		{`{"a":1}`, `header "a" is a number (1)`}, {`{"a":null}`, `header "a" is null`}, {`{"a":{"b":"c"}}`, `header "a" is an object`},
-		{`{"a":`, "text that is not JSON"}, {"\xff", "text that is not JSON"},
+		{`{"a":`, "text that is not JSON"}, {"\xff", "not valid UTF-8 (byte 0)"},
+		{"{\"a\":\"\xff\"}", "not valid UTF-8 (byte 6)"}, {`{"a":"1","a":"2"}`, "map[a:2]"},
+		{`{"a":"1","b":{"a":"x"}}`, `header "b" is an object`}, {`{"a":"1","b":"2","c":"3"}`, "map[a:1 b:2 c:3]"},
 	} {
 		h, err := store.DecodeHeaders([]byte(c.in))
 		switch {

@@ -35,6 +35,7 @@ var BadRows = []BadRow{
 	{Name: "headers-null", Headers: `null`, Reason: "headers column is not a JSON object of strings"},
 	{Name: "headers-number-value", Headers: `{"a":1}`, Reason: "header \"a\" is a number"},
 	{Name: "headers-not-json", Headers: `{"a":`, Reason: "headers column is not a JSON object of strings"},
+	{Name: "headers-not-utf8", Headers: "{\"a\":\"\xff\"}", Reason: "headers column is not valid UTF-8"},
 	{Name: "status-unknown", Status: "FOO", Reason: "status"},
 	{Name: "status-lower-case", Status: "new", Reason: "status"},
 	{Name: "status-trailing-space", Status: "sending ", Reason: "status"},

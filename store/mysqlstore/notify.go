@@ -2,6 +2,7 @@ package mysqlstore
 
 import (
 	"context"
+	"strconv"
 	"time"
 )
 
@@ -22,9 +23,10 @@ type watcher struct {
 // caller's transaction that used EnqueueTx, a producer's plain INSERT. The
 // probe reads only the end of the primary key (MySQL answers MAX(id) from
 // the index without reading rows), so its cost does not grow with the
-// backlog. It can miss a commit whose id is below one already seen (ids
-// commit out of order); the relay looks again shortly after each wake-up
-// and polls, so that costs latency, never an event. The channel holds at
+// backlog. A commit whose id is below one already seen (ids commit out of
+// order) changes no newest id: the probe's look at the pending rows finds
+// it (see probe), and the relay polls anyway, so a miss costs latency,
+// never an event. The channel holds at
 // most one pending signal and stops receiving once ctx is done.
 func (s *Store) Notify(ctx context.Context) <-chan struct{} {
 	ch := s.wakeups.Subscribe(ctx)
@@ -40,11 +42,26 @@ func (s *Store) Notify(ctx context.Context) <-chan struct{} {
 }
 
 // probe signals whenever the table's newest id grows, until ctx ends or no
-// listener is left.
+// listener is left. Ids are drawn at INSERT and committed out of order, so
+// a commit can land below an id already seen (a producer's transaction
+// that took its id first and committed later), where no newest id
+// changes; every pendingEvery the probe also reads a signature of the
+// pending rows (pendingSQL: how many there are and the sum of their ids,
+// over at most pendingCap of them, from the hold index alone) and signals
+// when it changed. A late commit is found within that while fewer than
+// pendingCap rows are pending, which is when the relay is idle: with more,
+// the relay's claims come back full and it keeps claiming, or they are
+// rows that wait (a retry's backoff, a key held by a DEAD event), and the
+// relay's poll finds the commit.
 func (s *Store) probe(ctx context.Context, done chan struct{}) {
 	defer close(done)
 	q := "SELECT COALESCE(MAX(id), 0) FROM " + s.table
+	pq := s.pendingSQL()
 	last := int64(-1)
+	var sig [2]int64
+	sigRead := false
+	n := 0
+	pendingEvery := max(int(pendingEvery/s.watch.every), 1)
 	t := time.NewTicker(s.watch.every)
 	defer t.Stop()
 	for {
@@ -60,6 +77,7 @@ func (s *Store) probe(ctx context.Context, done chan struct{}) {
 			return
 		}
 		s.mu.Unlock()
+		n++
 		var newest int64
 		if err := s.db.QueryRowContext(ctx, q).Scan(&newest); err != nil {
 			continue // the relay polls meanwhile
@@ -68,7 +86,33 @@ func (s *Store) probe(ctx context.Context, done chan struct{}) {
 			s.signal()
 		}
 		last = newest
+		if n%pendingEvery != 0 {
+			continue
+		}
+		var now [2]int64
+		if err := s.db.QueryRowContext(ctx, pq).Scan(&now[0], &now[1]); err != nil {
+			continue
+		}
+		if sigRead && now != sig && now[0] > 0 {
+			s.signal() // (pending rows all gone is no news)
+		}
+		sig, sigRead = now, true
 	}
+}
+
+// pendingEvery is how often the probe reads the pending rows' signature,
+// and pendingCap the most pending rows it reads (see probe).
+const (
+	pendingEvery = 50 * time.Millisecond
+	pendingCap   = 1000
+)
+
+// pendingSQL returns the count and the id sum of at most pendingCap
+// pending rows, read from the hold index (status first; InnoDB keeps the
+// primary key in it), so not one row is read.
+func (s *Store) pendingSQL() string {
+	return "SELECT COUNT(*), COALESCE(SUM(id), 0) FROM (SELECT id FROM " + s.table + s.forceHoldIdx() +
+		" WHERE status = 'NEW' LIMIT " + strconv.Itoa(pendingCap) + ") q"
 }
 
 // signal wakes every in-process listener without blocking.

@@ -10,7 +10,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kfake"
+
 	outbox "github.com/outbox-go/outbox"
+	"github.com/outbox-go/outbox/broker"
+	"github.com/outbox-go/outbox/broker/kafkabroker"
 	"github.com/outbox-go/outbox/broker/natsbroker"
 	"github.com/outbox-go/outbox/internal/testnats"
 	"github.com/outbox-go/outbox/internal/teststores"
@@ -41,19 +45,52 @@ func (c *callTimer) OnPublishEnd(_ context.Context, p relay.PublishInfo) {
 //
 //	go test -run XXX -bench OwnedHotKeysNATS -benchtime 1x ./relay/
 func BenchmarkOwnedHotKeysNATS(b *testing.B) {
-	keys, n := envN("OUTBOX_BENCH_KEYS", 1), envN("OUTBOX_BENCH_EVENTS", 5000)
-	for range b.N {
-		b.StopTimer()
-		o := teststores.Open(b, "postgres", store.Options{})
+	benchHotKeys(b, func(b *testing.B) (broker.Broker, string) {
 		url := testnats.Shared(b)
 		s := testnats.NewStream(b, url)
 		br, err := natsbroker.Dial(url, natsbroker.Config{})
 		if err != nil {
 			b.Fatal(err)
 		}
+		return br, s.Topic("hot")
+	})
+}
+
+// BenchmarkOwnedHotKeysKafka is BenchmarkOwnedHotKeysNATS through Kafka: an
+// in-process kfake cluster of one broker, a topic of 16 partitions
+// (OUTBOX_BENCH_PARTITIONS), on a real loopback port. Kafka keeps a
+// partition's order after a failure (OrderPartition), so the dispatcher
+// sends a key's claimed events in one call instead of one per
+// confirmation: the hot-key case NATS cannot pipeline.
+//
+//	go test -run XXX -bench OwnedHotKeysKafka -benchtime 1x ./relay/
+func BenchmarkOwnedHotKeysKafka(b *testing.B) {
+	benchHotKeys(b, func(b *testing.B) (broker.Broker, string) {
+		const topic = "hot"
+		c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(int32(envN("OUTBOX_BENCH_PARTITIONS", 16)), topic))
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(c.Close)
+		br, err := kafkabroker.Dial("kafka://"+c.ListenAddrs()[0], kafkabroker.Config{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		return br, topic
+	})
+}
+
+// benchHotKeys is the hot-key drain through the broker newBroker returns
+// (it is closed after each run) on its topic.
+func benchHotKeys(b *testing.B, newBroker func(*testing.B) (broker.Broker, string)) {
+	keys, n := envN("OUTBOX_BENCH_KEYS", 1), envN("OUTBOX_BENCH_EVENTS", 5000)
+	for range b.N {
+		b.StopTimer()
+		o := teststores.Open(b, "postgres", store.Options{})
+		br, topic := newBroker(b)
 		msgs := make([]outbox.Message, n)
 		for i := range msgs {
-			msgs[i] = outbox.Message{Topic: s.Topic("hot"), Key: fmt.Sprintf("k%d", i%keys), Type: "Bumped", Payload: []byte("x")}
+			msgs[i] = outbox.Message{Topic: topic, Key: fmt.Sprintf("k%d", i%keys), Type: "Bumped", Payload: []byte("x")}
 		}
 		for i := 0; i < n; i += 1000 {
 			if err := o.Store.Enqueue(context.Background(), msgs[i:min(i+1000, n)]...); err != nil {

@@ -39,7 +39,11 @@ def snapshot():
             continue
         comm = st[st.index("(") + 1 : st.rindex(")")]
         fields = st[st.rindex(")") + 2 :].split()
-        ticks[group(comm)] += int(fields[11]) + int(fields[12])
+        # utime + stime, and cutime + cstime: the CPU of children already
+        # reaped (PostgreSQL backends that ended, the relay processes
+        # `outbox bench --relays` started and stopped), which would
+        # otherwise vanish from the sums with their /proc entries
+        ticks[group(comm)] += sum(int(x) for x in fields[11:15])
     return ticks
 
 

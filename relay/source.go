@@ -115,7 +115,9 @@ func (r *Relay) observer() *source.Observer {
 			if s.Delivered > 0 {
 				stamp(&r.lastDelivered)
 			}
-			r.totals.Batches.Add(1)
+			if s.Events > s.Held || s.Took > 0 { // a call, not events given back without one
+				r.totals.Batches.Add(1)
+			}
 			r.totals.Delivered.Add(int64(s.Delivered))
 			r.totals.Retried.Add(int64(s.Retried))
 			r.totals.Dead.Add(int64(s.Dead))

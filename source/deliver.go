@@ -63,15 +63,17 @@ type Observer struct {
 	PublishStart func(ctx context.Context, events []outbox.Event) context.Context
 	// PublishEnd is told each publish call's outcome, one result per event.
 	PublishEnd func(ctx context.Context, events []outbox.Event, results []broker.Result, took time.Duration)
-	// Settled is told how each publish call's events were settled.
+	// Settled is told how each publish call's events were settled, and
+	// how many events were given back without a call (Took 0, Held alone).
 	Settled func(ctx context.Context, s Settled)
 	// Acked is told the outcome of each Park-and-Ack round.
 	Acked func(ctx context.Context, pos Position, parked int, err error)
 }
 
-// Settled counts one publish call's outcomes.
+// Settled counts one publish call's outcomes, or the events given back
+// untried without one.
 type Settled struct {
-	Events    int           // in the call
+	Events    int           // in the call (or given back untried, with no call: Held alone)
 	Delivered int           // confirmed by the broker
 	Retried   int           // failed; will be tried again
 	Dead      int           // parked
@@ -662,17 +664,26 @@ func (r *run) publish(es []*entry, idx []int, evs []outbox.Event) ([]broker.Resu
 	return res, true
 }
 
-// settle takes in the sets' reports.
+// settle takes in the sets' reports. The events given back untried (behind
+// a predecessor that failed or was given back in an earlier set, or not
+// sent because the loop stopped or paused) go to the Observer as one
+// Settled report of held events, so that its counts add up to every event
+// handed out.
 func (r *run) settle(now time.Time) {
+	back := 0
 	for _, rep := range r.inbox.take() {
 		switch {
 		case rep.call != nil:
 			r.settleCall(rep.call, now)
 		case rep.back != nil:
+			back++
 			r.back(rep.back, now)
 		default:
 			r.sets--
 		}
+	}
+	if o := r.l.cfg.Observer; back > 0 && o != nil && o.Settled != nil {
+		o.Settled(context.Background(), Settled{Events: back, Held: back})
 	}
 	r.advance()
 }

@@ -691,3 +691,43 @@ func TestNotAttemptedCostsNoAttempt(t *testing.T) {
 		t.Fatalf("totals %+v, want 3 retries (key a's) and none dead", tot)
 	}
 }
+
+// An event given back untried (it waited in a later set for its key's
+// event in flight, which failed) is in a Settled report as Held, so that
+// the Observer's counts add up to every event handed out.
+func TestGivenBackUntriedIsSettledAsHeld(t *testing.T) {
+	mb := newBroker(t, membroker.Config{})
+	nextID = 0
+	var failed atomic.Bool
+	mb.SetHook(func(e outbox.Event) error {
+		if e.ID == 1 && failed.CompareAndSwap(false, true) {
+			return errors.New("transient")
+		}
+		return nil
+	})
+	var mu sync.Mutex
+	var sum source.Settled
+	g := &gate{Broker: mb, hold: 1, entered: make(chan struct{}, 1), open: make(chan struct{})}
+	src := newMemSource(txn(1, "k"))
+	start(t, src, g, source.Config{Observer: &source.Observer{Settled: func(_ context.Context, s source.Settled) {
+		mu.Lock()
+		sum.Events += s.Events
+		sum.Delivered += s.Delivered
+		sum.Retried += s.Retried
+		sum.Held += s.Held
+		mu.Unlock()
+	}}})
+	<-g.entered
+	src.add(txn(2, "k"))
+	time.Sleep(30 * time.Millisecond) // event 2 is read and waits for event 1
+	close(g.open)
+	waitFor(t, "ack of 2", func() bool { return src.lastAck() == 2 })
+	mu.Lock()
+	defer mu.Unlock()
+	if sum.Held == 0 || sum.Retried != 1 || sum.Delivered != 2 {
+		t.Errorf("settled %+v; want event 1 retried once, both delivered, and event 2's give-back counted as held", sum)
+	}
+	if sum.Events != sum.Delivered+sum.Retried+sum.Held+sum.Dead {
+		t.Errorf("settled %+v: the outcomes do not add up to the events", sum)
+	}
+}

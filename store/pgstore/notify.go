@@ -65,6 +65,7 @@ func (s *Store) probe(ctx context.Context) {
 	q, full := s.probeSQL(), s.fullProbeSQL()
 	last, lastFull := int64(-1), int64(-1)
 	var writers []string // the write-lock holders seen at the last look; nil before the first
+	lastSeq := int64(-1) // the id sequence at the last restart check
 	n := 0
 	fullEvery := max(int(writersEvery/s.probeEvery), 1)
 	restartEvery := max(int(time.Second/s.probeEvery), 1)
@@ -77,10 +78,17 @@ func (s *Store) probe(ctx context.Context) {
 		case <-t.C:
 		}
 		n++
-		if n%restartEvery == 0 && last > 0 {
+		if n == 1 || n%restartEvery == 0 && last > 0 {
+			// A restart sets the sequence back below the newest id
+			// seen. Ids above the sequence (a row inserted with an
+			// explicit id, a copy without setval) are no restart: once
+			// the sequence has been read, only its going back is.
 			var seq *int64
-			if err := s.pool.QueryRow(ctx, restartSQL, s.table).Scan(&seq); err == nil && seq != nil && *seq < last {
-				last = 0
+			if err := s.pool.QueryRow(ctx, restartSQL, s.table).Scan(&seq); err == nil && seq != nil {
+				if last > 0 && *seq < last && (lastSeq < 0 || *seq < lastSeq) {
+					last = 0
+				}
+				lastSeq = *seq
 			}
 		}
 		var newest int64
@@ -163,7 +171,7 @@ func (s *Store) fullProbeSQL() string {
 // its first use, for a column with no owned sequence, and for a role
 // without the privilege to read it (the probe then does without this
 // check; inserting needs no such privilege, so relay roles often lack it).
-const restartSQL = `SELECT CASE WHEN has_sequence_privilege(q.s, 'SELECT') THEN pg_sequence_last_value(q.s::regclass) END
+const restartSQL = `SELECT CASE WHEN has_sequence_privilege(q.s, 'SELECT, USAGE') THEN pg_sequence_last_value(q.s::regclass) END
 FROM (SELECT pg_get_serial_sequence($1, 'id') AS s) q`
 
 // signal wakes every in-process listener without blocking.

@@ -254,3 +254,44 @@ func TestWriterEnded(t *testing.T) {
 		}
 	}
 }
+
+// Ids above the id sequence (a row inserted with an explicit id, rows
+// copied in without setval) are no restart: the probe must not read from 0
+// again and wake the relay every second with nothing committed.
+func TestProbeIDsAboveTheSequenceAreNoRestart(t *testing.T) {
+	ctx := context.Background()
+	pool, s := unmigratedStore(t)
+	if err := s.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	s.probeEvery = 5 * time.Millisecond
+	for _, q := range []string{
+		"INSERT INTO " + s.table + " (topic, event_type, payload) VALUES ('t', 'T', '\\x7b7d')",
+		"INSERT INTO " + s.table + " (id, topic, event_type, payload) VALUES (1000, 't', 'T', '\\x7b7d')",
+	} {
+		if _, err := pool.Exec(ctx, q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	nctx, cancel := context.WithCancel(ctx)
+	ch := s.Notify(nctx)
+	t.Cleanup(func() { cancel(); _ = s.Close() })
+	time.Sleep(200 * time.Millisecond)
+	for len(ch) > 0 {
+		<-ch
+	}
+	n := 0
+	deadline := time.After(3500 * time.Millisecond)
+	for done := false; !done; {
+		select {
+		case <-ch:
+			n++
+		case <-deadline:
+			done = true
+		}
+	}
+	t.Logf("%d wake-ups in 3.5 s with nothing committed", n)
+	if n > 0 {
+		t.Errorf("%d spurious wake-ups", n)
+	}
+}

@@ -95,7 +95,15 @@ func TestOwnedHotKeyOrderAcrossBatches(t *testing.T) {
 			t.Run(fmt.Sprintf("keys=%d/keyordered=%v", keys, ordered), func(t *testing.T) {
 				forOwnedStores(t, func(t *testing.T, o teststores.Opened) {
 					st := o.Store
-					mb := newMem(t, membroker.Config{KeyOrdered: ordered, Latency: 3 * time.Millisecond})
+					// A key-ordered broker takes a key's claimed events in one
+					// call: 20 ms a call keeps one in flight while the next
+					// claim runs even when a claim is slow (SQLite under
+					// load); otherwise every event is a call of its own.
+					latency := 3 * time.Millisecond
+					if ordered {
+						latency = 20 * time.Millisecond
+					}
+					mb := newMem(t, membroker.Config{KeyOrdered: ordered, Latency: latency})
 					msgs := make([]outbox.Message, 600)
 					for i := range msgs {
 						k := fmt.Sprintf("k%d", i%keys)

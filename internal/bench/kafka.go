@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -71,7 +72,43 @@ func openKafka(ctx context.Context, c Config, suffix string) (d *kafkaDestinatio
 		}
 		d.created = append(d.created, name)
 	}
+	if err := d.waitLeaders(ctx, map[string]int{d.topic("orders"): c.Partitions, d.topic("latency"): c.Partitions, d.topic("floor"): 1}); err != nil {
+		return d, err
+	}
 	return d, nil
+}
+
+// waitLeaders waits until the cluster's metadata shows every partition of
+// the new topics with a leader: a cluster of several brokers learns of a
+// topic some milliseconds after CreateTopics answered, and the adapter
+// takes a topic unknown after one metadata retry as missing.
+func (d *kafkaDestination) waitLeaders(ctx context.Context, want map[string]int) error {
+	names := make([]string, 0, len(want))
+	for t := range want {
+		names = append(names, t)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		td, err := d.adm.ListTopics(ctx, names...)
+		ready := err == nil
+		for t, n := range want {
+			ps := td[t].Partitions
+			ready = ready && td[t].Err == nil && len(ps) == n
+			for _, p := range ps {
+				ready = ready && p.Err == nil && p.Leader >= 0
+			}
+		}
+		if ready {
+			return nil
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			if err == nil {
+				err = errors.New("not every partition has a leader")
+			}
+			return redact.Error(fmt.Errorf("bench: the new topics %s on %s are not ready after 30s: %w", strings.Join(names, ", "), redact.URL(d.given), err), d.given)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }
 
 func (d *kafkaDestination) relayURL() string          { return d.raw }
@@ -86,7 +123,9 @@ func (d *kafkaDestination) dial() (broker.Broker, error) {
 }
 
 // stored sums the end offsets of the orders topic's partitions: without
-// transactions every record takes one offset.
+// transactions every record takes one offset. Unlike JetStream, which drops
+// a redelivered event id within its duplicate window, Kafka stores a
+// relay's redelivery again; drainByProcesses checks the table after.
 func (d *kafkaDestination) stored(ctx context.Context) (uint64, error) {
 	offs, err := d.adm.ListEndOffsets(ctx, d.topic("orders"))
 	if err != nil {

@@ -20,12 +20,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
-
 	outbox "github.com/outbox-go/outbox"
 	"github.com/outbox-go/outbox/broker"
-	"github.com/outbox-go/outbox/broker/natsbroker"
 	"github.com/outbox-go/outbox/internal/redact"
 	"github.com/outbox-go/outbox/relay"
 	"github.com/outbox-go/outbox/store"
@@ -34,13 +30,22 @@ import (
 
 // Config says what to measure.
 type Config struct {
-	DBURL     string        // --db
-	BrokerURL string        // --broker (nats://…)
-	Events    int           // backlog size for the drain; default 100,000
-	Batch     int           // relay batch size; default 1,000
-	Workers   int           // relay workers; default 3
-	Rate      int           // events/s for the latency run; default 1,000
-	Duration  time.Duration // latency run length; default 10s
+	DBURL string // --db
+	// BrokerURL is --broker: nats://…, kafka://host:9092[,host2…], or
+	// kfake: an in-process Kafka-protocol cluster from franz-go's kfake,
+	// started for the run on 127.0.0.1, for machines without Kafka (its
+	// CPU is this process's, so the report names it on every line with a
+	// figure through it).
+	BrokerURL string
+	// Partitions is the partitions of a Kafka run's topics (created
+	// fresh for the run and deleted after it); default DefaultPartitions.
+	// NATS ignores it.
+	Partitions int
+	Events     int           // backlog size for the drain; default 100,000
+	Batch      int           // relay batch size; default 1,000
+	Workers    int           // relay workers; default 3
+	Rate       int           // events/s for the latency run; default 1,000
+	Duration   time.Duration // latency run length; default 10s
 	// Warmup is load at Rate before the measured Duration, so that relay
 	// start-up (and, with ownership, the shards' first hand-over to a
 	// relay that joined) is reported apart from the steady state; 0: none.
@@ -96,12 +101,28 @@ type Result struct {
 	LatencyAt string
 	// FloorP50 and FloorP99 are the machine's floor for that latency,
 	// sampled every 5 ms during the latency run: one database round trip
-	// (SELECT 1) followed by one JetStream publish and its ack. A relay
+	// (SELECT 1) followed by one publish and its ack (FloorAt: a
+	// JetStream publish, a synchronous Kafka produce). A relay
 	// needs at least that (a claim, a publish) after it learned of a
 	// commit, so on a loaded machine LatencyP99 is read against FloorP99.
 	FloorP50, FloorP99 time.Duration
 	// WarmupP99 and WarmupMax are the latency of the Warmup's events.
 	WarmupP99, WarmupMax time.Duration
+	// Broker names what was measured: "NATS JetStream", "Kafka" or
+	// KfakeLabel; Partitions is the Kafka topics' (0 for NATS); FloorAt
+	// is the floor's publish.
+	Broker     string
+	Partitions int
+	FloorAt    string
+}
+
+// on is how a report line names a Kafka run's broker ("" for NATS, whose
+// lines predate Kafka and stay as they were).
+func (r Result) on(lead string) string {
+	if r.Partitions == 0 {
+		return ""
+	}
+	return lead + r.Broker
 }
 
 // Summary is the one-line form, ratios included.
@@ -114,9 +135,17 @@ func (r Result) Summary(c Config) string {
 	if c.Exclusion {
 		engine = "exclusion"
 	}
-	return fmt.Sprintf("bench: %s ordering by %s, %d keys, %s producer: drain %.0f ev/s = %.0f%% of raw SQL claim+delete (%.0f rows/s) and %.0f%% of raw broker publish (%.0f msgs/s); latency commit→%s at %.0f ev/s: p50 %s p99 %s max %s (n=%d); floor (1 SQL round trip + 1 JetStream publish, same minutes): p50 %s p99 %s; warm-up p99 %s",
-		relays, engine, c.Keys, c.Producer, r.DrainRate, 100*r.DrainRate/r.RawSQLRate, r.RawSQLRate, 100*r.DrainRate/r.RawBrokerRate, r.RawBrokerRate,
-		r.LatencyAt, r.AchievedRate, r.LatencyP50.Round(10*time.Microsecond), r.LatencyP99.Round(10*time.Microsecond), r.LatencyMax.Round(10*time.Microsecond), r.LatencyCount, r.FloorP50.Round(10*time.Microsecond), r.FloorP99.Round(10*time.Microsecond), r.WarmupP99.Round(10*time.Microsecond))
+	on := ""
+	if r.Partitions > 0 {
+		on = fmt.Sprintf(", %s with %d partitions", r.Broker, r.Partitions)
+	}
+	floor := r.FloorAt
+	if floor == "" {
+		floor = "1 JetStream publish"
+	}
+	return fmt.Sprintf("bench: %s ordering by %s, %d keys, %s producer%s: drain %.0f ev/s = %.0f%% of raw SQL claim+delete (%.0f rows/s) and %.0f%% of raw broker publish (%.0f msgs/s); latency commit→%s at %.0f ev/s: p50 %s p99 %s max %s (n=%d); floor (1 SQL round trip + %s, same minutes): p50 %s p99 %s; warm-up p99 %s",
+		relays, engine, c.Keys, c.Producer, on, r.DrainRate, 100*r.DrainRate/r.RawSQLRate, r.RawSQLRate, 100*r.DrainRate/r.RawBrokerRate, r.RawBrokerRate,
+		r.LatencyAt, r.AchievedRate, r.LatencyP50.Round(10*time.Microsecond), r.LatencyP99.Round(10*time.Microsecond), r.LatencyMax.Round(10*time.Microsecond), r.LatencyCount, floor, r.FloorP50.Round(10*time.Microsecond), r.FloorP99.Round(10*time.Microsecond), r.WarmupP99.Round(10*time.Microsecond))
 }
 
 func (c *Config) defaults() error {
@@ -159,8 +188,14 @@ func (c *Config) defaults() error {
 	if c.OpenStore == nil || c.SQLDB == nil {
 		return errors.New("bench: OpenStore and SQLDB are required")
 	}
-	if !strings.HasPrefix(c.BrokerURL, "nats://") {
-		return fmt.Errorf("bench: --broker must be a nats:// URL for now, not %q", redact.URL(c.BrokerURL))
+	if brokerKind(c.BrokerURL) == "" {
+		return unsupported(c.BrokerURL)
+	}
+	if c.Partitions < 0 {
+		return fmt.Errorf("bench: the number of partitions must not be negative, not %d", c.Partitions)
+	}
+	if c.Partitions == 0 {
+		c.Partitions = DefaultPartitions
 	}
 	return nil
 }
@@ -197,28 +232,22 @@ func Run(ctx context.Context, c Config) (Result, error) {
 	if err := st.Migrate(ctx); err != nil {
 		return res, err
 	}
-	nc, err := nats.Connect(c.BrokerURL)
-	if err != nil {
-		return res, redact.Error(fmt.Errorf("bench: connect to NATS at %s: %w", redact.URL(c.BrokerURL), err), c.BrokerURL)
-	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
+	dest, err := openDestination(ctx, c, suffix, &res)
 	if err != nil {
 		return res, err
 	}
-	subject := "bench_" + suffix
-	stream, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "OUTBOX_BENCH_" + suffix, Subjects: []string{subject + ".>"}, Storage: jetstream.FileStorage, Duplicates: 2 * time.Minute})
-	if err != nil {
-		return res, fmt.Errorf("bench: create stream: %w", err)
+	defer dest.close()
+	if res.Partitions > 0 {
+		fmt.Fprintf(c.Out, "bench: %s at %s: topics %s and %s of %d partitions, %s of 1, deleted after the run\n", res.Broker, redact.URL(dest.relayURL()),
+			dest.topic("orders"), dest.topic("latency"), res.Partitions, dest.topic("floor"))
 	}
-	defer js.DeleteStream(context.Background(), stream.CachedInfo().Config.Name) //nolint:errcheck
-	br, err := natsbroker.Dial(c.BrokerURL, natsbroker.Config{})
+	br, err := dest.dial()
 	if err != nil {
 		return res, err
 	}
 	defer br.Close(context.Background())
 
-	msgs := makeMessages(c, subject+".orders")
+	msgs := makeMessages(c, dest.topic("orders"))
 	// 1. The database's limit: claim-and-delete in raw SQL.
 	fmt.Fprintf(c.Out, "bench: filling %d events …\n", c.Events)
 	if err := fill(ctx, st, msgs); err != nil {
@@ -235,7 +264,7 @@ func Run(ctx context.Context, c Config) (Result, error) {
 	if err != nil {
 		return res, err
 	}
-	fmt.Fprintf(c.Out, "bench: raw broker publish through the adapter, batches of %d: %.0f msgs/s\n", c.Batch, res.RawBrokerRate)
+	fmt.Fprintf(c.Out, "bench: raw broker publish through the adapter%s, batches of %d: %.0f msgs/s\n", res.on(" to "), c.Batch, res.RawBrokerRate)
 
 	// 3. The relay drains the same backlog, from the same state of the
 	// table: the raw drain started on a fresh table, so the dead rows it
@@ -244,7 +273,7 @@ func Run(ctx context.Context, c Config) (Result, error) {
 		return res, err
 	}
 	for i := range msgs {
-		msgs[i].EventID = "" // new ids, or JetStream would dedup them
+		msgs[i].EventID = "" // new ids, or JetStream would dedup them (Kafka would not)
 	}
 	if err := fill(ctx, st, msgs); err != nil {
 		return res, err
@@ -256,7 +285,7 @@ func Run(ctx context.Context, c Config) (Result, error) {
 		}
 	}
 	if c.Relays > 0 {
-		res.DrainRate, err = drainByProcesses(ctx, st, js, stream.CachedInfo().Config.Name, c, opts.Table)
+		res.DrainRate, err = drainByProcesses(ctx, st, dest, c, opts.Table)
 	} else {
 		res.DrainRate, err = drain(ctx, st, br, c)
 	}
@@ -266,7 +295,7 @@ func Run(ctx context.Context, c Config) (Result, error) {
 	if err != nil {
 		return res, err
 	}
-	fmt.Fprintf(c.Out, "bench: relay drain of %d events: %.0f ev/s (%.0f%% of raw SQL)\n", c.Events, res.DrainRate, 100*res.DrainRate/res.RawSQLRate)
+	fmt.Fprintf(c.Out, "bench: relay drain of %d events%s: %.0f ev/s (%.0f%% of raw SQL)\n", c.Events, res.on(" to "), res.DrainRate, 100*res.DrainRate/res.RawSQLRate)
 
 	// 4. Latency at a steady rate. The producers write through a store of
 	// their own (its own pool, no in-process signal to the relay), so the
@@ -283,11 +312,11 @@ func Run(ctx context.Context, c Config) (Result, error) {
 	}
 	fctx, stopFloor := context.WithCancel(ctx)
 	floorDone := make(chan []time.Duration, 1)
-	go func() { floorDone <- sampleFloor(fctx, db, js, subject+".floor") }()
+	go func() { floorDone <- sampleFloor(fctx, db, dest.publishOne) }()
 	if c.Relays > 0 {
-		err = latencyByProcesses(ctx, nc, c, opts.Table, subject+".latency", produce, &res)
+		err = latencyByProcesses(ctx, dest, c, opts.Table, produce, &res)
 	} else {
-		err = latency(ctx, st, produce, br, c, subject+".latency", &res)
+		err = latency(ctx, st, produce, br, c, dest.topic("latency"), &res)
 	}
 	stopFloor()
 	if floor := <-floorDone; len(floor) > 0 {
@@ -296,7 +325,7 @@ func Run(ctx context.Context, c Config) (Result, error) {
 	if err != nil {
 		return res, err
 	}
-	fmt.Fprintf(c.Out, "bench: latency commit→%s at %.0f ev/s: p50 %s, p99 %s, max %s; floor p50 %s, p99 %s; warm-up (%s before) p99 %s, max %s\n", res.LatencyAt, res.AchievedRate, res.LatencyP50, res.LatencyP99, res.LatencyMax, res.FloorP50, res.FloorP99, c.Warmup, res.WarmupP99, res.WarmupMax)
+	fmt.Fprintf(c.Out, "bench: latency commit→%s%s at %.0f ev/s: p50 %s, p99 %s, max %s; floor p50 %s, p99 %s; warm-up (%s before) p99 %s, max %s\n", res.LatencyAt, res.on(", "), res.AchievedRate, res.LatencyP50, res.LatencyP99, res.LatencyMax, res.FloorP50, res.FloorP99, c.Warmup, res.WarmupP99, res.WarmupMax)
 	return res, nil
 }
 
@@ -450,6 +479,11 @@ type ackClock struct {
 	acked map[string]time.Time
 }
 
+// Features are the wrapped adapter's, so that the relay orders and sizes
+// batches as it does with the adapter itself (Kafka's OrderPartition
+// pipelines a key's events; a bare broker.Broker declares no ordering).
+func (a *ackClock) Features() broker.Features { return broker.FeaturesOf(a.Broker) }
+
 func (a *ackClock) Publish(ctx context.Context, events []outbox.Event) []error {
 	res := a.Broker.Publish(ctx, events)
 	now := time.Now()
@@ -576,10 +610,10 @@ func latencies(ids []string, committed []time.Time, acked map[string]time.Time, 
 }
 
 // sampleFloor measures, every 5 ms until ctx ends, one database round trip
-// followed by one JetStream publish and its ack, and returns the sorted
+// followed by one publish and its ack (publishOne), and returns the sorted
 // durations: the least a relay spends between learning of a commit and the
 // broker's ack, under the machine's load of the moment.
-func sampleFloor(ctx context.Context, db *sql.DB, js jetstream.JetStream, subject string) []time.Duration {
+func sampleFloor(ctx context.Context, db *sql.DB, publishOne func(context.Context) error) []time.Duration {
 	var out []time.Duration
 	t := time.NewTicker(5 * time.Millisecond)
 	defer t.Stop()
@@ -595,7 +629,7 @@ func sampleFloor(ctx context.Context, db *sql.DB, js jetstream.JetStream, subjec
 		if err := db.QueryRowContext(ctx, "SELECT 1").Scan(&one); err != nil {
 			continue
 		}
-		if _, err := js.Publish(ctx, subject, []byte("x")); err != nil {
+		if err := publishOne(ctx); err != nil {
 			continue
 		}
 		out = append(out, time.Since(start))

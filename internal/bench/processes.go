@@ -11,9 +11,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
-
 	outbox "github.com/outbox-go/outbox"
 	"github.com/outbox-go/outbox/store"
 )
@@ -24,8 +21,9 @@ type relayProcs struct {
 	outs []*bytes.Buffer
 }
 
-// startRelays starts c.Relays `outbox relay` processes on table.
-func startRelays(ctx context.Context, c Config, table string) (*relayProcs, error) {
+// startRelays starts c.Relays `outbox relay` processes on table, publishing
+// to brokerURL.
+func startRelays(ctx context.Context, c Config, table, brokerURL string) (*relayProcs, error) {
 	p := &relayProcs{}
 	for i := 0; i < c.Relays; i++ {
 		args := []string{"relay", "--table", table,
@@ -38,7 +36,7 @@ func startRelays(ctx context.Context, c Config, table string) (*relayProcs, erro
 		// The URLs go in the environment, not the arguments: any local
 		// user can read a process's arguments (ps), and they may hold a
 		// password.
-		cmd.Env = append(cmd.Environ(), "OUTBOX_DB="+c.DBURL, "OUTBOX_BROKER="+c.BrokerURL)
+		cmd.Env = append(cmd.Environ(), "OUTBOX_DB="+c.DBURL, "OUTBOX_BROKER="+brokerURL)
 		var buf bytes.Buffer
 		cmd.Stdout, cmd.Stderr = &buf, &buf
 		if err := cmd.Start(); err != nil {
@@ -69,19 +67,14 @@ func (p *relayProcs) stop() error {
 }
 
 // drainByProcesses lets c.Relays relay processes drain the backlog and
-// returns events/s, timed from the first event the stream stored to the
+// returns events/s, timed from the first event the broker stored to the
 // last (a process's start-up is not the relay's rate).
-func drainByProcesses(ctx context.Context, st store.Store, js jetstream.JetStream, stream string, c Config, table string) (float64, error) {
-	s, err := js.Stream(ctx, stream)
+func drainByProcesses(ctx context.Context, st store.Store, dest destination, c Config, table string) (float64, error) {
+	base, err := dest.stored(ctx) // the raw publish phase's messages
 	if err != nil {
 		return 0, err
 	}
-	info, err := s.Info(ctx)
-	if err != nil {
-		return 0, err
-	}
-	base := info.State.Msgs // the raw publish phase's messages
-	procs, err := startRelays(ctx, c, table)
+	procs, err := startRelays(ctx, c, table, dest.relayURL())
 	if err != nil {
 		return 0, err
 	}
@@ -89,12 +82,12 @@ func drainByProcesses(ctx context.Context, st store.Store, js jetstream.JetStrea
 	var firstN uint64
 	deadline := time.Now().Add(10 * time.Minute)
 	for {
-		info, err := s.Info(ctx)
+		stored, err := dest.stored(ctx)
 		if err != nil {
 			procs.stop() //nolint:errcheck
 			return 0, err
 		}
-		n := info.State.Msgs - base
+		n := stored - base
 		if n > 0 && first.IsZero() {
 			first, firstN = time.Now(), n
 		}
@@ -112,36 +105,34 @@ func drainByProcesses(ctx context.Context, st store.Store, js jetstream.JetStrea
 		return 0, err
 	}
 	if stats, err := st.Stats(ctx); err == nil && stats.Pending() > 0 {
-		return 0, fmt.Errorf("bench: the stream holds every event but the table still has %d pending", stats.Pending())
+		return 0, fmt.Errorf("bench: the broker holds every event but the table still has %d pending", stats.Pending())
 	}
 	return float64(uint64(c.Events)-firstN) / took.Seconds(), nil
 }
 
-// latencyByProcesses measures commit → receipt by a JetStream consumer
-// while c.Relays relay processes deliver a steady load.
-func latencyByProcesses(ctx context.Context, nc *nats.Conn, c Config, table, topic string, produce func(context.Context, outbox.Message) error, res *Result) error {
+// latencyByProcesses measures commit → receipt by a consumer of the
+// latency topic while c.Relays relay processes deliver a steady load.
+func latencyByProcesses(ctx context.Context, dest destination, c Config, table string, produce func(context.Context, outbox.Message) error, res *Result) error {
 	res.LatencyAt = "consumer receipt"
 	var mu sync.Mutex
 	got := map[string]time.Time{}
-	sub, err := nc.Subscribe(topic, func(m *nats.Msg) {
-		now := time.Now()
-		id := m.Header.Get("Nats-Msg-Id")
+	stop, err := dest.receive(ctx, func(id string, at time.Time) {
 		mu.Lock()
 		if _, seen := got[id]; !seen {
-			got[id] = now
+			got[id] = at
 		}
 		mu.Unlock()
 	})
 	if err != nil {
 		return err
 	}
-	defer sub.Unsubscribe() //nolint:errcheck
-	procs, err := startRelays(ctx, c, table)
+	defer stop()
+	procs, err := startRelays(ctx, c, table, dest.relayURL())
 	if err != nil {
 		return err
 	}
 	time.Sleep(time.Second) // let the processes start and listen
-	ids, committed, err := steadyLoad(ctx, c, topic, produce, res)
+	ids, committed, err := steadyLoad(ctx, c, dest.topic("latency"), produce, res)
 	if err != nil {
 		procs.stop() //nolint:errcheck
 		return err

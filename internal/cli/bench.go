@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"os"
 	"os/exec"
@@ -15,9 +16,10 @@ import (
 )
 
 func runBench(ctx context.Context, e env, args []string) error {
-	f := newFlags(e, "bench", "bench --db URL --broker nats://… [--events 100000] [--keys 5000] [--relays N] [--producer library|sql] [--rate 1000] [--duration 10s]")
-	brokerURL := f.String("broker", os.Getenv("OUTBOX_BROKER"), "broker URL (or OUTBOX_BROKER); nats:// for now")
+	f := newFlags(e, "bench", "bench --db URL --broker nats://…|kafka://…|kfake [--events 100000] [--keys 5000] [--relays N] [--producer library|sql] [--rate 1000] [--duration 10s] [--partitions 16]")
+	brokerURL := f.String("broker", os.Getenv("OUTBOX_BROKER"), "broker (or OUTBOX_BROKER): "+bench.Brokers+"; kfake runs in this process, so its CPU is bench's and every Kafka figure says \"(kfake, in-process)\"")
 	var c bench.Config
+	f.intFlag(&c.Partitions, "partitions", bench.DefaultPartitions, 1, 1<<31-1, "partitions of the Kafka topics the run creates (and deletes after it); Kafka only")
 	f.intFlag(&c.Events, "events", 100_000, 1, noMax, "backlog size for the drain measurement")
 	f.intFlag(&c.Batch, "batch", 1000, 1, noMax, "relay batch size (and raw SQL batch size)")
 	f.intFlag(&c.Workers, "workers", 3, 1, noMax, "relay workers")
@@ -37,11 +39,23 @@ func runBench(ctx context.Context, e env, args []string) error {
 	if len(f.posArgs()) > 0 {
 		return fmt.Errorf("%w: unexpected argument %q", wire.ErrUsage, f.posArgs()[0])
 	}
-	if err := checkBrokerURL(*brokerURL, true); err != nil {
-		return err
+	if *brokerURL == "" {
+		return fmt.Errorf("%w: bench needs --broker (or OUTBOX_BROKER): %s", wire.ErrUsage, bench.Brokers)
 	}
-	if scheme, _, _ := strings.Cut(*brokerURL, ":"); !strings.EqualFold(scheme, "nats") {
-		return fmt.Errorf("%w: bench measures NATS JetStream only for now: --broker nats://host:4222, not %s", wire.ErrUsage, wire.Mask(*brokerURL))
+	scheme, _, _ := strings.Cut(*brokerURL, "://")
+	kafka := strings.EqualFold(scheme, "kafka")
+	switch {
+	case strings.EqualFold(*brokerURL, "kfake"):
+		*brokerURL, kafka = "kfake", true
+	case strings.EqualFold(scheme, "nats") || kafka:
+		if err := checkBrokerURL(*brokerURL, true); err != nil {
+			return err
+		}
+	default:
+		return fmt.Errorf("%w: bench measures NATS JetStream and Kafka: --broker %s, not %s", wire.ErrUsage, bench.Brokers, wire.Mask(*brokerURL))
+	}
+	if !kafka && flagSet(f, "partitions") {
+		return fmt.Errorf("%w: --partitions applies to Kafka only (--broker kafka://… or kfake), not to %s", wire.ErrUsage, wire.Mask(*brokerURL))
 	}
 	tuneGC()
 	if *cpuProfile != "" {
@@ -84,4 +98,12 @@ func runBench(ctx context.Context, e env, args []string) error {
 	}
 	fmt.Fprintln(e.stdout, res.Summary(c))
 	return nil
+}
+
+// flagSet reports whether the flag name was given, on the command line or
+// in --config.
+func flagSet(f *flags, name string) bool {
+	set := false
+	f.Visit(func(fl *flag.Flag) { set = set || fl.Name == name })
+	return set
 }

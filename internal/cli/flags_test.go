@@ -131,6 +131,37 @@ func TestBadFlagsExitTwoNamingTheFlag(t *testing.T) {
 	}
 }
 
+// bench's own broker checks: what it measures (nats://, kafka://, kfake) is
+// named when --broker is anything else, --partitions is Kafka's; one line,
+// exit 2, no password, before the database is opened.
+func TestBenchFlagsExitTwo(t *testing.T) {
+	const db = "postgres://u:s3cret@127.0.0.1:1/db"
+	cfg := filepath.Join(t.TempDir(), "bench.conf")
+	writeFile(t, cfg, "partitions = 8\n")
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"bench", "--db", db, "--broker", "redis://:s3cret@127.0.0.1:6379/0"}, "nats://host:4222, kafka://host:9092[,host2:9092] or kfake"},
+		{[]string{"bench", "--db", db, "--broker", "amqp://u:s3cret@127.0.0.1:5672/"}, "amqp://u:xxxxx@127.0.0.1:5672/"},
+		{[]string{"bench", "--db", db, "--broker", "kfak"}, "or kfake"},
+		{[]string{"bench", "--db", db, "--broker", "kafka://u:s3cret@127.0.0.1:9092?bogus=1"}, "kafka"},
+		{[]string{"bench", "--db", db, "--broker", "kafka://"}, "--broker"},
+		{[]string{"bench", "--db", db, "--broker", "kfake", "--partitions", "0"}, "--partitions"},
+		{[]string{"bench", "--db", db, "--broker", "nats://u:s3cret@127.0.0.1:1", "--partitions", "4"}, "--partitions applies to Kafka only"},
+		{[]string{"bench", "--db", db, "--broker", "nats://u:s3cret@127.0.0.1:1", "--config", cfg}, "--partitions applies to Kafka only"},
+		{[]string{"bench", "--db", db, "--broker", ""}, "bench needs --broker"},
+	} {
+		code, stdout, stderr := runCLI(c.args...)
+		if code != exitUsage || strings.Count(stderr, "\n") != 1 || !strings.Contains(stderr, c.want) {
+			t.Errorf("%q: exit %d, stderr %q; want exit %d and one line naming %q", c.args, code, stderr, exitUsage, c.want)
+		}
+		if strings.Contains(stderr+stdout, "s3cret") {
+			t.Errorf("%q: output leaks the password: %q %q", c.args, stdout, stderr)
+		}
+	}
+}
+
 // A value in range is taken as given, also from --config (a refused value
 // would have exited 2 before the relay touched the database, which here is
 // missing, so the exit is 1).

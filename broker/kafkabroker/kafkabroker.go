@@ -209,6 +209,11 @@ func Dial(rawURL string, cfg Config) (*Broker, error) {
 		// itself before calling the error permanent.
 		kgo.UnknownTopicRetries(1),
 		kgo.RetryBackoffFn(retryBackoff),
+		// A publish call produces its events at once and waits for
+		// them: franz-go's default linger (10 ms) would add to every
+		// call and batch nothing more; records produced while a
+		// request is in flight are batched all the same.
+		kgo.ProducerLinger(0),
 	}, opts...)
 	all = append(all, cfg.Options...)
 	cl, err := kgo.NewClient(all...)

@@ -171,7 +171,7 @@ type Stats struct {
 	Dead          int64
 	Sent          int64 // in the archive table (0 when sent events are deleted)
 	Retrying      int64 // NEW with attempts > 0
-	ExpiredLeases int64 // SENDING whose lease ran out: a relay died or stalled
+	ExpiredLeases int64 // SENDING whose lease ran out (a relay died or stalled), or that has none (lease_until NULL: a plain-SQL row)
 	BlockedKeys   int64 // keys held by a DEAD event
 	// OldestPending is the age of the oldest NEW or SENDING event; 0 if none.
 	OldestPending time.Duration

@@ -167,7 +167,7 @@ func (s *Store) Stats(ctx context.Context) (store.Stats, error) {
 	COALESCE(SUM(CASE WHEN status = 'SENDING' THEN 1 ELSE 0 END), 0),
 	COALESCE(SUM(CASE WHEN status = 'DEAD' THEN 1 ELSE 0 END), 0),
 	COALESCE(SUM(CASE WHEN status = 'NEW' AND attempts > 0 THEN 1 ELSE 0 END), 0),
-	COALESCE(SUM(CASE WHEN status = 'SENDING' AND lease_until <= NOW(6) THEN 1 ELSE 0 END), 0),
+	COALESCE(SUM(CASE WHEN status = 'SENDING' AND `+leaseExpired("")+` THEN 1 ELSE 0 END), 0),
 	COUNT(DISTINCT CASE WHEN status = 'DEAD' AND event_key <> '' THEN event_key END),
 	MIN(CASE WHEN status <> 'DEAD' THEN UNIX_TIMESTAMP(created_at) END),
 	`+dbNow+`

@@ -37,8 +37,19 @@ const dbNow = "UNIX_TIMESTAMP() * 1000000 + MICROSECOND(NOW(6))"
 
 // claimable: a NEW event that is due, or a SENDING one whose lease ran out.
 // A NEW event never delayed (next_attempt_at at most created_at) is due
-// whatever NOW(6) says: see dueSQL.
-const claimable = "((%[1]sstatus = 'NEW' AND (%[1]snext_attempt_at <= NOW(6) OR %[1]snext_attempt_at <= %[1]screated_at)) OR (%[1]sstatus = 'SENDING' AND %[1]slease_until <= NOW(6) - " + takeoverGrace + "))"
+// whatever NOW(6) says: see dueSQL. A SENDING row without a lease
+// (lease_until NULL: a relay never writes one, a plain-SQL producer that
+// sets the status does) is an expired lease: NULL <= NOW(6) is not true,
+// so it would otherwise never be claimed, and since no live lease holds its
+// key either, the key's later events would pass it.
+const claimable = "((%[1]sstatus = 'NEW' AND (%[1]snext_attempt_at <= NOW(6) OR %[1]snext_attempt_at <= %[1]screated_at)) OR (%[1]sstatus = 'SENDING' AND (%[1]slease_until IS NULL OR %[1]slease_until <= NOW(6) - " + takeoverGrace + ")))"
+
+// leaseExpired is the SQL of "the lease of SENDING row p ran out" at
+// NOW(6): its lease_until has passed, or it has none (see claimable). On
+// (busy, lease_until) it is one range per shard: InnoDB sorts NULL first.
+func leaseExpired(p string) string {
+	return "(" + p + "lease_until IS NULL OR " + p + "lease_until <= NOW(6))"
+}
 
 // takeoverGrace: a claim takes over only leases that expired longer ago
 // than this, and a key stays held by an in-flight event that long after its

@@ -417,7 +417,7 @@ func (s *Store) claimOwned(ctx context.Context, req store.OwnedClaimRequest, rea
 	// by no claim ever). One
 	// range per shard (IN, not BETWEEN): a range over several shards
 	// would read, and lock, every in-flight row of them on its way.
-	rows, err = tx.QueryContext(ctx, "SELECT o.id, o.event_key, "+s.heldSQL()+" FROM "+s.table+" o FORCE INDEX ("+s.busyIdx()+") WHERE o.busy IN ("+marks(len(ok))+") AND o.lease_until <= NOW(6) ORDER BY o.id FOR UPDATE",
+	rows, err = tx.QueryContext(ctx, "SELECT o.id, o.event_key, "+s.heldSQL()+" FROM "+s.table+" o FORCE INDEX ("+s.busyIdx()+") WHERE o.busy IN ("+marks(len(ok))+") AND "+leaseExpired("o.")+" ORDER BY o.id FOR UPDATE",
 		append([]any{req.HoldDeadKeys}, intArgs(ok)...)...)
 	if err != nil {
 		return nothing(wrap("expired rows", err))
@@ -536,7 +536,7 @@ func (s *Store) claimOwned(ctx context.Context, req store.OwnedClaimRequest, rea
 		parked += int(n)
 	}
 	if len(parkSending) > 0 {
-		res, err := tx.ExecContext(ctx, "UPDATE "+s.table+byID+" SET status = 'NEW', lease_owner = '', lease_until = NULL, parked = 1 WHERE id IN ("+marks(len(parkSending))+") AND status = 'SENDING' AND lease_until <= NOW(6)", appendIDs(nil, parkSending)...)
+		res, err := tx.ExecContext(ctx, "UPDATE "+s.table+byID+" SET status = 'NEW', lease_owner = '', lease_until = NULL, parked = 1 WHERE id IN ("+marks(len(parkSending))+") AND status = 'SENDING' AND "+leaseExpired(""), appendIDs(nil, parkSending)...)
 		if err != nil {
 			return nothing(wrap("park", err))
 		}
@@ -546,7 +546,7 @@ func (s *Store) claimOwned(ctx context.Context, req store.OwnedClaimRequest, rea
 	var bad map[int64]error
 	if len(take) > 0 {
 		args := appendIDs([]any{req.Lease.Owner, req.Lease.Epoch, req.LeaseFor.Microseconds()}, take)
-		if _, err := tx.ExecContext(ctx, "UPDATE "+s.table+byID+" SET status = 'SENDING', lease_owner = ?, lease_epoch = ?, lease_until = NOW(6) + INTERVAL ? MICROSECOND WHERE id IN ("+marks(len(take))+") AND ((status = 'NEW' AND parked = 0) OR (status = 'SENDING' AND lease_until <= NOW(6)))", args...); err != nil {
+		if _, err := tx.ExecContext(ctx, "UPDATE "+s.table+byID+" SET status = 'SENDING', lease_owner = ?, lease_epoch = ?, lease_until = NOW(6) + INTERVAL ? MICROSECOND WHERE id IN ("+marks(len(take))+") AND ((status = 'NEW' AND parked = 0) OR (status = 'SENDING' AND "+leaseExpired("")+"))", args...); err != nil {
 			return nothing(wrap("claim", err))
 		}
 		rows, err := tx.QueryContext(ctx, "SELECT "+cols(eventCols, "")+", UNIX_TIMESTAMP(lease_until) FROM "+s.table+byID+" WHERE id IN ("+marks(len(take))+") AND status = 'SENDING' AND lease_owner = ? AND lease_epoch = ? ORDER BY id",

@@ -211,6 +211,18 @@ func (s *Store) sweepSQL() string {
 	LIMIT ?1)`
 }
 
+// expiredBefore is "an earlier row of o's key is SENDING under a lease
+// that ran out at ?1, or under none" (and extra). It is two probes, each
+// one range of the sending index (event_key, lease_until): written as one
+// EXISTS with "lease_until IS NULL OR lease_until <= ?1", SQLite reads
+// every in-flight entry of the key, live ones included, for each candidate.
+func (s *Store) expiredBefore(extra string) string {
+	probe := func(lease string) string {
+		return "EXISTS (SELECT 1 FROM " + s.table + " AS h WHERE h.status = 'SENDING' AND h.event_key = o.event_key AND " + lease + " AND h.id < o.id" + extra + ")"
+	}
+	return "(" + probe("h.lease_until IS NULL") + " OR " + probe("h.lease_until <= ?1") + ")"
+}
+
 // candidateSQL reads a page of claim candidates with what holds them: ?1
 // the claim's now (µs), ?2 HoldDeadKeys, ?3 owner, ?4 the last id read, ?5
 // the page size. park: an earlier row of the key is delayed and not due,
@@ -226,7 +238,7 @@ func (s *Store) candidateSQL(from string) string {
 		EXISTS (SELECT 1 FROM ` + t + ` AS h WHERE h.status = 'DEAD' AND h.event_key = o.event_key AND h.id < o.id AND ?2)
 		OR EXISTS (SELECT 1 FROM ` + t + ` AS h WHERE h.status = 'NEW' AND h.next_attempt_at > h.created_at AND h.event_key = o.event_key AND h.id < o.id AND h.next_attempt_at > ?1)
 		OR EXISTS (SELECT 1 FROM ` + t + ` AS h WHERE h.parked = 1 AND h.event_key = o.event_key AND h.id < o.id)),
-	o.event_key <> '' AND EXISTS (SELECT 1 FROM ` + t + ` AS h WHERE h.status = 'SENDING' AND h.event_key = o.event_key AND h.lease_until <= ?1 AND h.id < o.id)
+	o.event_key <> '' AND ` + s.expiredBefore("") + `
 FROM ` + from + ` AND o.id > ?4 ORDER BY o.id LIMIT ?5`
 }
 
@@ -362,7 +374,7 @@ func (s *Store) ClaimOwned(ctx context.Context, req store.OwnedClaimRequest) (st
 // rows, in id order) and the rows to park. See candidateSQL.
 func (s *Store) scanOwned(ctx context.Context, q func(string) (*sql.Stmt, error), req store.OwnedClaimRequest, now int64) (take, park []int64, err error) {
 	for pass, from := range []string{
-		s.table + ` AS o INDEXED BY "` + s.opts.Table + `_sending_idx" WHERE o.status = 'SENDING' AND o.lease_until <= ?1`,
+		s.table + ` AS o INDEXED BY "` + s.opts.Table + `_sending_idx" WHERE o.status = 'SENDING' AND ` + leaseExpired("o.", "?1"),
 		s.table + ` AS o INDEXED BY "` + s.opts.Table + `_ready_idx" WHERE o.status = 'NEW' AND o.parked = 0`,
 	} {
 		cand, err := q(s.candidateSQL(from))
@@ -424,12 +436,12 @@ func (s *Store) takeSQL() string {
 	t := s.table
 	return `UPDATE ` + t + ` SET status = 'SENDING', lease_owner = ?4, lease_epoch = ?5, lease_until = ?6, parked = 0
 WHERE id IN (SELECT o.id FROM ` + t + ` AS o WHERE o.id IN (SELECT value FROM json_each(?3))
-	AND ((o.status = 'NEW' AND o.parked = 0 AND (o.next_attempt_at <= ?1 OR o.next_attempt_at <= o.created_at)) OR (o.status = 'SENDING' AND o.lease_until <= ?1))
+	AND ((o.status = 'NEW' AND o.parked = 0 AND (o.next_attempt_at <= ?1 OR o.next_attempt_at <= o.created_at)) OR (o.status = 'SENDING' AND ` + leaseExpired("o.", "?1") + `))
 	AND (o.event_key = '' OR (
 		NOT EXISTS (SELECT 1 FROM ` + t + ` AS h WHERE h.status = 'DEAD' AND h.event_key = o.event_key AND h.id < o.id AND ?2)
 		AND NOT EXISTS (SELECT 1 FROM ` + t + ` AS h WHERE h.status = 'NEW' AND h.next_attempt_at > h.created_at AND h.event_key = o.event_key AND h.id < o.id AND h.next_attempt_at > ?1)
 		AND NOT EXISTS (SELECT 1 FROM ` + t + ` AS h WHERE h.parked = 1 AND h.event_key = o.event_key AND h.id < o.id)
-		AND (o.status = 'SENDING' OR NOT EXISTS (SELECT 1 FROM ` + t + ` AS h WHERE h.status = 'SENDING' AND h.event_key = o.event_key AND h.lease_until <= ?1 AND h.id < o.id AND h.id NOT IN (SELECT value FROM json_each(?3)))))))
+		AND (o.status = 'SENDING' OR NOT ` + s.expiredBefore(" AND h.id NOT IN (SELECT value FROM json_each(?3))") + `))))
 RETURNING ` + eventCols + `, lease_until`
 }
 

@@ -460,11 +460,22 @@ func nullMicros(us sql.NullInt64) time.Time {
 // whatever the clock says: after the clock stepped back, a key's earlier
 // row would otherwise wait while its later row is claimed.
 func (s *Store) claimable(hold, now string) string {
-	return `((o.status = 'NEW' AND (o.next_attempt_at <= ` + now + ` OR o.next_attempt_at <= o.created_at)) OR (o.status = 'SENDING' AND o.lease_until <= ` + now + `))
+	return `((o.status = 'NEW' AND (o.next_attempt_at <= ` + now + ` OR o.next_attempt_at <= o.created_at)) OR (o.status = 'SENDING' AND ` + leaseExpired("o.", now) + `))
 	  AND (o.event_key = '' OR (
 		NOT EXISTS (SELECT 1 FROM ` + s.table + ` AS h WHERE h.status = 'SENDING' AND h.event_key = o.event_key AND h.lease_until > ` + now + `)
 		AND NOT EXISTS (SELECT 1 FROM ` + s.table + ` AS h WHERE h.status = 'DEAD' AND h.event_key = o.event_key AND h.id < o.id AND ` + hold + `)
 		AND NOT EXISTS (SELECT 1 FROM ` + s.table + ` AS h WHERE h.status = 'NEW' AND h.next_attempt_at > h.created_at AND h.event_key = o.event_key AND h.id < o.id AND h.next_attempt_at > ` + now + `)))`
+}
+
+// leaseExpired is the SQL of "the lease of SENDING row p ran out at now":
+// its lease_until has passed, or it has none. A relay never writes a
+// SENDING row without a lease; a plain-SQL producer that sets the status
+// does, and since NULL <= now is not true such a row would never be
+// claimed, while no live lease held its key either, so the key's later
+// events passed it. In the sending index's (event_key, lease_until) both
+// halves are one range of a key: SQLite sorts NULL first.
+func leaseExpired(p, now string) string {
+	return "(" + p + "lease_until IS NULL OR " + p + "lease_until <= " + now + ")"
 }
 
 // candidatesSQL takes ?1 HoldDeadKeys, ?2 limit, ?3 the claim's "now" (µs):
@@ -996,7 +1007,7 @@ func (s *Store) Stats(ctx context.Context) (store.Stats, error) {
 	count(*) FILTER (WHERE status = 'SENDING'),
 	count(*) FILTER (WHERE status = 'DEAD'),
 	count(*) FILTER (WHERE status = 'NEW' AND attempts > 0),
-	count(*) FILTER (WHERE status = 'SENDING' AND lease_until <= `+nowUS+`),
+	count(*) FILTER (WHERE status = 'SENDING' AND `+leaseExpired("", nowUS)+`),
 	count(DISTINCT event_key) FILTER (WHERE status = 'DEAD' AND event_key <> ''),
 	COALESCE(`+nowUS+` - min(created_at) FILTER (WHERE status <> 'DEAD'), 0)
 FROM `+s.table).Scan(&st.New, &st.Sending, &st.Dead, &st.Retrying, &st.ExpiredLeases, &st.BlockedKeys, &oldestUS)

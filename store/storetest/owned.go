@@ -100,6 +100,7 @@ func (s *suite) allOwnedTests() []struct {
 		{"Owned/SkipsShardOfAnotherLiveClaim", s.testOwnedSkipsBusyShard},
 		{"Owned/OwnInFlightDoesNotHold", s.testOwnedOwnInFlight},
 		{"Owned/OwnExpiredClaimTakenBack", s.testOwnedOwnExpired},
+		{"Owned/SendingWithoutLease", func(t *testing.T) { s.testSendingWithoutLease(t, true) }},
 		{"Owned/PerKey/Delayed", s.testOwnedDelayed},
 		{"Owned/PerKey/Retrying", s.testOwnedRetrying},
 		{"Owned/PerKey/DeadRequeue", func(t *testing.T) { s.testOwnedDead(t, "requeue") }},

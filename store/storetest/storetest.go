@@ -119,6 +119,7 @@ func Run(t *testing.T, h Harness) {
 		{"Lease/Extend", s.testLeaseExtend},
 		{"Lease/Release", s.testLeaseRelease},
 		{"Lease/PartialAck", s.testLeasePartialAck},
+		{"Lease/SendingWithoutLease", func(t *testing.T) { s.testSendingWithoutLease(t, false) }},
 		{"Retry", s.testRetry},
 		{"Dead/Bury", s.testBury},
 		{"Dead/ListAndRequeue", s.testListRequeueDead},

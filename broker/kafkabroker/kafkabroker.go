@@ -128,7 +128,9 @@ var (
 // and keeps closing. cl must keep franz-go's producer defaults that the
 // adapter's guarantees rest on: the idempotent producer with acks=all,
 // automatic flushing and no transactional id; New refuses a client
-// without them.
+// without them. Build it with kgo.ProducerLinger(0), as Dial does: the
+// relay waits for every publish call, and franz-go's default linger (10
+// ms) adds that much to each.
 func New(cl *kgo.Client, cfg Config) (*Broker, error) {
 	if cl == nil {
 		return nil, errors.New("kafkabroker: New needs a client; pass one from kgo.NewClient or use Dial")

@@ -39,6 +39,17 @@ func TestBadInputIsOneLine(t *testing.T) {
 		{[]string{"dead", "retry", "--db", "sqlite:x.db"}, exitUsage, "needs event ids"},
 		{[]string{"dead", "show", "abc", "--db", "sqlite:x.db"}, exitUsage, "not an event id"},
 		{[]string{"status"}, exitUsage, "no database given"},
+		// A URL the driver cannot parse is a typing error, refused before
+		// anything is dialled; the relay does not wait for it either.
+		{[]string{"migrate", "--db", "postgres://u:s3cret@127.0.0.1:5432/test?sslmode=bogus"}, exitUsage, "sslmode is invalid"},
+		{[]string{"status", "--db", "postgres://u:s3cret@127.0.0.1:5432/test?connect_timeout=abc"}, exitUsage, "invalid connect_timeout"},
+		{[]string{"status", "--db", "postgres://u:s3cret@[::1"}, exitUsage, "bad database URL"},
+		{[]string{"status", "--db", "postgres://a b:s3cret@127.0.0.1/test"}, exitUsage, "bad database URL"},
+		{[]string{"dead", "list", "--db", "mysql://root:s3cret@127.0.0.1/test?x=%zz"}, exitUsage, `invalid URL escape "%zz"`},
+		{[]string{"migrate", "--db", "mysql://root:s3cret@tcp(h:1)/test"}, exitUsage, "bad database URL"},
+		{[]string{"migrate", "--db", "mysql://root:s3cret@127.0.0.1:3306/"}, exitUsage, "names no database"},
+		{[]string{"migrate", "--db", "sqlite:" + t.TempDir() + "/x.db?mode=rw"}, exitUsage, `unknown parameter "mode"`},
+		{[]string{"relay", "--db", "postgres://u:s3cret@127.0.0.1:5432/test?sslmode=bogus", "--broker", "nats://127.0.0.1:4222"}, exitUsage, "sslmode is invalid"},
 	}
 	for _, c := range cases {
 		code, _, stderr := runCLI(c.args...)

@@ -18,7 +18,7 @@ import (
 )
 
 const deadUsage = `dead list  [--topic T] [--key K] [--after ID] [--limit N] [--json]
-       outbox dead show ID [--json]
+       outbox dead show ID [--json | --raw > FILE]
        outbox dead retry ID... | --all | --topic T | --key K
        outbox dead purge --older-than DURATION [--topic T] [--key K] (deletes dead events for good; 0s: all of them)`
 
@@ -37,6 +37,7 @@ func runDead(ctx context.Context, e env, args []string) error {
 	var (
 		topic, key      *string
 		asJSON, all     *bool
+		raw             = new(bool)
 		after           int64
 		limit           int
 		olderThan       time.Duration
@@ -52,7 +53,8 @@ func runDead(ctx context.Context, e env, args []string) error {
 		f.intFlag(&limit, "limit", 50, 1, 10_000, "at most this many")
 		asJSON = f.Bool("json", false, "print JSON (every field, the whole last error)")
 	case "show":
-		asJSON = f.Bool("json", false, "print JSON")
+		asJSON = f.Bool("json", false, "print JSON (the whole payload; base64 when it is not UTF-8)")
+		raw = f.Bool("raw", false, "write only the payload's exact bytes to stdout, which must not be a terminal (e.g. > payload.bin)")
 		oneID = true
 	case "retry":
 		topic = f.String("topic", "", "every dead event of this topic")
@@ -86,6 +88,10 @@ func runDead(ctx context.Context, e env, args []string) error {
 		return fmt.Errorf("%w: dead retry needs event ids, --topic, --key or --all", wire.ErrUsage)
 	case needsIDs && *all && (len(ids) > 0 || *topic != "" || *key != ""):
 		return fmt.Errorf("%w: dead retry --all takes no event ids, --topic or --key", wire.ErrUsage)
+	case *raw && *asJSON:
+		return fmt.Errorf("%w: dead show takes --json or --raw, not both", wire.ErrUsage)
+	case *raw && isTerminal(e.stdout):
+		return fmt.Errorf("%w: dead show --raw writes the payload's bytes as they are, which could rewrite the terminal: redirect them (outbox dead show %d --raw > payload.bin), or read them escaped without --raw", wire.ErrUsage, ids[0])
 	case sub == "purge" && !isSet(f, "older-than"):
 		return fmt.Errorf("%w: dead purge needs --older-than (0s purges every dead event)", wire.ErrUsage)
 	}
@@ -117,7 +123,11 @@ func runDead(ctx context.Context, e env, args []string) error {
 		if err != nil {
 			return f.storeErr(err)
 		}
-		if *asJSON {
+		switch {
+		case *raw:
+			_, err := e.stdout.Write(r.Payload)
+			return err
+		case *asJSON:
 			return json.NewEncoder(e.stdout).Encode(toJSON([]store.Record{r})[0])
 		}
 		printRecord(e, r)
@@ -151,7 +161,7 @@ func printDeadList(e env, recs []store.Record) {
 	indent := strings.Repeat(" ", 10+1+20+1+20+1+8+1)
 	fmt.Fprintf(w, row, "ID", "TOPIC", "KEY", "ATTEMPTS", "LAST ERROR")
 	for _, r := range recs {
-		lines := wrap(printable(r.LastError), deadErrWidth)
+		lines := wrap(printable(lastError(r)), deadErrWidth)
 		if len(lines) > deadErrLines {
 			lines = append(lines[:deadErrLines-1], fmt.Sprintf("… (the whole error: outbox dead show %d)", r.ID))
 		}
@@ -163,6 +173,18 @@ func printDeadList(e env, recs []store.Record) {
 			fmt.Fprintf(w, "%s%s\n", indent, l)
 		}
 	}
+}
+
+// noReason stands for the last error of a dead event that has none: a row
+// a producer or an operator wrote as DEAD with plain SQL.
+const noReason = "(no reason recorded)"
+
+// lastError is r's last error as dead list and show print it.
+func lastError(r store.Record) string {
+	if r.LastError == "" && r.Status == outbox.StatusDead {
+		return noReason
+	}
+	return r.LastError
 }
 
 // wrap splits s into lines of at most width runes, at spaces where it can.
@@ -250,8 +272,8 @@ func printRecord(e env, r store.Record) {
 	if !r.NextAttemptAt.IsZero() {
 		fmt.Fprintf(w, "next attempt    %s\n", r.NextAttemptAt.Format(time.RFC3339))
 	}
-	if r.LastError != "" {
-		fmt.Fprintf(w, "last error      %s\n", printable(r.LastError))
+	if r.LastError != "" || r.Status == outbox.StatusDead {
+		fmt.Fprintf(w, "last error      %s\n", printable(lastError(r)))
 	}
 	names := make([]string, 0, len(r.Headers))
 	for k := range r.Headers {
@@ -261,11 +283,57 @@ func printRecord(e env, r store.Record) {
 	for _, k := range names {
 		fmt.Fprintf(w, "header          %s: %s\n", printable(k), printable(r.Headers[k]))
 	}
-	if utf8.Valid(r.Payload) {
-		fmt.Fprintf(w, "payload         %s\n", string(r.Payload))
-	} else {
-		fmt.Fprintf(w, "payload         (%d bytes, binary)\n", len(r.Payload))
+	fmt.Fprintf(w, "payload         %s\n", showPayload(r.ID, r.Payload))
+}
+
+// Of a payload, dead show prints at most showPayloadMax bytes, and of a
+// binary one showPayloadHex bytes in hex; --raw and --json give it whole.
+const (
+	showPayloadMax = 4096
+	showPayloadHex = 64
+)
+
+// showPayload is the payload as dead show prints it: text with its control
+// characters escaped (a plain-SQL producer may have stored NULs or escape
+// sequences, which must not reach the terminal), kept to showPayloadMax
+// bytes; binary (not UTF-8) as the hex of its first bytes. What is left out
+// is counted, with the command that prints it whole.
+func showPayload(id int64, p []byte) string {
+	whole := fmt.Sprintf("outbox dead show %d --raw > payload.bin (the exact bytes) or --json", id)
+	if !utf8.Valid(p) {
+		n := min(len(p), showPayloadHex)
+		more := ""
+		if n < len(p) {
+			more = " …"
+		}
+		return fmt.Sprintf("(%d bytes, binary; the first %d in hex: % x%s; the whole payload: %s)", len(p), n, p[:n], more, whole)
 	}
+	shown := p
+	if len(p) > showPayloadMax {
+		cut := showPayloadMax
+		for cut > 0 && !utf8.RuneStart(p[cut]) {
+			cut--
+		}
+		shown = p[:cut]
+	}
+	var b strings.Builder
+	for _, r := range string(shown) {
+		switch {
+		case r == '\n': // keep a pretty-printed payload's lines, indented under the value
+			b.WriteString("\n" + strings.Repeat(" ", 16))
+		case r == '\t':
+			b.WriteRune(r)
+		case unicode.IsControl(r):
+			q := strconv.QuoteRune(r)
+			b.WriteString(q[1 : len(q)-1])
+		default:
+			b.WriteRune(r)
+		}
+	}
+	if len(shown) < len(p) {
+		fmt.Fprintf(&b, " … (%d of %d bytes not shown; the whole payload: %s)", len(p)-len(shown), len(p), whole)
+	}
+	return b.String()
 }
 
 func clip(s string, n int) string {

@@ -139,6 +139,15 @@ func TestMigrateStatusDeadOnEachDatabase(t *testing.T) {
 			if s, _ := o.Store.Stats(ctx); s.New != 1 || s.Dead != 0 {
 				t.Errorf("after retry: %+v", s)
 			}
+			// An id that names no DEAD event is named and fails the
+			// command; a selector that matches nothing only says so.
+			if code, out, stderr := runCLI("dead", "retry", itoa(id), "999999999", "--config", cfg); code != exitFail || out != "" ||
+				!strings.Contains(stderr, "event "+itoa(id)+" is NEW, not DEAD; event 999999999 does not exist") || strings.Count(stderr, "\n") != 1 {
+				t.Errorf("dead retry of a NEW and a missing id: %d %q %q", code, out, stderr)
+			}
+			if code, out, stderr := runCLI("dead", "retry", "--topic", "orders", "--config", cfg); code != exitOK || out != "no dead events of topic \"orders\": nothing requeued\n" || stderr != "" {
+				t.Errorf("dead retry --topic matching nothing: %d %q %q", code, out, stderr)
+			}
 			if code, out, _ := runCLI("dead", "purge", "--older-than", "0s", "--config", cfg); code != exitOK || !strings.Contains(out, "purged 0") {
 				t.Errorf("dead purge: %d %q", code, out)
 			}

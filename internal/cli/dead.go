@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"sort"
 	"strconv"
@@ -19,7 +20,7 @@ import (
 
 const deadUsage = `dead list  [--topic T] [--key K] [--after ID] [--limit N] [--json]
        outbox dead show ID [--json | --raw > FILE]
-       outbox dead retry ID... | --all | --topic T | --key K
+       outbox dead retry ID... | --all | --topic T | --key K (exit 1 when an ID names no DEAD event)
        outbox dead purge --older-than DURATION [--topic T] [--key K] (deletes dead events for good; 0s: all of them)`
 
 func runDead(ctx context.Context, e env, args []string) error {
@@ -132,11 +133,7 @@ func runDead(ctx context.Context, e env, args []string) error {
 		}
 		printRecord(e, r)
 	case "retry":
-		n, err := st.RequeueDead(ctx, q)
-		if err != nil {
-			return f.storeErr(err)
-		}
-		fmt.Fprintf(e.stdout, "requeued %d dead event(s); a running relay delivers them next\n", n)
+		return retryDead(ctx, e, f, st, q, *all)
 	case "purge":
 		n, err := st.Purge(ctx, store.PurgeRequest{Status: outbox.StatusDead, OlderThan: olderThan, Topic: *topic, Key: *key})
 		if err != nil {
@@ -145,6 +142,76 @@ func runDead(ctx context.Context, e env, args []string) error {
 		fmt.Fprintf(e.stdout, "purged %d dead event(s)\n", n)
 	}
 	return nil
+}
+
+// errRetryMissed is dead retry by id when some of the ids named no DEAD
+// event (exit 1: what was asked for was not done).
+var errRetryMissed = errors.New("not every event named was requeued")
+
+// retryDead requeues q's dead events. Ids are looked up first, so that one
+// that names no event, or an event that is not DEAD (a typo, a retry run
+// twice), is reported by id and fails the command, where the store would
+// only count fewer requeued; a selector (--topic, --key, --all) that
+// matches nothing is said, and is not a failure (there is nothing to do).
+func retryDead(ctx context.Context, e env, f *flags, st store.Store, q store.DeadQuery, all bool) error {
+	var missed []string
+	if len(q.IDs) > 0 {
+		var dead []int64
+		for _, id := range q.IDs {
+			r, err := st.Get(ctx, id)
+			switch {
+			case errors.Is(err, store.ErrNotFound):
+				missed = append(missed, fmt.Sprintf("event %d does not exist", id))
+			case err != nil:
+				return f.storeErr(err)
+			case r.Status != outbox.StatusDead:
+				missed = append(missed, fmt.Sprintf("event %d is %s, not DEAD", id, r.Status))
+			case q.Topic != "" && r.Topic != q.Topic:
+				missed = append(missed, fmt.Sprintf("event %d is of topic %q, not --topic %q", id, r.Topic, q.Topic))
+			case q.Key != "" && r.Key != q.Key:
+				missed = append(missed, fmt.Sprintf("event %d is of key %q, not --key %q", id, r.Key, q.Key))
+			default:
+				dead = append(dead, id)
+			}
+		}
+		q.IDs = dead
+	}
+	var n int64
+	if len(q.IDs) > 0 || len(missed) == 0 {
+		var err error
+		if n, err = st.RequeueDead(ctx, q); err != nil {
+			return f.storeErr(err)
+		}
+		if len(q.IDs) > 0 && n < int64(len(q.IDs)) {
+			// Requeued, purged or skipped by someone else since the look-up.
+			missed = append(missed, fmt.Sprintf("%d of the DEAD events were no longer DEAD when requeued", int64(len(q.IDs))-n))
+		}
+	}
+	switch {
+	case n > 0:
+		fmt.Fprintf(e.stdout, "requeued %d dead event(s); a running relay delivers them next\n", n)
+	case len(missed) == 0:
+		fmt.Fprintf(e.stdout, "no dead events%s: nothing requeued\n", selectorText(q, all))
+	}
+	if len(missed) > 0 {
+		return fmt.Errorf("%w: %s (see outbox dead list)", errRetryMissed, strings.Join(missed, "; "))
+	}
+	return nil
+}
+
+// selectorText names a retry's --topic and --key, as " of topic \"t\"".
+func selectorText(q store.DeadQuery, all bool) string {
+	var parts []string
+	if q.Topic != "" {
+		parts = append(parts, fmt.Sprintf("topic %q", q.Topic))
+	}
+	if q.Key != "" {
+		parts = append(parts, fmt.Sprintf("key %q", q.Key))
+	}
+	if len(parts) == 0 || all {
+		return ""
+	}
+	return " of " + strings.Join(parts, " and ")
 }
 
 // The LAST ERROR column wraps at word boundaries instead of being cut, so

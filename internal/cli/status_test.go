@@ -96,7 +96,7 @@ func TestMissingSQLiteFileIsNotCreated(t *testing.T) {
 			t.Fatalf("%q created %s", args, path)
 		}
 	}
-	if code, out, _ := runCLI("migrate", "--db", url); code != exitOK || !strings.Contains(out, "table outbox is up to date") {
+	if code, out, _ := runCLI("migrate", "--db", url); code != exitOK || !strings.Contains(out, "created table outbox") {
 		t.Errorf("migrate: exit %d %q", code, out)
 	}
 	if code, _, stderr := runCLI("status", "--db", url); code != exitOK {

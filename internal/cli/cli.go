@@ -11,10 +11,12 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"log/slog"
 	"os"
 	"strings"
 	"time"
 
+	"github.com/outbox-go/outbox/broker/redisbroker"
 	"github.com/outbox-go/outbox/internal/wire"
 	"github.com/outbox-go/outbox/store"
 )
@@ -70,6 +72,10 @@ Exit codes: 0 done; 1 failed (see the message); 2 bad flags, values or URLs;
 // the process exit code.
 func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	e := env{stdout: stdout, stderr: stderr}
+	// go-redis prints its pool's dial failures to stderr on its own, before
+	// and besides the error the command reports; the relay routes them to
+	// its log at debug level (newLogger), every other command drops them.
+	redisbroker.LogTo(slog.New(slog.DiscardHandler))
 	if len(args) > 0 && (args[0] == "--version" || args[0] == "-version") {
 		args = append([]string{"version"}, args[1:]...)
 	}

@@ -177,7 +177,8 @@ type flags struct {
 	db, table, schema, config string
 	usage                     string
 	positional                []string
-	noStore                   bool // the command opens no database: no --db, --table, --schema
+	onCommandLine             map[string]bool // flags given on the command line (not by --config, not defaults)
+	noStore                   bool            // the command opens no database: no --db, --table, --schema
 }
 
 // posArgs returns the positional arguments, wherever they stood.
@@ -186,10 +187,32 @@ func (f *flags) posArgs() []string { return f.positional }
 func newFlags(e env, name, usage string) *flags {
 	f := newBareFlags(e, name, usage)
 	f.noStore = false
-	f.StringVar(&f.db, "db", os.Getenv("OUTBOX_DB"), "database URL (or OUTBOX_DB): "+wire.DBSchemes)
+	f.StringVar(&f.db, "db", os.Getenv("OUTBOX_DB"), "database URL (or OUTBOX_DB): "+wire.DBSchemes+"; "+secretsHint("OUTBOX_DB"))
 	f.StringVar(&f.table, "table", store.DefaultTable, "outbox table name")
 	f.StringVar(&f.schema, "schema", "", "PostgreSQL schema / MySQL database of the table (default: the connection's)")
 	return f
+}
+
+// secretsHint is the --db and --broker help's word on passwords.
+func secretsHint(env string) string {
+	return "a password on the command line is visible to every user of the machine (ps, /proc/PID/cmdline): pass it in " + env + " or a --config file"
+}
+
+// commandLineSecrets returns a warning for each of the flags names given
+// on the command line with a URL that holds a password or another secret
+// (a long-running process shows its arguments to every local user for as
+// long as it runs); none for values from the environment or --config.
+func (f *flags) commandLineSecrets(values map[string]string) []string {
+	var out []string
+	for _, name := range []string{"db", "broker"} {
+		v, ok := values[name]
+		if !ok || !f.onCommandLine[name] || v == "" || wire.Mask(v) == v {
+			continue
+		}
+		env := "OUTBOX_" + strings.ToUpper(name)
+		out = append(out, fmt.Sprintf("--%s holds a password or secret, which every user of this machine can read for as long as the relay runs (ps, /proc/PID/cmdline): pass it in %s or a --config file instead", name, env))
+	}
+	return out
 }
 
 // newBareFlags is newFlags for a command that opens no database: only
@@ -222,6 +245,8 @@ func (f *flags) parse(e env, args []string) error {
 		args = f.Args()[1:]
 	}
 	f.positional = positional
+	f.onCommandLine = map[string]bool{}
+	f.Visit(func(fl *flag.Flag) { f.onCommandLine[fl.Name] = true })
 	if f.config != "" {
 		if err := f.applyConfig(f.config); err != nil {
 			return err

@@ -3,10 +3,12 @@ package cli
 import (
 	"bytes"
 	"context"
+	"io"
 	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/outbox-go/outbox/internal/teststores"
 	"github.com/outbox-go/outbox/store"
@@ -49,7 +51,7 @@ func TestBadInputIsOneLine(t *testing.T) {
 		{[]string{"migrate", "--db", "mysql://root:s3cret@tcp(h:1)/test"}, exitUsage, "bad database URL"},
 		{[]string{"migrate", "--db", "mysql://root:s3cret@127.0.0.1:3306/"}, exitUsage, "names no database"},
 		{[]string{"migrate", "--db", "sqlite:" + t.TempDir() + "/x.db?mode=rw"}, exitUsage, `unknown parameter "mode"`},
-		{[]string{"relay", "--db", "postgres://u:s3cret@127.0.0.1:5432/test?sslmode=bogus", "--broker", "nats://127.0.0.1:4222"}, exitUsage, "sslmode is invalid"},
+		{[]string{"relay", "--db", "postgres://u@127.0.0.1:5432/test?sslmode=bogus", "--broker", "nats://127.0.0.1:4222"}, exitUsage, "sslmode is invalid"},
 	}
 	for _, c := range cases {
 		code, _, stderr := runCLI(c.args...)
@@ -168,5 +170,47 @@ func TestConnectionArgsFindEveryURLTheUserGave(t *testing.T) {
 		if !strings.Contains(got, want) {
 			t.Errorf("connectionArgs lacks %s: %q", want, got)
 		}
+	}
+}
+
+// A relay given a password on its command line says, once, that every
+// local user can read it there and where to put it instead; a secret
+// from the environment or --config draws no warning.
+func TestRelayWarnsOfASecretOnTheCommandLine(t *testing.T) {
+	dir := t.TempDir()
+	db := "sqlite:" + filepath.Join(dir, "x.db")
+	if code, _, stderr := runCLI("migrate", "--db", db); code != exitOK {
+		t.Fatal(stderr)
+	}
+	cfg := filepath.Join(dir, "relay.conf")
+	writeFile(t, cfg, "broker = nats://s3cret@127.0.0.1:1\n")
+	const warning = "--broker holds a password or secret, which every user of this machine can read"
+	for _, c := range []struct {
+		name string
+		args []string
+		env  string
+		warn bool
+	}{
+		{"command line", []string{"--broker", "nats://s3cret@127.0.0.1:1"}, "", true},
+		{"command line without a secret", []string{"--broker", "nats://127.0.0.1:1"}, "", false},
+		{"config", []string{"--config", cfg}, "", false},
+		{"environment", nil, "nats://s3cret@127.0.0.1:1", false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Setenv("OUTBOX_BROKER", c.env)
+			ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+			defer cancel()
+			var stderr bytes.Buffer
+			Main(ctx, append([]string{"relay", "--db", db}, c.args...), io.Discard, &stderr)
+			if got := strings.Count(stderr.String(), warning); got != map[bool]int{true: 1, false: 0}[c.warn] {
+				t.Errorf("the warning appears %d times, want it %v:\n%s", got, c.warn, stderr.String())
+			}
+			if c.warn && !strings.Contains(stderr.String(), "pass it in OUTBOX_BROKER or a --config file instead") {
+				t.Errorf("the warning does not say where to put the secret:\n%s", stderr.String())
+			}
+			if strings.Contains(stderr.String(), "s3cret") {
+				t.Errorf("the log shows the secret:\n%s", stderr.String())
+			}
+		})
 	}
 }

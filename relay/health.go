@@ -78,12 +78,20 @@ type health struct {
 }
 
 // failing is one component's state: its error text (empty when fine) and
-// since when.
+// since when, and when a change of its error was last logged.
 type failing struct {
-	name  string
-	err   string
-	since time.Time
+	name   string
+	err    string
+	since  time.Time
+	logged time.Time
 }
+
+// changeLogEvery bounds how often a component that keeps failing, but now
+// with another error, is logged again: often enough that the real reason
+// shows soon after the first symptom (a closed connection, then the
+// reconnect refused for its credentials), rarely enough that errors naming
+// each event cannot flood the log.
+const changeLogEvery = 30 * time.Second
 
 func (h *health) set(f *failing, err error) {
 	h.mu.Lock()
@@ -94,9 +102,14 @@ func (h *health) set(f *failing, err error) {
 		f.err, f.since = "", time.Time{}
 		changed = true
 	case err != nil && f.err == "":
-		f.err, f.since = err.Error(), time.Now()
+		f.err, f.since, f.logged = err.Error(), time.Now(), time.Now()
 		h.log.Warn("relay: "+f.name+" failing; backing off and retrying", "error", err.Error())
 		changed = true
+	case err != nil && err.Error() != f.err && time.Since(f.logged) >= changeLogEvery:
+		// Still failing, differently: the state (Health, /readyz) tells
+		// the current reason, and the log says it too.
+		f.err, f.logged = err.Error(), time.Now()
+		h.log.Warn("relay: "+f.name+" still failing, now differently; backing off and retrying", "error", err.Error(), "failing_for", time.Since(f.since).Round(time.Second))
 	}
 	hooks := h.hooks
 	h.mu.Unlock()

@@ -278,6 +278,15 @@ func (b *Broker) checkExchange(s *session) error {
 	return ch.Close()
 }
 
+// refusedError is a reconnect that RabbitMQ refused for its credentials.
+type refusedError struct{ err *amqp.Error }
+
+func (e refusedError) Error() string {
+	return fmt.Sprintf("RabbitMQ refused the credentials of the URL (403 ACCESS_REFUSED: %s): check the user's password and its permissions on the vhost", e.err.Reason)
+}
+
+func (e refusedError) Unwrap() error { return e.err }
+
 // start installs the first session and the loop that replaces lost ones.
 func (b *Broker) start(s *session) {
 	b.sess = s
@@ -302,6 +311,12 @@ func (b *Broker) maintain(s *session) {
 		}
 		b.mu.Unlock()
 		next, ok := redial.Until(b.closing, b.open, func(err error) {
+			var ae *amqp.Error
+			if errors.As(err, &ae) && ae.Code == amqp.AccessRefused {
+				// Say what it is: not an outage but a user name, password
+				// or vhost permission that changed under the relay.
+				err = refusedError{ae}
+			}
 			b.mu.Lock()
 			b.lastErr = err
 			b.mu.Unlock()

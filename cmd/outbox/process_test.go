@@ -379,3 +379,30 @@ func TestDemo(t *testing.T) {
 		t.Errorf("no summary line in:\n%s", out)
 	}
 }
+
+// What the process writes on stderr, not only what Main returns: a
+// library's own log line (go-redis prints its pool's dial failures on
+// its own) would come before the command's one line.
+func TestErrorsAreOneLineOnTheProcessStderr(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		code int
+		want string
+	}{
+		{[]string{"broker", "setup", "--broker", "redis://:s3cret@127.0.0.1:1/0"}, 1, "outbox broker: redisbroker: connect to redis://:xxxxx@127.0.0.1:1/0: "},
+		{[]string{"status", "--db", "postgres://u:s3cret@127.0.0.1:1/test"}, 1, "outbox status: pgstore: cannot reach 127.0.0.1:1: user=u database=test: "},
+		{[]string{"status", "--db", "postgres://u:s3cret@127.0.0.1:1/test?sslmode=bogus"}, 2, "outbox status: pgstore: bad database URL: "},
+	} {
+		var stderr bytes.Buffer
+		cmd := exec.Command(binary, c.args...)
+		cmd.Stderr = &stderr
+		err := cmd.Run()
+		code := 0
+		if ee, ok := err.(*exec.ExitError); ok {
+			code = ee.ExitCode()
+		}
+		if code != c.code || strings.Count(stderr.String(), "\n") != 1 || !strings.HasPrefix(stderr.String(), c.want) || strings.Contains(stderr.String(), "s3cret") {
+			t.Errorf("%q: exit %d, stderr %q; want exit %d and one line starting %q", c.args, code, stderr.String(), c.code, c.want)
+		}
+	}
+}

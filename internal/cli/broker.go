@@ -46,7 +46,7 @@ func runBroker(ctx context.Context, e env, args []string) error {
 		return fmt.Errorf("%w: unknown broker command %q: say setup", wire.ErrUsage, args[0])
 	}
 	f := newBareFlags(e, "broker setup", brokerUsage)
-	brokerURL := f.String("broker", os.Getenv("OUTBOX_BROKER"), "broker URL (or OUTBOX_BROKER): "+wire.BrokerSchemes)
+	brokerURL := f.String("broker", os.Getenv("OUTBOX_BROKER"), "broker URL (or OUTBOX_BROKER): "+wire.BrokerSchemes+"; "+secretsHint("OUTBOX_BROKER"))
 	stream := f.String("stream", "", "JetStream stream name, e.g. ORDERS")
 	subjects := f.String("subjects", "", "comma-separated subjects the stream captures, e.g. 'orders,orders.>'")
 	topics := f.String("topics", "", "Kafka: comma-separated topics to create, e.g. 'orders,payments'; AMQP: topics (routing keys) to bind the queue to on the URL's exchange")

@@ -44,7 +44,7 @@ func cdcPool(ctx context.Context, f *flags) (*pgxpool.Pool, error) {
 	}
 	pool, err := pgxpool.New(ctx, f.db)
 	if err != nil {
-		return nil, fmt.Errorf("bad database URL: %w", err)
+		return nil, fmt.Errorf("%w: bad database URL: %w", wire.ErrUsage, err)
 	}
 	pctx, cancel := context.WithTimeout(ctx, 15*time.Second)
 	defer cancel()

@@ -11,10 +11,12 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"log/slog"
 	"os"
 	"strings"
 	"time"
 
+	"github.com/outbox-go/outbox/broker/redisbroker"
 	"github.com/outbox-go/outbox/internal/wire"
 	"github.com/outbox-go/outbox/store"
 )
@@ -70,6 +72,10 @@ Exit codes: 0 done; 1 failed (see the message); 2 bad flags, values or URLs;
 // the process exit code.
 func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	e := env{stdout: stdout, stderr: stderr}
+	// go-redis prints its pool's dial failures to stderr on its own, before
+	// and besides the error the command reports; the relay routes them to
+	// its log at debug level (newLogger), every other command drops them.
+	redisbroker.LogTo(slog.New(slog.DiscardHandler))
 	if len(args) > 0 && (args[0] == "--version" || args[0] == "-version") {
 		args = append([]string{"version"}, args[1:]...)
 	}
@@ -171,7 +177,8 @@ type flags struct {
 	db, table, schema, config string
 	usage                     string
 	positional                []string
-	noStore                   bool // the command opens no database: no --db, --table, --schema
+	onCommandLine             map[string]bool // flags given on the command line (not by --config, not defaults)
+	noStore                   bool            // the command opens no database: no --db, --table, --schema
 }
 
 // posArgs returns the positional arguments, wherever they stood.
@@ -180,10 +187,32 @@ func (f *flags) posArgs() []string { return f.positional }
 func newFlags(e env, name, usage string) *flags {
 	f := newBareFlags(e, name, usage)
 	f.noStore = false
-	f.StringVar(&f.db, "db", os.Getenv("OUTBOX_DB"), "database URL (or OUTBOX_DB): "+wire.DBSchemes)
+	f.StringVar(&f.db, "db", os.Getenv("OUTBOX_DB"), "database URL (or OUTBOX_DB): "+wire.DBSchemes+"; "+secretsHint("OUTBOX_DB"))
 	f.StringVar(&f.table, "table", store.DefaultTable, "outbox table name")
 	f.StringVar(&f.schema, "schema", "", "PostgreSQL schema / MySQL database of the table (default: the connection's)")
 	return f
+}
+
+// secretsHint is the --db and --broker help's word on passwords.
+func secretsHint(env string) string {
+	return "a password on the command line is visible to every user of the machine (ps, /proc/PID/cmdline): pass it in " + env + " or a --config file"
+}
+
+// commandLineSecrets returns a warning for each of the flags names given
+// on the command line with a URL that holds a password or another secret
+// (a long-running process shows its arguments to every local user for as
+// long as it runs); none for values from the environment or --config.
+func (f *flags) commandLineSecrets(values map[string]string) []string {
+	var out []string
+	for _, name := range []string{"db", "broker"} {
+		v, ok := values[name]
+		if !ok || !f.onCommandLine[name] || v == "" || wire.Mask(v) == v {
+			continue
+		}
+		env := "OUTBOX_" + strings.ToUpper(name)
+		out = append(out, fmt.Sprintf("--%s holds a password or secret, which every user of this machine can read for as long as the relay runs (ps, /proc/PID/cmdline): pass it in %s or a --config file instead", name, env))
+	}
+	return out
 }
 
 // newBareFlags is newFlags for a command that opens no database: only
@@ -216,6 +245,8 @@ func (f *flags) parse(e env, args []string) error {
 		args = f.Args()[1:]
 	}
 	f.positional = positional
+	f.onCommandLine = map[string]bool{}
+	f.Visit(func(fl *flag.Flag) { f.onCommandLine[fl.Name] = true })
 	if f.config != "" {
 		if err := f.applyConfig(f.config); err != nil {
 			return err

@@ -3,10 +3,12 @@ package cli
 import (
 	"bytes"
 	"context"
+	"io"
 	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/outbox-go/outbox/internal/teststores"
 	"github.com/outbox-go/outbox/store"
@@ -39,6 +41,17 @@ func TestBadInputIsOneLine(t *testing.T) {
 		{[]string{"dead", "retry", "--db", "sqlite:x.db"}, exitUsage, "needs event ids"},
 		{[]string{"dead", "show", "abc", "--db", "sqlite:x.db"}, exitUsage, "not an event id"},
 		{[]string{"status"}, exitUsage, "no database given"},
+		// A URL the driver cannot parse is a typing error, refused before
+		// anything is dialled; the relay does not wait for it either.
+		{[]string{"migrate", "--db", "postgres://u:s3cret@127.0.0.1:5432/test?sslmode=bogus"}, exitUsage, "sslmode is invalid"},
+		{[]string{"status", "--db", "postgres://u:s3cret@127.0.0.1:5432/test?connect_timeout=abc"}, exitUsage, "invalid connect_timeout"},
+		{[]string{"status", "--db", "postgres://u:s3cret@[::1"}, exitUsage, "bad database URL"},
+		{[]string{"status", "--db", "postgres://a b:s3cret@127.0.0.1/test"}, exitUsage, "bad database URL"},
+		{[]string{"dead", "list", "--db", "mysql://root:s3cret@127.0.0.1/test?x=%zz"}, exitUsage, `invalid URL escape "%zz"`},
+		{[]string{"migrate", "--db", "mysql://root:s3cret@tcp(h:1)/test"}, exitUsage, "bad database URL"},
+		{[]string{"migrate", "--db", "mysql://root:s3cret@127.0.0.1:3306/"}, exitUsage, "names no database"},
+		{[]string{"migrate", "--db", "sqlite:" + t.TempDir() + "/x.db?mode=rw"}, exitUsage, `unknown parameter "mode"`},
+		{[]string{"relay", "--db", "postgres://u@127.0.0.1:5432/test?sslmode=bogus", "--broker", "nats://127.0.0.1:4222"}, exitUsage, "sslmode is invalid"},
 	}
 	for _, c := range cases {
 		code, _, stderr := runCLI(c.args...)
@@ -89,9 +102,11 @@ func TestMigrateStatusDeadOnEachDatabase(t *testing.T) {
 				!strings.Contains(stderr, "outbox migrate --db URL --table "+table) || strings.Count(stderr, "\n") != 1 {
 				t.Errorf("status before migrate: %d %q", code, stderr)
 			}
-			for i := 0; i < 2; i++ {
-				if code, out, stderr := runCLI("migrate", "--db", url, "--table", table); code != exitOK || !strings.Contains(out, "up to date") {
-					t.Fatalf("migrate #%d: %d %q %q", i+1, code, out, stderr)
+			// The first migrate says it created the table, the second that
+			// it is up to date; both name the schema version.
+			for i, want := range []string{"created table " + table + " (schema version ", "table " + table + " is up to date (schema version "} {
+				if code, out, stderr := runCLI("migrate", "--db", url, "--table", table); code != exitOK || !strings.Contains(out, want) {
+					t.Fatalf("migrate #%d: %d %q %q; want %q", i+1, code, out, stderr, want)
 				}
 			}
 			o := teststores.OpenAt(t, kind, url, store.Options{Table: table})
@@ -128,6 +143,15 @@ func TestMigrateStatusDeadOnEachDatabase(t *testing.T) {
 			if s, _ := o.Store.Stats(ctx); s.New != 1 || s.Dead != 0 {
 				t.Errorf("after retry: %+v", s)
 			}
+			// An id that names no DEAD event is named and fails the
+			// command; a selector that matches nothing only says so.
+			if code, out, stderr := runCLI("dead", "retry", itoa(id), "999999999", "--config", cfg); code != exitFail || out != "" ||
+				!strings.Contains(stderr, "event "+itoa(id)+" is NEW, not DEAD; event 999999999 does not exist") || strings.Count(stderr, "\n") != 1 {
+				t.Errorf("dead retry of a NEW and a missing id: %d %q %q", code, out, stderr)
+			}
+			if code, out, stderr := runCLI("dead", "retry", "--topic", "orders", "--config", cfg); code != exitOK || out != "no dead events of topic \"orders\": nothing requeued\n" || stderr != "" {
+				t.Errorf("dead retry --topic matching nothing: %d %q %q", code, out, stderr)
+			}
 			if code, out, _ := runCLI("dead", "purge", "--older-than", "0s", "--config", cfg); code != exitOK || !strings.Contains(out, "purged 0") {
 				t.Errorf("dead purge: %d %q", code, out)
 			}
@@ -146,5 +170,47 @@ func TestConnectionArgsFindEveryURLTheUserGave(t *testing.T) {
 		if !strings.Contains(got, want) {
 			t.Errorf("connectionArgs lacks %s: %q", want, got)
 		}
+	}
+}
+
+// A relay given a password on its command line says, once, that every
+// local user can read it there and where to put it instead; a secret
+// from the environment or --config draws no warning.
+func TestRelayWarnsOfASecretOnTheCommandLine(t *testing.T) {
+	dir := t.TempDir()
+	db := "sqlite:" + filepath.Join(dir, "x.db")
+	if code, _, stderr := runCLI("migrate", "--db", db); code != exitOK {
+		t.Fatal(stderr)
+	}
+	cfg := filepath.Join(dir, "relay.conf")
+	writeFile(t, cfg, "broker = nats://s3cret@127.0.0.1:1\n")
+	const warning = "--broker holds a password or secret, which every user of this machine can read"
+	for _, c := range []struct {
+		name string
+		args []string
+		env  string
+		warn bool
+	}{
+		{"command line", []string{"--broker", "nats://s3cret@127.0.0.1:1"}, "", true},
+		{"command line without a secret", []string{"--broker", "nats://127.0.0.1:1"}, "", false},
+		{"config", []string{"--config", cfg}, "", false},
+		{"environment", nil, "nats://s3cret@127.0.0.1:1", false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Setenv("OUTBOX_BROKER", c.env)
+			ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+			defer cancel()
+			var stderr bytes.Buffer
+			Main(ctx, append([]string{"relay", "--db", db}, c.args...), io.Discard, &stderr)
+			if got := strings.Count(stderr.String(), warning); got != map[bool]int{true: 1, false: 0}[c.warn] {
+				t.Errorf("the warning appears %d times, want it %v:\n%s", got, c.warn, stderr.String())
+			}
+			if c.warn && !strings.Contains(stderr.String(), "pass it in OUTBOX_BROKER or a --config file instead") {
+				t.Errorf("the warning does not say where to put the secret:\n%s", stderr.String())
+			}
+			if strings.Contains(stderr.String(), "s3cret") {
+				t.Errorf("the log shows the secret:\n%s", stderr.String())
+			}
+		})
 	}
 }

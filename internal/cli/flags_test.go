@@ -1,6 +1,8 @@
 package cli
 
 import (
+	"errors"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -193,5 +195,28 @@ func TestHelpSaysDashDash(t *testing.T) {
 	code, out, _ := runCLI("relay", "--help")
 	if code != exitOK || !strings.Contains(out, "\n  --batch n\n") || strings.Contains(out, "\n  -batch") {
 		t.Errorf("relay --help: %d %q", code, out)
+	}
+}
+
+// The relay's log keeps an error on one line: pgx's one line per
+// connection attempt (the same dial error twice with sslmode=prefer)
+// is joined, each attempt once.
+func TestLogLinesStayOneLine(t *testing.T) {
+	var b strings.Builder
+	log, err := newLogger(&b, "text", "info")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dial := "127.0.0.1:1 (127.0.0.1): dial error: dial tcp 127.0.0.1:1: connect: connection refused"
+	pgxErr := errors.New("claim: failed to connect to `user=postgres database=test`:\n\t" + dial + "\n\t" + dial + " (nothing was claimed)")
+	log.Warn("relay: store failing", "error", pgxErr)
+	log.With("why", "a\nb").Info("two\nlines", "s", "x\r\ny", slog.Group("g", "e", errors.New("p:\n\tq")))
+	want := `level=WARN msg="relay: store failing" error="claim: failed to connect to ` + "`user=postgres database=test`" + `: ` + dial + ` (nothing was claimed)"` + "\n"
+	lines := strings.SplitAfter(b.String(), "\n")
+	if len(lines) != 3 || !strings.HasSuffix(lines[0], want) {
+		t.Fatalf("log:\n%s\nwant the first line to end in\n%s", b.String(), want)
+	}
+	if !strings.HasSuffix(lines[1], `level=INFO msg="two; lines" why="a; b" s="x; y" g.e="p: q"`+"\n") {
+		t.Errorf("second line: %q", lines[1])
 	}
 }

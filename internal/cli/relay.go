@@ -43,7 +43,7 @@ func tuneGC() {
 
 func runRelay(ctx context.Context, e env, args []string) error {
 	f := newFlags(e, "relay", "relay --db URL --broker URL [flags]")
-	brokerURL := f.String("broker", os.Getenv("OUTBOX_BROKER"), "broker URL (or OUTBOX_BROKER): "+wire.BrokerSchemes)
+	brokerURL := f.String("broker", os.Getenv("OUTBOX_BROKER"), "broker URL (or OUTBOX_BROKER): "+wire.BrokerSchemes+"; "+secretsHint("OUTBOX_BROKER"))
 	var cfg relay.Config
 	f.intFlag(&cfg.BatchSize, "batch", 500, 1, noMax, "events claimed per batch")
 	f.intFlag(&cfg.Workers, "workers", 3, 1, noMax, "batches in flight at once")
@@ -172,6 +172,9 @@ func runRelay(ctx context.Context, e env, args []string) error {
 		}
 	}
 	tuneGC()
+	for _, w := range f.commandLineSecrets(map[string]string{"db": f.db, "broker": *brokerURL}) {
+		log.Warn("outbox relay: " + w)
+	}
 
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()

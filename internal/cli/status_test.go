@@ -1,13 +1,18 @@
 package cli
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
+	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"regexp"
 	"runtime"
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/outbox-go/outbox"
 	"github.com/outbox-go/outbox/internal/teststores"
@@ -91,7 +96,7 @@ func TestMissingSQLiteFileIsNotCreated(t *testing.T) {
 			t.Fatalf("%q created %s", args, path)
 		}
 	}
-	if code, out, _ := runCLI("migrate", "--db", url); code != exitOK || !strings.Contains(out, "table outbox is up to date") {
+	if code, out, _ := runCLI("migrate", "--db", url); code != exitOK || !strings.Contains(out, "created table outbox") {
 		t.Errorf("migrate: exit %d %q", code, out)
 	}
 	if code, _, stderr := runCLI("status", "--db", url); code != exitOK {
@@ -145,5 +150,84 @@ func TestDeadListShowsTheReason(t *testing.T) {
 	if code != exitOK || !strings.Contains(out, payload) || !strings.Contains(out, reason) ||
 		!regexp.MustCompile(`header +a: 1\nheader +b: 2\n`).MatchString(out) {
 		t.Errorf("dead show does not print everything (payload, error, headers sorted): exit %d\n%.500s", code, out)
+	}
+}
+
+// dead show escapes the payload's control characters and prints at most
+// showPayloadMax bytes of it, saying how much it left out and how to get
+// it whole; --raw writes the exact bytes, --json all of them escaped.
+func TestDeadShowPayloadIsEscapedAndCapped(t *testing.T) {
+	o := teststores.Open(t, "sqlite", store.Options{})
+	ctx := context.Background()
+	big := []byte("{\"a\":\"\x00\x1b[31mred\x1b[0m\u009b2J\",\n\t\"pad\":\"" + strings.Repeat("é", 400_000) + "\"}")
+	binary := append([]byte{0xff, 0xfe, 0x1b, '[', '2', 'J'}, bytes.Repeat([]byte{0}, 100)...)
+	for i, p := range [][]byte{big, binary} {
+		if err := o.Store.Enqueue(ctx, outbox.Message{Topic: "orders", Key: "k" + itoa(int64(i)), Type: "T", Payload: p}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c, err := o.Store.Claim(ctx, store.ClaimRequest{Lease: store.Lease{Owner: "t", Epoch: 1}})
+	if err != nil || len(c.Events) != 2 {
+		t.Fatalf("claim: %v %v", c.Events, err)
+	}
+	var burials []store.Burial
+	for _, ev := range c.Events {
+		burials = append(burials, store.Burial{ID: ev.ID, Error: "permanent: x"})
+	}
+	if err := o.Store.Bury(ctx, c.Lease, burials); err != nil {
+		t.Fatal(err)
+	}
+	bigID, binID := itoa(c.Events[0].ID), itoa(c.Events[1].ID)
+	db := []string{"--db", o.URL, "--table", o.Opts.Table}
+
+	code, out, stderr := runCLI(append([]string{"dead", "show", bigID}, db...)...)
+	if code != exitOK || len(out) > 2*showPayloadMax+1000 || strings.ContainsAny(out, "\x00\x1b\u009b") {
+		t.Fatalf("dead show: exit %d %q, %d bytes of output; want at most ~%d bytes, no raw control characters", code, stderr, len(out), showPayloadMax)
+	}
+	notShown := fmt.Sprintf("bytes not shown; the whole payload: outbox dead show %s --raw > payload.bin", bigID)
+	if !strings.Contains(out, `\x00\x1b[31mred`) || !strings.Contains(out, notShown) || !strings.Contains(out, "\n                \t\"pad\"") {
+		t.Errorf("dead show: the payload is not escaped, indented and capped with a pointer to --raw:\n%.600s", out)
+	}
+	if !utf8.ValidString(out) {
+		t.Errorf("dead show cut the payload inside a character")
+	}
+
+	var raw bytes.Buffer
+	if code := Main(ctx, append([]string{"dead", "show", bigID, "--raw"}, db...), &raw, io.Discard); code != exitOK || !bytes.Equal(raw.Bytes(), big) {
+		t.Errorf("dead show --raw: exit %d, %d bytes; want the %d bytes of the payload exactly", code, raw.Len(), len(big))
+	}
+	code, out, _ = runCLI(append([]string{"dead", "show", bigID, "--json"}, db...)...)
+	var j recordJSON
+	if err := json.Unmarshal([]byte(out), &j); code != exitOK || err != nil || j.Payload != string(big) || strings.ContainsAny(out, "\x00\x1b") {
+		t.Errorf("dead show --json: exit %d, %v; want the whole payload, escaped", code, err)
+	}
+
+	code, out, _ = runCLI(append([]string{"dead", "show", binID}, db...)...)
+	if code != exitOK || !strings.Contains(out, "(106 bytes, binary; the first 64 in hex: ff fe 1b 5b 32 4a 00") || strings.ContainsAny(out, "\x00\x1b") {
+		t.Errorf("dead show of a binary payload:\n%s", out)
+	}
+	raw.Reset()
+	if code := Main(ctx, append([]string{"dead", "show", binID, "--raw"}, db...), &raw, io.Discard); code != exitOK || !bytes.Equal(raw.Bytes(), binary) {
+		t.Errorf("dead show --raw of a binary payload: exit %d, %x", code, raw.Bytes())
+	}
+	if code, _, stderr := runCLI(append([]string{"dead", "show", binID, "--raw", "--json"}, db...)...); code != exitUsage || !strings.Contains(stderr, "not both") {
+		t.Errorf("dead show --raw --json: exit %d %q", code, stderr)
+	}
+}
+
+// A row made DEAD with plain SQL has no last error: dead list and show
+// say so instead of leaving the column empty.
+func TestDeadWithoutReasonSaysSo(t *testing.T) {
+	o := teststores.Open(t, "sqlite", store.Options{})
+	ctx := context.Background()
+	if _, err := o.DB.ExecContext(ctx, "INSERT INTO "+o.Opts.Table+" (topic, event_key, event_type, payload, status) VALUES ('orders', 'k', 'T', '{}', 'DEAD')"); err != nil {
+		t.Fatal(err)
+	}
+	db := []string{"--db", o.URL, "--table", o.Opts.Table}
+	if code, out, _ := runCLI(append([]string{"dead", "list"}, db...)...); code != exitOK || !regexp.MustCompile(`(?m)^1 .* 0 +\(no reason recorded\)$`).MatchString(out) {
+		t.Errorf("dead list: exit %d\n%s", code, out)
+	}
+	if code, out, _ := runCLI(append([]string{"dead", "show", "1"}, db...)...); code != exitOK || !strings.Contains(out, "last error      (no reason recorded)\n") {
+		t.Errorf("dead show: exit %d\n%s", code, out)
 	}
 }

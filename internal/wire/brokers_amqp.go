@@ -2,10 +2,13 @@ package wire
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/url"
 	"strconv"
 	"strings"
+
+	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/outbox-go/outbox/broker"
 	"github.com/outbox-go/outbox/broker/amqpbroker"
@@ -44,7 +47,31 @@ func openAMQP(_ context.Context, raw string, u *url.URL) (broker.Broker, error) 
 		}
 		cfg.MaxMessage = n
 	}
-	return amqpbroker.Dial(raw, cfg)
+	b, err := amqpbroker.Dial(raw, cfg)
+	if reason := amqpRefusal(err); reason != "" {
+		// RabbitMQ answered and refused: retrying cannot fix the URL.
+		return nil, fmt.Errorf("%w: --broker %s: %s", ErrUsage, Mask(raw), reason)
+	}
+	return b, err
+}
+
+// amqpRefusal says what to fix when err is RabbitMQ refusing the
+// connection at its handshake: the credentials (403 ACCESS_REFUSED: a wrong
+// user name or password, or no permission on the vhost) or the vhost
+// (530 NOT_ALLOWED: it does not exist); "" for any other error, such as a
+// server that cannot be reached, which is worth retrying.
+func amqpRefusal(err error) string {
+	var ae *amqp.Error
+	if !errors.As(err, &ae) {
+		return ""
+	}
+	switch ae.Code {
+	case amqp.AccessRefused:
+		return fmt.Sprintf("RabbitMQ refused the credentials (403 ACCESS_REFUSED: %s): check the user name and password in the URL (percent-encoded) and the user's permissions on the vhost (rabbitmqctl list_user_permissions USER)", ae.Reason)
+	case amqp.NotAllowed:
+		return fmt.Sprintf("RabbitMQ refused the vhost (530 NOT_ALLOWED: %s): check the URL's path, which names the vhost (amqp://host:5672/ is the default vhost \"/\"; rabbitmqctl list_vhosts)", ae.Reason)
+	}
+	return ""
 }
 
 func contains(list []string, s string) bool {

@@ -2,6 +2,7 @@ package wire_test
 
 import (
 	"context"
+	"net/url"
 	"testing"
 	"time"
 
@@ -26,7 +27,10 @@ func TestOpenAMQPBroker(t *testing.T) {
 
 	closed := closedPort(t)
 	for _, c := range []openCase{
-		{"amqp wrong password", withPassword(t, rabbit, "S3CRET"), false, []string{"S3CRET"}, []string{"username or password not allowed", "guest:xxxxx@127.0.0.1:5672"}},
+		// RabbitMQ refusing the credentials or the vhost is a mistake in
+		// the URL (exit 2): retrying would not fix it.
+		{"amqp wrong password", withPassword(t, rabbit, "S3CRET"), true, []string{"S3CRET"}, []string{"RabbitMQ refused the credentials (403 ACCESS_REFUSED: username or password not allowed)", "guest:xxxxx@127.0.0.1:5672"}},
+		{"amqp no such vhost", otherVhost(t, rabbit, "outbox_wire_no_such_vhost"), true, nil, []string{"RabbitMQ refused the vhost (530 NOT_ALLOWED", "outbox_wire_no_such_vhost"}},
 		{"amqp unreachable", "amqp://guest:S3CRET@" + closed + "/", false, []string{"S3CRET"}, []string{closed}},
 		{"amqp unencoded /", "amqp://guest:S3/CRET@" + closed + "/", true, []string{":S3", "CRET"}, []string{"percent-encode", "%2F"}},
 		{"amqp no host", "amqp://guest:S3CRET@/", true, []string{"S3CRET"}, []string{"names no host"}},
@@ -46,4 +50,15 @@ func TestOpenAMQPBroker(t *testing.T) {
 			checkOpenErr(t, c, err)
 		})
 	}
+}
+
+// otherVhost is raw with its path naming vhost.
+func otherVhost(t *testing.T, raw, vhost string) string {
+	t.Helper()
+	u, err := url.Parse(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.Path, u.RawPath = "/"+vhost, ""
+	return u.String()
 }

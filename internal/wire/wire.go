@@ -12,6 +12,7 @@ import (
 	"strings"
 
 	_ "github.com/go-sql-driver/mysql"
+	"github.com/jackc/pgx/v5/pgconn"
 	_ "github.com/jackc/pgx/v5/stdlib"
 
 	"github.com/outbox-go/outbox/broker"
@@ -57,9 +58,19 @@ func OpenStore(ctx context.Context, raw string, opts store.Options) (store.Store
 		}
 		st, err = mysqlstore.Open(ctx, raw, mysqlstore.Config{Options: opts})
 	case "sqlite", "sqlite3", "file":
+		// sqlitestore has no sentinel for its URL errors: parse first, so
+		// that a malformed URL is told apart from a file it cannot open.
+		if _, err := sqlitestore.DSN(raw); err != nil {
+			return nil, ScrubError(fmt.Errorf("%w: %w", ErrUsage, err), raw)
+		}
 		st, err = sqlitestore.Open(ctx, raw, sqlitestore.Config{Options: opts})
 	default:
 		return nil, fmt.Errorf("%w: unknown database scheme %q; use one of: %s", ErrUsage, Mask(scheme), DBSchemes)
+	}
+	if errors.Is(err, pgstore.ErrBadURL) || errors.Is(err, mysqlstore.ErrBadURL) {
+		// A URL that cannot be parsed is a typing error (exit 2), not a
+		// database that failed.
+		err = fmt.Errorf("%w: %w", ErrUsage, err)
 	}
 	if err != nil {
 		return nil, ScrubError(err, raw)
@@ -167,6 +178,9 @@ func SQLDB(raw string) (*sql.DB, string, error) {
 	case "postgres", "postgresql":
 		if err := checkUserinfo("database", raw, libpqUserinfo); err != nil {
 			return nil, "", err
+		}
+		if _, err := pgconn.ParseConfig(raw); err != nil { // sql.Open would parse it only at the first connection
+			return nil, "", ScrubError(fmt.Errorf("%w: %w: %w", ErrUsage, pgstore.ErrBadURL, err), raw)
 		}
 		driver, dsn, dialect = "pgx", raw, "postgres"
 	case "mysql", "mariadb":

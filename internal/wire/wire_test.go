@@ -87,7 +87,7 @@ func TestOpenStoreErrorsHideSecrets(t *testing.T) {
 			[]string{"post@", "xxxxxgres"}, []string{"user=postgres", "database=test", closed, "refused"}},
 		{"pg one-char password", "postgres://postgres:1@" + closed + "/test", false,
 			[]string{":1@", "xxxxx27"}, []string{closed, "user=postgres"}},
-		{"pg password in query", "postgres://postgres@" + closed + "/test?password=S3CRET&connect_timeout=x", false,
+		{"pg password in query", "postgres://postgres@" + closed + "/test?password=S3CRET&connect_timeout=x", true,
 			[]string{"S3CRET"}, []string{"connect_timeout"}},
 		{"pg unencoded # and ?", "postgres://postgres:S3#C?RET@" + closed + "/test", false,
 			[]string{"S3#C?RET", "S3", "RET"}, []string{closed, "user=postgres"}},

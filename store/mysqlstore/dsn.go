@@ -48,8 +48,13 @@ func badURL(format string, args ...any) error {
 		}
 		return r
 	}, fmt.Sprintf(format, args...))
-	return errors.New("mysqlstore: bad database URL: " + msg + "; " + urlForm)
+	return fmt.Errorf("%w: %s; %s", ErrBadURL, msg, urlForm)
 }
+
+// ErrBadURL is wrapped by the errors of DSN and Open about the URL itself
+// (it cannot be parsed, or a parameter has a bad value), as opposed to a
+// server that cannot be reached: retrying cannot fix it.
+var ErrBadURL = errors.New("mysqlstore: bad database URL")
 
 // parseURL builds the driver's Config from a database URL.
 func parseURL(rawURL string) (*mysql.Config, error) {

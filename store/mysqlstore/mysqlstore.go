@@ -96,11 +96,11 @@ func Open(ctx context.Context, url string, cfg Config) (*Store, error) {
 		return nil, err
 	}
 	if mc.DBName == "" && cfg.Schema == "" {
-		return nil, errors.New("mysqlstore: the database URL names no database; " + urlForm + " (or set Config.Schema)")
+		return nil, fmt.Errorf("%w: it names no database; %s (or set Config.Schema)", ErrBadURL, urlForm)
 	}
 	connector, err := mysql.NewConnector(mc)
 	if err != nil {
-		return nil, fmt.Errorf("mysqlstore: bad database URL: %w", err)
+		return nil, fmt.Errorf("%w: %w", ErrBadURL, err)
 	}
 	db := sql.OpenDB(connector)
 	if err := db.PingContext(ctx); err != nil {

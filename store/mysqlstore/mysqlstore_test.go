@@ -6,6 +6,7 @@ import (
 	"crypto/rand"
 	"database/sql"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	neturl "net/url"
 	"strings"
@@ -190,15 +191,23 @@ func TestOpen(t *testing.T) {
 		t.Fatal(err)
 	}
 	noDB.Path = "/no_such_db_x"
-	for _, tt := range []struct{ url, want string }{
-		{noDB.String(), `database "no_such_db_x" does not exist`},
-		{"mysql://root:hunter22@127.0.0.1:1/test", "cannot reach 127.0.0.1:1"},
-		{"mysql://root@127.0.0.1:3306/", "names no database"},
-		{"postgres://root@127.0.0.1/test", "bad database URL"},
+	for _, tt := range []struct {
+		url, want string
+		badURL    bool // errors.Is(err, ErrBadURL): the URL itself is wrong
+	}{
+		{noDB.String(), `database "no_such_db_x" does not exist`, false},
+		{"mysql://root:hunter22@127.0.0.1:1/test", "cannot reach 127.0.0.1:1", false},
+		{"mysql://root@127.0.0.1:3306/", "names no database", true},
+		{"postgres://root@127.0.0.1/test", "bad database URL", true},
+		{"mysql://root:hunter22@127.0.0.1/test?x=%zz", "invalid URL escape", true},
+		{"mysql://root:hunter22@tcp(h:1)/test", "bad database URL", true},
 	} {
 		_, err := mysqlstore.Open(ctx, tt.url, mysqlstore.Config{})
 		if err == nil || !strings.Contains(err.Error(), tt.want) || strings.Contains(err.Error(), "hunter22") || strings.Contains(err.Error(), "\n") {
 			t.Errorf("Open(%s): %v; want one line containing %q, without the password", testenv.Mask(tt.url), err, tt.want)
+		}
+		if errors.Is(err, mysqlstore.ErrBadURL) != tt.badURL {
+			t.Errorf("Open(%s): errors.Is(%v, ErrBadURL) = %v, want %v", testenv.Mask(tt.url), err, !tt.badURL, tt.badURL)
 		}
 	}
 }

@@ -177,11 +177,16 @@ func New(pool *pgxpool.Pool, cfg Config) (*Store, error) {
 	return s, nil
 }
 
+// ErrBadURL is wrapped by Open's errors about the URL itself (it cannot be
+// parsed, or a parameter has a bad value), as opposed to a database that
+// cannot be reached: retrying cannot fix it.
+var ErrBadURL = errors.New("pgstore: bad database URL")
+
 // Open connects to url (postgres://…) with a pool of its own, closed by Close.
 func Open(ctx context.Context, url string, cfg Config) (*Store, error) {
 	pc, err := pgxpool.ParseConfig(url)
 	if err != nil {
-		return nil, fmt.Errorf("pgstore: bad database URL: %w", err)
+		return nil, fmt.Errorf("%w: %w", ErrBadURL, err)
 	}
 	if !strings.Contains(url, "pool_max_conns") {
 		// pgxpool's default, max(4, CPUs), is short for a relay: each
@@ -199,7 +204,11 @@ func Open(ctx context.Context, url string, cfg Config) (*Store, error) {
 		if errors.As(err, &pgErr) && pgErr.Code == "3D000" {
 			return nil, fmt.Errorf("pgstore: database %q does not exist on %s: create it (createdb %s) or fix the URL", pc.ConnConfig.Database, pc.ConnConfig.Host, pc.ConnConfig.Database)
 		}
-		return nil, fmt.Errorf("pgstore: cannot reach %s:%d: %w", pc.ConnConfig.Host, pc.ConnConfig.Port, err)
+		what := "cannot reach"
+		if errors.As(err, &pgErr) { // the server answered: a role, password or pg_hba.conf refusal
+			what = "refused by"
+		}
+		return nil, connectError{fmt.Sprintf("pgstore: %s %s:%d: %s", what, pc.ConnConfig.Host, pc.ConnConfig.Port, connectReason(err)), err}
 	}
 	s, err := New(pool, cfg)
 	if err != nil {
@@ -208,6 +217,47 @@ func Open(ctx context.Context, url string, cfg Config) (*Store, error) {
 	}
 	s.ownPool = true
 	return s, nil
+}
+
+// connectError is a failed first connection told in one line; it unwraps
+// to pgx's error.
+type connectError struct {
+	msg string
+	err error
+}
+
+func (e connectError) Error() string { return e.msg }
+func (e connectError) Unwrap() error { return e.err }
+
+// connectReason is pgx's connect error in one line: pgx puts each attempt
+// (every address of the host, and with sslmode=prefer, the default, TLS
+// then plain) on a line of its own, so one refused port read as the same
+// dial error twice, with newlines and tabs, in a log's error=. Repeats are
+// dropped and the rest joined with "; ".
+func connectReason(err error) string {
+	var ce *pgconn.ConnectError
+	if !errors.As(err, &ce) {
+		return strings.Join(strings.Fields(err.Error()), " ")
+	}
+	prefix := fmt.Sprintf("user=%s database=%s: ", ce.Config.User, ce.Config.Database)
+	var parts []string
+	seen := map[string]bool{}
+	var add func(error)
+	add = func(e error) {
+		if j, ok := e.(interface{ Unwrap() []error }); ok {
+			for _, e := range j.Unwrap() {
+				add(e)
+			}
+			return
+		}
+		msg := strings.Join(strings.Fields(e.Error()), " ")
+		if !seen[msg] {
+			seen[msg] = true
+			parts = append(parts, msg)
+		}
+	}
+	add(errors.Unwrap(ce))
+	return prefix + strings.Join(parts, "; ")
 }
 
 // Pool returns the pool the store uses.

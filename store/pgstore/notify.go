@@ -133,7 +133,8 @@ const writersEvery = 50 * time.Millisecond
 // their commit, and relays' own claims and acks, whose end wakes the relay
 // for nothing only when a look falls inside one of their few milliseconds.
 const writersSQL = `SELECT ARRAY(SELECT virtualtransaction FROM pg_locks
-WHERE locktype = 'relation' AND relation = $1::text::regclass AND mode = 'RowExclusiveLock')`
+WHERE locktype = 'relation' AND database = (SELECT oid FROM pg_database WHERE datname = current_database())
+AND relation = $1::text::regclass AND mode = 'RowExclusiveLock')`
 
 // writerEnded says whether a transaction in before (sorted) is not in now
 // (sorted): it ended since the last look.

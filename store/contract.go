@@ -65,23 +65,15 @@ func checkText(column, s string) error {
 	return nil
 }
 
-// Screen is what a Claim does with the events it claimed before it returns
-// them: an event whose row breaks the contract (bad holds the decoding
-// errors by event id, or CheckRow finds one) is buried with its reason under
-// the claim's lease, and, when holdDeadKeys is set, the later events of its
-// key in the same claim are released, as a DEAD event holds them in every
-// later claim. It returns the events to deliver, in their order (events must
-// be in id order). When nothing is wrong (the common case) it writes nothing
-// and allocates nothing. bury and release are the store's own Bury and
-// Release.
-func Screen(ctx context.Context, lease Lease, events []outbox.Event, bad map[int64]error, holdDeadKeys bool,
-	bury func(context.Context, Lease, []Burial) error, release func(context.Context, Lease, []int64) error) ([]outbox.Event, error) {
-	kept, _, err := screen(ctx, lease, events, bad, holdDeadKeys, bury, release)
-	return kept, err
-}
-
-// ScreenClaim is Screen on c's events: it keeps in c.Events those to
-// deliver and records in c.Buried those it buried.
+// ScreenClaim is what a Claim does with the events it claimed before it
+// returns them: an event of c.Events whose row breaks the contract (bad
+// holds the decoding errors by event id, or CheckRow finds one) is buried
+// with its reason under c.Lease and recorded in c.Buried, and, when
+// holdDeadKeys is set, the later events of its key in the same claim are
+// released, as a DEAD event holds them in every later claim. c.Events keeps
+// the events to deliver, in their order (they must be in id order). When
+// nothing is wrong (the common case) it writes nothing and allocates
+// nothing. bury and release are the store's own Bury and Release.
 func ScreenClaim(ctx context.Context, c *Claim, bad map[int64]error, holdDeadKeys bool,
 	bury func(context.Context, Lease, []Burial) error, release func(context.Context, Lease, []int64) error) error {
 	kept, buried, err := screen(ctx, c.Lease, c.Events, bad, holdDeadKeys, bury, release)

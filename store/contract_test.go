@@ -28,7 +28,7 @@ func TestScreen(t *testing.T) {
 			bad := map[int64]error{5: store.BadRow("headers column is broken"), 7: store.BadRow("headers column is broken")}
 			var buried []store.Burial
 			var released []int64
-			got, err := store.Screen(ctx, lease, events, bad, hold,
+			got, gotBuried, err := screen(ctx, lease, events, bad, hold,
 				func(_ context.Context, l store.Lease, b []store.Burial) error {
 					if l != lease {
 						t.Errorf("Bury under lease %+v; want %+v", l, lease)
@@ -57,6 +57,9 @@ func TestScreen(t *testing.T) {
 			if !hold {
 				wantGot, wantReleased = []int64{1, 3, 4, 6}, nil
 			}
+			if !slices.Equal(gotBuried, buried) {
+				t.Errorf("Claim.Buried %v; want what was buried, %v", gotBuried, buried)
+			}
 			if !slices.Equal(gotIDs, wantGot) || !slices.Equal(buriedIDs, []int64{2, 5, 7}) || !slices.Equal(released, wantReleased) {
 				t.Errorf("Screen: delivered %v, buried %v, released %v; want %v, [2 5 7], %v", gotIDs, buriedIDs, released, wantGot, wantReleased)
 			}
@@ -65,17 +68,17 @@ func TestScreen(t *testing.T) {
 	t.Run("nothing bad", func(t *testing.T) {
 		events := []outbox.Event{ev(1, "a", "T"), ev(2, "b", "T")}
 		fail := func(context.Context, store.Lease, []store.Burial) error { return errors.New("must not be called") }
-		got, err := store.Screen(ctx, lease, events, nil, true, fail, nil)
+		got, _, err := screen(ctx, lease, events, nil, true, fail, nil)
 		if err != nil || len(got) != 2 || &got[0] != &events[0] {
 			t.Errorf("Screen of good events: %v, %v; want them back untouched", got, err)
 		}
-		if n := testing.AllocsPerRun(100, func() { _, _ = store.Screen(ctx, lease, events, nil, true, fail, nil) }); n != 0 {
+		if n := testing.AllocsPerRun(100, func() { _, _, _ = screen(ctx, lease, events, nil, true, fail, nil) }); n != 0 {
 			t.Errorf("Screen of good events allocates %v times; want 0", n)
 		}
 	})
 	t.Run("bury fails", func(t *testing.T) {
 		boom := errors.New("connection reset")
-		_, err := store.Screen(ctx, lease, []outbox.Event{ev(1, "", "Bad\nType")}, nil, true,
+		_, _, err := screen(ctx, lease, []outbox.Event{ev(1, "", "Bad\nType")}, nil, true,
 			func(context.Context, store.Lease, []store.Burial) error { return boom }, nil)
 		if !errors.Is(err, boom) {
 			t.Errorf("Screen when Bury fails: %v; want it to wrap the error", err)
@@ -147,4 +150,13 @@ func TestBalanceRequestCheck(t *testing.T) {
 			t.Errorf("Check(%+v) = %v, want %q", c.req, err, c.want)
 		}
 	}
+}
+
+// screen runs ScreenClaim on a claim of events and returns what it kept
+// and what it recorded as buried.
+func screen(ctx context.Context, lease store.Lease, events []outbox.Event, bad map[int64]error, hold bool,
+	bury func(context.Context, store.Lease, []store.Burial) error, release func(context.Context, store.Lease, []int64) error) ([]outbox.Event, []store.Burial, error) {
+	c := store.Claim{Lease: lease, Events: events}
+	err := store.ScreenClaim(ctx, &c, bad, hold, bury, release)
+	return c.Events, c.Buried, err
 }

@@ -34,8 +34,7 @@ type batch struct {
 	burials  []store.Burial
 	released []int64
 
-	// Ownership mode only: the dispatcher; each event's predecessor of
-	// its key (nil: none, or keyless), and its index when it is in this
+	// The dispatcher; each event's predecessor of its key (nil: none, or keyless), and its index when it is in this
 	// batch (else -1); each event's own ticket (nil when keyless); and the
 	// shards claimed from.
 	own     *ownership
@@ -51,55 +50,7 @@ func (b *batch) isLost() bool {
 	return b.lost
 }
 
-// deliver publishes a batch of the exclusion engine through the per-key
-// dispatcher the engines share: a keyed event waits for the previous event
-// of its key in the batch, and for nothing outside it (the store hands out
-// no event whose key has another one in flight). Events given back untried
-// (behind a failed event of their key, or not sent because the relay is
-// stopping, the lease is gone or the broker cannot be reached) are
-// released. The error is non-nil when the broker failed as a whole (see
-// brokerOutcome), so the worker backs off.
-func (b *batch) deliver(ctx context.Context) (BatchReport, error) {
-	rep := BatchReport{Lease: b.lease, Claimed: len(b.events)}
-	pubCtx, end := b.begin(ctx)
-	defer end()
-
-	brokerErr := b.dispatch(ctx, pubCtx, prevInBatch(b.events), nil, func(i int, o dispatch.Outcome) {
-		if o == dispatch.GivenBack {
-			b.released = append(b.released, b.events[i].ID)
-		}
-	})
-	brokerErr = b.brokerOutcome(brokerErr)
-	b.brokerHealth(brokerErr)
-	return rep, brokerErr
-}
-
-// prevInBatch returns, for each keyed event, the index of the previous
-// event of its key in events, or -1; nil when no key repeats (the common
-// case: nothing waits).
-func prevInBatch(events []outbox.Event) []int {
-	var prevIn []int
-	last := make(map[string]int, len(events))
-	for i, e := range events {
-		if e.Key == "" {
-			continue
-		}
-		if j, ok := last[e.Key]; ok {
-			if prevIn == nil {
-				prevIn = make([]int, len(events))
-				for k := range prevIn {
-					prevIn[k] = -1
-				}
-			}
-			prevIn[i] = j
-		}
-		last[e.Key] = i
-	}
-	return prevIn
-}
-
-// dispatch publishes the batch through the per-key dispatcher the engines
-// share (internal/dispatch): event i waits for event prevIn[i] of the
+// dispatch publishes the batch through the per-key dispatcher (internal/dispatch): event i waits for event prevIn[i] of the
 // batch, or (prevIn[i] < 0) for the ticket prev[i] of an earlier batch, if
 // any; at most dispatch.DefaultMaxCalls calls are in flight. Each call's
 // results are sorted into acks, retries, burials and releases (sort); the

@@ -29,12 +29,11 @@ const (
 // negative ones are refused by New.
 type Config struct {
 	// Owner names this relay in leases; default host-pid-random. Must be
-	// unique among running relays. When the relay orders by ownership (the
-	// default), a name given here gets "~" and 8 random hex digits
-	// appended (Relay.Owner says the result),
-	// so that a process restarted under the same name is a new owner and
-	// waits for the claims of the one that died; a name that ends so
-	// already (a supervisor made it unique per process) is kept.
+	// unique among running relays. A name given here gets "~" and 8
+	// random hex digits appended (Relay.Owner says the result), so that a
+	// process restarted under the same name is a new owner and waits for
+	// the claims of the one that died; a name that ends so already (a
+	// supervisor made it unique per process) is kept.
 	Owner string
 	// BatchSize is the most events claimed at once; default 500. Memory is
 	// bounded by 2 × Workers × BatchSize × the largest payload: each worker
@@ -73,19 +72,6 @@ type Config struct {
 	// Logger receives state changes (not one line per attempt); default
 	// slog.Default().
 	Logger *slog.Logger
-	// Exclusion orders by exclusion (Store.Claim), the engine of earlier
-	// versions, instead of by ownership, the default: the store never
-	// hands out an event whose key has another event in flight, and the
-	// relay leases no shards (see the package doc). Use it to keep the
-	// older engine's behaviour during a rolling upgrade from a version that
-	// ordered by exclusion (each store's doc says whether the two engines
-	// may run on one table at once), or to compare the engines. A store that does not implement store.Owned orders by
-	// exclusion whatever this says.
-	Exclusion bool
-	// Deprecated: ordering by ownership is the default now, so Ownership
-	// has no effect (it turned ownership on in earlier versions); set
-	// Exclusion to opt out. New refuses Ownership and Exclusion together.
-	Ownership bool
 	// Hooks observe the relay: each implements one or more of the Hook…
 	// interfaces (HookClaim, HookPublishStart, HookPublishEnd, HookSettle,
 	// HookLease, HookHealth). Default none. New refuses a value that
@@ -110,9 +96,6 @@ func (c Config) normalize() (Config, error) {
 		c.Owner = defaultOwner()
 	} else if len(c.Owner) > 64 {
 		return c, fmt.Errorf("relay: Owner %q is longer than 64 characters", c.Owner)
-	}
-	if c.Ownership && c.Exclusion {
-		return c, errors.New("relay: Ownership and Exclusion are both set: ordering by ownership is the default and Ownership has no effect; drop Ownership, and keep Exclusion only to order by exclusion")
 	}
 	for _, f := range []struct {
 		name string
@@ -173,8 +156,8 @@ func (c Config) normalize() (Config, error) {
 	return c, nil
 }
 
-// incarnation makes a chosen Owner name unique to this process for
-// ordering by ownership: name~8 hex digits (the name cut to 55 bytes).
+// incarnation makes a chosen Owner name unique to this process: name~8
+// hex digits (the name cut to 55 bytes).
 // A process restarted under the same name would otherwise inherit its
 // shards at once, while the claims of the process that died are still
 // leased, and could publish a key's later events before those claims

@@ -69,9 +69,9 @@ func (s *lateRenewals) Extend(ctx context.Context, lease store.Lease, ids []int6
 // fix the wait ended LeaseFor/2 after the last renewal that succeeded, and
 // k#2 went out ahead of k#1.
 func TestOwnedLateRenewalKeepsKeyWaiting(t *testing.T) {
-	forOwnedStores(t, func(t *testing.T, o teststores.Opened) {
+	forEachOpened(t, func(t *testing.T, o teststores.Opened) {
 		ctx := context.Background()
-		st := &lateRenewals{Store: o.Store, own: store.OwnedFor(o.Store), target: "k#1"}
+		st := &lateRenewals{Store: o.Store, own: o.Store, target: "k#1"}
 		const leaseFor = 2 * time.Second
 		mb := newMem(t, membroker.Config{})
 		var tries atomic.Int32
@@ -91,7 +91,7 @@ func TestOwnedLateRenewalKeepsKeyWaiting(t *testing.T) {
 		if err := o.Store.Enqueue(ctx, msgs...); err != nil {
 			t.Fatal(err)
 		}
-		cfg := ownedConfig()
+		cfg := fastConfig()
 		cfg.LeaseFor = leaseFor
 		cfg.BatchSize = 1 // k#2 in a batch of its own, claimed while k#1 is in flight
 		cfg.Workers = 2

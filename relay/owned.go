@@ -480,15 +480,14 @@ func (o *ownership) balance(ctx context.Context, leave bool) error {
 	return err
 }
 
-// deliverOwned publishes a batch of ownership mode through the shared
-// per-key dispatcher (internal/dispatch): an event goes once the previous
+// deliver publishes a batch through the per-key dispatcher (internal/dispatch): an event goes once the previous
 // event of its key is confirmed, in this batch or in an earlier one still
 // in flight (its ticket), or, on a key-ordered broker, together with it in
 // one call; when that event failed or was given back, it is given back
 // too, untried. Each outcome resolves the event's own ticket at once, so
 // the key's next events in later batches move on without waiting for this
 // batch to end.
-func (b *batch) deliverOwned(ctx context.Context) (BatchReport, error) {
+func (b *batch) deliver(ctx context.Context) (BatchReport, error) {
 	rep := BatchReport{Lease: b.lease, Claimed: len(b.events)}
 	pubCtx, end := b.begin(ctx)
 	defer end()

@@ -21,9 +21,9 @@ import (
 // gets an incarnation suffix), so it waits for the old shard and claim
 // leases like any other relay.
 func TestOwnedRestartUnderTheSameOwnerKeepsKeyOrder(t *testing.T) {
-	forOwnedStores(t, func(t *testing.T, o teststores.Opened) {
+	forEachOpened(t, func(t *testing.T, o teststores.Opened) {
 		st := o.Store
-		own := store.OwnedFor(st)
+		own := st
 		msgs := make([]outbox.Message, 5)
 		for i := range msgs {
 			msgs[i] = outbox.Message{Topic: "t", Key: "k", Type: "Bumped", Payload: fmt.Appendf(nil, "k#%d", i+1)}
@@ -54,7 +54,7 @@ func TestOwnedRestartUnderTheSameOwnerKeepsKeyOrder(t *testing.T) {
 		}
 		// Restarted under the same name.
 		mb := newMem(t, membroker.Config{})
-		cfg := ownedConfig()
+		cfg := fastConfig()
 		cfg.Owner = "relay-x"
 		r, _ := run(t, st, mb, cfg)
 		if got := r.Owner(); !strings.HasPrefix(got, "relay-x~") || len(got) != len("relay-x~")+8 {
@@ -65,38 +65,12 @@ func TestOwnedRestartUnderTheSameOwnerKeepsKeyOrder(t *testing.T) {
 	})
 }
 
-// An Owner given to a relay that orders by exclusion is used as it is,
-// whether by choice (Exclusion) or because the store does not implement
-// store.Owned; by ownership (the default) it gets an incarnation.
-func TestOwnerKeptByExclusion(t *testing.T) {
-	st := teststores.Open(t, "sqlite", store.Options{}).Store
-	for _, c := range []struct {
-		name string
-		st   store.Store
-		cfg  relay.Config
-		kept bool
-	}{
-		{"Exclusion", st, exclusionConfig(), true},
-		{"a store without store.Owned", struct{ store.Store }{st}, fastConfig(), true},
-		{"ownership", st, fastConfig(), false},
-	} {
-		c.cfg.Owner = "relay-y"
-		r, err := relay.New(c.st, newMem(t, membroker.Config{}), c.cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if got := r.Owner() == "relay-y"; got != c.kept || (!got && !strings.HasPrefix(r.Owner(), "relay-y~")) {
-			t.Errorf("%s: Owner() = %q, want relay-y (kept: %v)", c.name, r.Owner(), c.kept)
-		}
-	}
-}
-
 // A name that ends in ~ and 8 hex digits is unique per process already
 // (a supervisor made it so): it is kept.
 func TestOwnerWithAnIncarnationKept(t *testing.T) {
 	st := teststores.Open(t, "sqlite", store.Options{}).Store
 	for name, kept := range map[string]bool{"relay-y~0000002a": true, "relay-y~0000002A": false, "~0000002a": false, "relay-y~2a": false} {
-		cfg := ownedConfig()
+		cfg := fastConfig()
 		cfg.Owner = name
 		r, err := relay.New(st, newMem(t, membroker.Config{}), cfg)
 		if err != nil {

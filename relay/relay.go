@@ -45,7 +45,7 @@ type Relay struct {
 	// inFlight counts claimed events not yet settled (see Health).
 	lastClaim, lastDelivered, inFlight atomic.Int64
 
-	// own is set when the store orders by ownership (store.Owned).
+	// own holds the shard leases and orders the claims.
 	own *ownership
 
 	// loop is set when the relay reads a source.Source (NewSource).
@@ -67,8 +67,7 @@ func New(st store.Store, br broker.Broker, cfg Config) (*Relay, error) {
 	if err != nil {
 		return nil, err
 	}
-	o := store.OwnedFor(st)
-	if o != nil && !cfg.Exclusion && named {
+	if named {
 		cfg.Owner = incarnation(cfg.Owner)
 	}
 	r := &Relay{st: st, br: br, cfg: cfg, wake: make(chan struct{}, 1)}
@@ -83,9 +82,7 @@ func New(st store.Store, br broker.Broker, cfg Config) (*Relay, error) {
 	r.health.log = cfg.Logger
 	r.health.hooks = r.hooks.health
 	r.health.store.name, r.health.broker.name = "store", "broker"
-	if o != nil && !cfg.Exclusion {
-		r.own = newOwnership(r, o)
-	}
+	r.own = newOwnership(r, st)
 	return r, nil
 }
 
@@ -128,16 +125,13 @@ func (r *Relay) Run(ctx context.Context) error {
 			}
 		}()
 	}
-	var balanced chan struct{}
 	bctx, stopBalance := context.WithCancel(ctx)
 	defer stopBalance()
-	if r.own != nil {
-		balanced = make(chan struct{})
-		go func() {
-			defer close(balanced)
-			r.own.balanceLoop(bctx)
-		}()
-	}
+	balanced := make(chan struct{})
+	go func() {
+		defer close(balanced)
+		r.own.balanceLoop(bctx)
+	}()
 	var wg sync.WaitGroup
 	for i := 0; i < r.cfg.Workers; i++ {
 		wg.Add(1)
@@ -147,15 +141,12 @@ func (r *Relay) Run(ctx context.Context) error {
 		}()
 	}
 	wg.Wait()
-	if r.own != nil {
-		// Every batch is settled: give the shards up at once, so the
-		// other relays take them without waiting for the leases to run
-		// out.
-		stopBalance()
-		<-balanced
-		if err := r.own.balance(ctx, true); err != nil {
-			r.cfg.Logger.Warn("relay: could not give up the shards; the other relays take them when the lease runs out", "error", err.Error())
-		}
+	// Every batch is settled: give the shards up at once, so the other
+	// relays take them without waiting for the leases to run out.
+	stopBalance()
+	<-balanced
+	if err := r.own.balance(ctx, true); err != nil {
+		r.cfg.Logger.Warn("relay: could not give up the shards; the other relays take them when the lease runs out", "error", err.Error())
 	}
 	return nil
 }
@@ -244,23 +235,9 @@ func (r *Relay) round(ctx context.Context, settling *chan struct{}) (int, error)
 	// deliver releases at once what a stopping relay claimed.
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), max(r.cfg.LeaseFor/2, 5*time.Second))
 	defer cancel()
-	var (
-		claim store.Claim
-		err   error
-		b     *batch
-	)
-	if r.own != nil {
-		b, claim, err = r.own.claim(cctx, lease)
-		if err == errClaimQueued {
-			return 0, err // not a claim: no hooks, no health change
-		}
-	} else {
-		claim, err = r.st.Claim(cctx, store.ClaimRequest{
-			Lease:        lease,
-			Limit:        r.cfg.BatchSize,
-			LeaseFor:     r.cfg.LeaseFor,
-			HoldDeadKeys: r.cfg.DeadKeys == HoldKey,
-		})
+	b, claim, err := r.own.claim(cctx, lease)
+	if err == errClaimQueued {
+		return 0, err // not a claim: no hooks, no health change
 	}
 	for _, h := range r.hooks.claim {
 		h.OnClaim(ctx, ClaimInfo{Lease: lease, Events: claim.Events, Took: time.Since(start), Err: err})
@@ -278,15 +255,8 @@ func (r *Relay) round(ctx context.Context, settling *chan struct{}) (int, error)
 		return 0, nil
 	}
 	r.inFlight.Add(int64(len(claim.Events)))
-	var rep BatchReport
-	var brokerDown error
-	if b != nil {
-		b.start, b.leaseTill, b.leaseMax = start, start.Add(r.cfg.LeaseFor), time.Now().Add(r.cfg.LeaseFor)
-		rep, brokerDown = b.deliverOwned(ctx)
-	} else {
-		b = &batch{r: r, lease: lease, events: claim.Events, start: start, leaseTill: start.Add(r.cfg.LeaseFor)}
-		rep, brokerDown = b.deliver(ctx)
-	}
+	b.start, b.leaseTill, b.leaseMax = start, start.Add(r.cfg.LeaseFor), time.Now().Add(r.cfg.LeaseFor)
+	rep, brokerDown := b.deliver(ctx)
 	// The previous batch's settle must be done before this one's starts
 	// (it usually is, long since): settles stay in order, and a worker
 	// never holds more than this batch and the one it claims next.
@@ -298,26 +268,24 @@ func (r *Relay) round(ctx context.Context, settling *chan struct{}) (int, error)
 	go func() {
 		defer close(done)
 		b.settle(&rep)
-		if b.own != nil {
-			if rep.Delivered == len(b.acks) && rep.Retried == len(b.retries) && rep.Dead == len(b.burials) && rep.Released == len(b.released) {
-				b.own.settled(b)
-			} else {
-				// An outcome could not be written: the event may still
-				// be leased to this relay in the store, and the claim
-				// does not let a relay's own claims hold its keys. Keep
-				// the batch's keys waiting until that lease has surely
-				// run out: LeaseFor after the last claim or Extend that
-				// may have set it returned (a renewal that failed on the
-				// client may have run in the database, so the estimate
-				// of the last successful one is not a bound), plus the
-				// margin a failed claim pauses for, for a statement that
-				// outlived its client; the next claim then takes the
-				// event over before the key's later ones.
-				b.mu.Lock()
-				wait := time.Until(b.leaseMax) + r.cfg.LeaseFor/3
-				b.mu.Unlock()
-				time.AfterFunc(max(wait, 0), func() { b.own.settled(b) })
-			}
+		if rep.Delivered == len(b.acks) && rep.Retried == len(b.retries) && rep.Dead == len(b.burials) && rep.Released == len(b.released) {
+			b.own.settled(b)
+		} else {
+			// An outcome could not be written: the event may still
+			// be leased to this relay in the store, and the claim
+			// does not let a relay's own claims hold its keys. Keep
+			// the batch's keys waiting until that lease has surely
+			// run out: LeaseFor after the last claim or Extend that
+			// may have set it returned (a renewal that failed on the
+			// client may have run in the database, so the estimate
+			// of the last successful one is not a bound), plus the
+			// margin a failed claim pauses for, for a statement that
+			// outlived its client; the next claim then takes the
+			// event over before the key's later ones.
+			b.mu.Lock()
+			wait := time.Until(b.leaseMax) + r.cfg.LeaseFor/3
+			b.mu.Unlock()
+			time.AfterFunc(max(wait, 0), func() { b.own.settled(b) })
 		}
 		r.inFlight.Add(-int64(len(b.events)))
 		if rep.Delivered > 0 {

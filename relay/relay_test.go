@@ -61,33 +61,14 @@ func fastConfig() relay.Config {
 	}
 }
 
-// engines are the two ways a relay keeps per-key order: ordering by
-// ownership (the default) and by exclusion (Config.Exclusion). A test of
-// what both promise runs under each.
-var engines = []struct {
-	name      string
-	exclusion bool
-}{{"ownership", false}, {"exclusion", true}}
-
-// exclusionConfig is fastConfig ordering by exclusion.
-func exclusionConfig() relay.Config {
-	c := fastConfig()
-	c.Exclusion = true
-	return c
-}
-
-// forEachStore runs fn once per store kind and engine on a fresh table,
-// with fastConfig set to that engine.
+// forEachStore runs fn once per store kind on a fresh table, with
+// fastConfig.
 func forEachStore(t *testing.T, fn func(t *testing.T, st store.Store, cfg relay.Config)) {
 	for _, kind := range teststores.Kinds {
-		for _, e := range engines {
-			t.Run(kind+"/"+e.name, func(t *testing.T) {
-				t.Parallel()
-				cfg := fastConfig()
-				cfg.Exclusion = e.exclusion
-				fn(t, teststores.Open(t, kind, store.Options{}).Store, cfg)
-			})
-		}
+		t.Run(kind, func(t *testing.T) {
+			t.Parallel()
+			fn(t, teststores.Open(t, kind, store.Options{}).Store, fastConfig())
+		})
 	}
 }
 
@@ -393,7 +374,11 @@ func TestExpiredClaimOfADeadRelayIsTakenOver(t *testing.T) {
 		msgs := workload(t, st, "t", 50, 5)
 		// A relay claims and then "dies": it never acks.
 		stale := store.Lease{Owner: "dead-relay", Epoch: 1}
-		c, err := st.Claim(ctx, store.ClaimRequest{Lease: stale, Limit: 20, LeaseFor: 500 * time.Millisecond})
+		own, err := st.Balance(ctx, store.BalanceRequest{Owner: stale.Owner, LeaseFor: 500 * time.Millisecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, err := st.ClaimOwned(ctx, store.OwnedClaimRequest{ClaimRequest: store.ClaimRequest{Lease: stale, Limit: 20, LeaseFor: 500 * time.Millisecond}, Shards: own.Held})
 		if err != nil || len(c.Events) == 0 {
 			t.Fatalf("claim: %d events, %v", len(c.Events), err)
 		}

@@ -4,15 +4,15 @@
 // operator's tools (dead letters, purge, stats).
 //
 // Every state change a relay makes is a compare-and-swap on the lease
-// (owner, epoch) it got from Claim, and lease times come from the database
+// (owner, epoch) of its claim, and lease times come from the database
 // clock, so a relay that was paused past its lease changes nothing.
 //
-// Per-key order across many relays: Claim never returns an event whose key
-// has an event in flight under a live lease, an earlier event waiting for a
-// retry or a delayed AvailableAt, or (when HoldDeadKeys is set) an earlier
-// DEAD event. Claims of one table are serialized by a database lock held only
-// for the claim statement, so two relays can never claim events of one key at
-// the same time; publishing and acknowledging run in parallel.
+// Per-key order across many relays: relays lease shards of the table
+// (Balance) and claim only from their own (ClaimOwned); a claim never
+// returns an event while an earlier event of its key waits for a retry or
+// a delayed AvailableAt, or (when HoldDeadKeys is set) is DEAD, and a
+// shard's new owner takes nothing from it while a claim of its old owner
+// is live.
 //
 // A row that breaks the table contract (written with plain SQL: headers that
 // are not a JSON object of strings, an empty topic or event_type, control
@@ -37,9 +37,9 @@
 //	                order under the LIMIT    lowest Limit ids of them all
 //	leases held in  a claims table (ids)     the rows (status, lease_owner,      the rows
 //	                                         lease_epoch, lease_until)
-//	claim locks     shard rows FOR UPDATE,   shard rows FOR UPDATE, expired      the write lock
-//	                advisory lock shared     in-flight rows FOR UPDATE; takeover
-//	                with exclusion claims    SKIP LOCKED; deadlocks retried
+//	claim locks     shard rows FOR KEY       shard rows FOR UPDATE, expired      the write lock
+//	                SHARE, an advisory lock  in-flight rows FOR UPDATE; takeover
+//	                per owner                SKIP LOCKED; deadlocks retried
 //	clock           now(): the claim         NOW(6): each statement's start      julianday('now'), ms
 //	                transaction's start
 //

@@ -7,9 +7,9 @@ import (
 	"time"
 )
 
-// Ordering by ownership (engine v2).
+// Ordering by ownership.
 //
-// A store that implements Owned spreads its rows over a fixed number of
+// A store spreads its rows over a fixed number of
 // shards, computed by the database from the row alone (so a plain-SQL
 // INSERT needs no new column): a keyed row's shard is a hash of event_key,
 // a keyless row's is derived from its id. Relays lease shards in the
@@ -32,9 +32,8 @@ import (
 // not claim from it while any live claim of another owner still holds
 // events of that shard. Lease times come from the database clock.
 
-// Owned is the optional ability of ordering by ownership; see above. The
-// relay uses it when the store has it, and Store.Claim's exclusion rule
-// otherwise.
+// Owned is how a relay claims from a store: ordering by ownership, see
+// above.
 type Owned interface {
 	// Balance heartbeats req.Owner as a live relay, renews the leases of
 	// the shards it holds, gives up those in req.Release (the relay has
@@ -135,9 +134,3 @@ func (r BalanceRequest) Check(shards int) error {
 // rather than hand out a key's later events ahead of the ones that claim
 // would hold. Stores wrap it with %w where they can tell.
 var ErrNothingClaimed = errors.New("nothing was claimed")
-
-// OwnedFor returns st's Owned ability, or nil.
-func OwnedFor(st Store) Owned {
-	o, _ := st.(Owned)
-	return o
-}

@@ -38,8 +38,8 @@ type Store interface {
 	// nothing is sent to the database and tx stays usable.
 	EnqueueTx(ctx context.Context, tx Execer, msgs ...outbox.Message) error
 
-	// Claim takes up to req.Limit ready events in id order under a new lease.
-	Claim(ctx context.Context, req ClaimRequest) (Claim, error)
+	// Owned is how the relay claims: shard leases and claims from them.
+	Owned
 	// Extend renews the lease on ids until now+d (database clock).
 	Extend(ctx context.Context, lease Lease, ids []int64, d time.Duration) (time.Time, error)
 	// Ack marks ids delivered: deletes them, or moves them to the archive
@@ -83,7 +83,7 @@ type Lease struct {
 	Epoch int64  // fencing token: unique per claim of that owner, increasing
 }
 
-// ClaimRequest says what a relay wants.
+// ClaimRequest is what every claim asks, whichever shards it takes from.
 type ClaimRequest struct {
 	Lease Lease
 	// Limit is the most events to take; default 100.

@@ -15,7 +15,7 @@ import (
 // exists for BenchmarkTelemetryOverhead/mem, where the relay's own work is
 // all the work there is, so that the hooks' share of it is as large as it
 // can get (a real store and broker only add work the hooks do not grow
-// with). It keeps no lease, retry or dead letter: the benchmark's broker
+// with). It has one shard, and keeps no lease, retry or dead letter: the benchmark's broker
 // confirms everything.
 type memStore struct {
 	mu     sync.Mutex
@@ -48,7 +48,18 @@ func (m *memStore) EnqueueTx(context.Context, store.Execer, ...outbox.Message) e
 	return fmt.Errorf("memStore: EnqueueTx: it has no database; use Enqueue")
 }
 
-func (m *memStore) Claim(_ context.Context, req store.ClaimRequest) (store.Claim, error) {
+// Balance gives the only relay the only shard.
+func (m *memStore) Balance(_ context.Context, req store.BalanceRequest) (store.Ownership, error) {
+	req = req.Normalize()
+	own := store.Ownership{Shards: 1, Relays: 1, Until: time.Now().Add(req.LeaseFor)}
+	if !req.Leave {
+		own.Held = []store.ShardLease{{Shard: 0, Epoch: 1}}
+	}
+	return own, nil
+}
+
+// ClaimOwned hands out the next events in order.
+func (m *memStore) ClaimOwned(_ context.Context, req store.OwnedClaimRequest) (store.Claim, error) {
 	req = req.Normalize()
 	m.mu.Lock()
 	defer m.mu.Unlock()

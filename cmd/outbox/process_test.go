@@ -249,49 +249,45 @@ func dumpRows(db *sql.DB, title, query string) string {
 
 func relayArgs(o teststores.Opened, brokerURL string) []string {
 	return []string{"--db", o.URL, "--table", o.Opts.Table, "--broker", brokerURL,
-		"--lease", "2s", "--batch", "50", "--poll", "50ms", "--backoff", "20ms", "--backoff-max", "500ms", "--log", "warn"}
+		"--lease", "2s", "--batch", "50", "--poll", "50ms", "--backoff", "20ms", "--backoff-max", "500ms", "--log-level", "warn"}
 }
 
 // Three relay processes share the work; one is SIGKILLed mid-stream twice
-// and restarted. Nothing may be lost and per-key order must hold, with
-// either engine (ordering by ownership, the default, and --engine
-// exclusion).
+// and restarted. Nothing may be lost and per-key order must hold.
 func TestThreeRelaysOneKilledTwice(t *testing.T) {
 	for _, kind := range teststores.Kinds {
-		for _, engine := range []string{"ownership", "exclusion"} {
-			t.Run(kind+"/"+engine, func(t *testing.T) {
-				t.Parallel()
-				o := teststores.Open(t, kind, store.Options{})
-				natsURL := testnats.Shared(t)
-				s := testnats.NewStream(t, natsURL)
-				msgs := keyedWorkload(t, o.Store, s.Topic("orders"), 3000, 40)
-				args := append(relayArgs(o, natsURL), "--engine", engine, "--log", "info")
-				relays := []*proc{startRelay(t, args...), startRelay(t, args...), startRelay(t, args...)}
-				ctx := context.Background()
-				for _, at := range []uint64{600, 1800} {
-					deadline := time.Now().Add(60 * time.Second)
-					for {
-						n, _ := s.Count(ctx)
-						if n >= at {
-							break
-						}
-						if time.Now().After(deadline) {
-							t.Fatalf("stream stuck below %d messages; relay stderr:\n%s", at, relays[0].stderr)
-						}
-						time.Sleep(5 * time.Millisecond)
+		t.Run(kind, func(t *testing.T) {
+			t.Parallel()
+			o := teststores.Open(t, kind, store.Options{})
+			natsURL := testnats.Shared(t)
+			s := testnats.NewStream(t, natsURL)
+			msgs := keyedWorkload(t, o.Store, s.Topic("orders"), 3000, 40)
+			args := append(relayArgs(o, natsURL), "--log-level", "info")
+			relays := []*proc{startRelay(t, args...), startRelay(t, args...), startRelay(t, args...)}
+			ctx := context.Background()
+			for _, at := range []uint64{600, 1800} {
+				deadline := time.Now().Add(60 * time.Second)
+				for {
+					n, _ := s.Count(ctx)
+					if n >= at {
+						break
 					}
-					relays[0].kill()
-					relays[0] = startRelay(t, args...)
-				}
-				waitRelaysDrained(t, o, kind, 90*time.Second, relays)
-				for _, r := range relays {
-					if d := r.stop(t); d > 10*time.Second {
-						t.Errorf("graceful stop took %s, promised ≤ 10s", d)
+					if time.Now().After(deadline) {
+						t.Fatalf("stream stuck below %d messages; relay stderr:\n%s", at, relays[0].stderr)
 					}
+					time.Sleep(5 * time.Millisecond)
 				}
-				checkStream(t, s, msgs)
-			})
-		}
+				relays[0].kill()
+				relays[0] = startRelay(t, args...)
+			}
+			waitRelaysDrained(t, o, kind, 90*time.Second, relays)
+			for _, r := range relays {
+				if d := r.stop(t); d > 10*time.Second {
+					t.Errorf("graceful stop took %s, promised ≤ 10s", d)
+				}
+			}
+			checkStream(t, s, msgs)
+		})
 	}
 }
 

@@ -3,9 +3,7 @@ package mysqlstore_test
 import (
 	"context"
 	"database/sql"
-	"errors"
 	"fmt"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -151,132 +149,6 @@ func TestBalanceBesideOwnClaim(t *testing.T) {
 	}
 }
 
-// TestOwnershipWaitsBesideExclusion: while an exclusion-mode relay (here
-// this version's Claim; an earlier version's leaves the same rows) has
-// events in flight, an ownership relay's heartbeat and claims refuse with
-// an error naming it, and hold nothing; once its events are settled the
-// ownership relay takes the shards and claims.
-func TestOwnershipWaitsBesideExclusion(t *testing.T) {
-	t.Parallel()
-	ctx := context.Background()
-	_, st, _ := migratedStore(t, "modes_")
-	var msgs []outbox.Message
-	for i := range 10 {
-		msgs = append(msgs, outbox.Message{Topic: "t", Key: fmt.Sprintf("k%d", i%3), Type: "T", Payload: []byte(`{}`)})
-	}
-	if err := st.Enqueue(ctx, msgs...); err != nil {
-		t.Fatal(err)
-	}
-	// The ownership relay first: it holds every shard, and claims nothing
-	// yet.
-	own, err := st.Balance(ctx, store.BalanceRequest{Owner: "new", LeaseFor: time.Minute})
-	if err != nil || len(own.Held) != 64 {
-		t.Fatalf("ownership relay alone: %d shards, %v", len(own.Held), err)
-	}
-	oldLease := store.Lease{Owner: "old-relay", Epoch: 1}
-	ex, err := st.Claim(ctx, store.ClaimRequest{Lease: oldLease, Limit: 4, LeaseFor: time.Minute})
-	if err != nil || len(ex.Events) == 0 {
-		t.Fatalf("exclusion claim: %d events, %v", len(ex.Events), err)
-	}
-	_, err = st.Balance(ctx, store.BalanceRequest{Owner: "new", LeaseFor: time.Minute})
-	if err == nil || !strings.Contains(err.Error(), `"old-relay"`) || !strings.Contains(err.Error(), "exclusion") {
-		t.Fatalf("ownership heartbeat beside an exclusion relay's claim: %v, want a refusal naming it", err)
-	}
-	t.Logf("refused: %v", err)
-	c, err := st.ClaimOwned(ctx, store.OwnedClaimRequest{
-		ClaimRequest: store.ClaimRequest{Lease: store.Lease{Owner: "new", Epoch: 1}, Limit: 100, LeaseFor: time.Minute},
-		Shards:       own.Held,
-	})
-	if err == nil || !errors.Is(err, store.ErrNothingClaimed) || len(c.Events) != 0 {
-		t.Fatalf("owned claim beside an exclusion relay's claim: %d events, %v; want a refusal", len(c.Events), err)
-	}
-	ids := make([]int64, len(ex.Events))
-	for i, e := range ex.Events {
-		ids[i] = e.ID
-	}
-	if err := st.Ack(ctx, oldLease, ids); err != nil {
-		t.Fatal(err)
-	}
-	own, err = st.Balance(ctx, store.BalanceRequest{Owner: "new", LeaseFor: time.Minute})
-	if err != nil || len(own.Held) != 64 {
-		t.Fatalf("ownership relay after the exclusion relay's events were settled: %d shards, %v", len(own.Held), err)
-	}
-	c, err = st.ClaimOwned(ctx, store.OwnedClaimRequest{
-		ClaimRequest: store.ClaimRequest{Lease: store.Lease{Owner: "new", Epoch: 2}, Limit: 100, LeaseFor: time.Minute},
-		Shards:       own.Held,
-	})
-	if err != nil || len(c.Events) != len(msgs)-len(ids) {
-		t.Fatalf("owned claim after the exclusion relay stopped: %d events, %v; want %d", len(c.Events), err, len(msgs)-len(ids))
-	}
-}
-
-// TestExclusionClaimBesideOwnedClaim: this version's exclusion-mode Claim
-// and an owned claim exclude each other. An owned claim held open before
-// its commit has taken a key's first two events; an exclusion claim that
-// starts meanwhile must not take that key's later events (it waits for
-// the owned claim and then sees the key in flight).
-func TestExclusionClaimBesideOwnedClaim(t *testing.T) {
-	t.Parallel()
-	ctx := context.Background()
-	_, st, _ := migratedStore(t, "mixed_")
-	var msgs []outbox.Message
-	for range 5 {
-		msgs = append(msgs, outbox.Message{Topic: "t", Key: "k", Type: "T", Payload: []byte(`{}`)})
-	}
-	if err := st.Enqueue(ctx, msgs...); err != nil {
-		t.Fatal(err)
-	}
-	own, err := st.Balance(ctx, store.BalanceRequest{Owner: "a", LeaseFor: time.Minute})
-	if err != nil {
-		t.Fatal(err)
-	}
-	entered, release := make(chan struct{}), make(chan struct{})
-	var once sync.Once
-	mysqlstore.SetClaimHook(st, func() {
-		once.Do(func() {
-			close(entered)
-			<-release
-		})
-	})
-	type result struct {
-		c   store.Claim
-		err error
-	}
-	owned, excl := make(chan result, 1), make(chan result, 1)
-	go func() {
-		c, err := st.ClaimOwned(ctx, store.OwnedClaimRequest{
-			ClaimRequest: store.ClaimRequest{Lease: store.Lease{Owner: "a", Epoch: 1}, Limit: 2, LeaseFor: time.Minute},
-			Shards:       own.Held,
-		})
-		owned <- result{c, err}
-	}()
-	<-entered
-	go func() {
-		c, err := st.Claim(ctx, store.ClaimRequest{Lease: store.Lease{Owner: "x", Epoch: 1}, Limit: 10, LeaseFor: time.Minute})
-		excl <- result{c, err}
-	}()
-	// Let the exclusion claim run as far as it can while the owned one is
-	// open (on the old code: its SELECT read all five as claimable).
-	time.Sleep(time.Second)
-	close(release)
-	o, x := <-owned, <-excl
-	if o.err != nil || x.err != nil {
-		t.Fatalf("owned claim: %v; exclusion claim: %v", o.err, x.err)
-	}
-	if len(o.c.Events) != 2 {
-		t.Fatalf("the owned claim took %d events, want 2", len(o.c.Events))
-	}
-	if len(x.c.Events) != 0 {
-		ids := make([]int64, len(x.c.Events))
-		for i, e := range x.c.Events {
-			ids[i] = e.ID
-		}
-		t.Fatalf("the exclusion claim took events %v of key k while its events %d and %d were in flight under the owned claim", ids, o.c.Events[0].ID, o.c.Events[1].ID)
-	}
-}
-
-// migratedStore opens a Store over a fresh, migrated table named after
-// prefix (dropped when t ends), and returns its database and table too.
 func migratedStore(t *testing.T, prefix string) (*sql.DB, *mysqlstore.Store, string) {
 	t.Helper()
 	db := openStore(t).DB()

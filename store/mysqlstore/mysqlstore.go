@@ -29,8 +29,6 @@ type Store struct {
 	table, archive, migrations string // quoted
 	schema                     any    // nil, or the schema name (for lock names)
 
-	claimSQL, claimHoldDeadSQL string
-
 	mu      sync.Mutex
 	wakeups store.Wakeups
 	closed  bool
@@ -38,7 +36,6 @@ type Store struct {
 
 	sweepAfter string // owned.go: where the next sweep of parked keys starts
 	claimHook  func() // tests: runs in an owned claim before its commit
-	exclusion  string // owned.go: an exclusion-mode relay the last heartbeat saw, or ""
 }
 
 var _ store.Store = (*Store)(nil)
@@ -77,8 +74,6 @@ func New(db *sql.DB, cfg Config) (*Store, error) {
 		s.schema = opts.Schema
 	}
 	s.watch.every = opts.ProbeInterval
-	s.claimSQL = s.buildClaimSQL(false)
-	s.claimHoldDeadSQL = s.buildClaimSQL(true)
 	return s, nil
 }
 
@@ -154,12 +149,9 @@ func (s *Store) Close() error {
 // Hashed because MySQL refuses names longer than 64 characters.
 const lockName = "CONCAT('outbox:', SHA1(CONCAT_WS('.', COALESCE(?, DATABASE()), ?, ?)))"
 
-// How long GET_LOCK waits when ctx has no deadline. A claim holds its lock
-// for two short statements; a migration for its DDL.
-const (
-	claimLockWait   = 30 * time.Second
-	migrateLockWait = 5 * time.Minute
-)
+// migrateLockWait is how long GET_LOCK waits for another migration's DDL
+// when ctx has no deadline.
+const migrateLockWait = 5 * time.Minute
 
 // heldLock is a GET_LOCK held by a dedicated connection.
 type heldLock struct {

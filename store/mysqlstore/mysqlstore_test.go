@@ -11,6 +11,7 @@ import (
 	neturl "net/url"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/go-sql-driver/mysql"
 	"go.uber.org/goleak"
@@ -136,10 +137,7 @@ func TestEnqueueChunks(t *testing.T) {
 	if err := st.Enqueue(ctx, msgs...); err != nil {
 		t.Fatal(err)
 	}
-	c, err := st.Claim(ctx, store.ClaimRequest{Lease: store.Lease{Owner: "t", Epoch: 1}, Limit: len(msgs)})
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := claimAll(t, st, store.ClaimRequest{Lease: store.Lease{Owner: "t", Epoch: 1}, Limit: len(msgs)})
 	if len(c.Events) != len(msgs) {
 		t.Fatalf("claimed %d of %d", len(c.Events), len(msgs))
 	}
@@ -182,8 +180,8 @@ func TestOpen(t *testing.T) {
 	if err := st.Enqueue(ctx, outbox.Message{Topic: "t", Type: "T"}); err != nil {
 		t.Fatal(err)
 	}
-	if c, err := st.Claim(ctx, store.ClaimRequest{Lease: store.Lease{Owner: "o", Epoch: 1}}); err != nil || len(c.Events) != 1 {
-		t.Fatalf("Claim in database %s: %d events, %v", schema, len(c.Events), err)
+	if c := claimAll(t, st, store.ClaimRequest{Lease: store.Lease{Owner: "o", Epoch: 1}}); len(c.Events) != 1 {
+		t.Fatalf("claim in database %s: %d events", schema, len(c.Events))
 	}
 
 	noDB, err := neturl.Parse(url)
@@ -210,4 +208,19 @@ func TestOpen(t *testing.T) {
 			t.Errorf("Open(%s): errors.Is(%v, ErrBadURL) = %v, want %v", testenv.Mask(tt.url), err, !tt.badURL, tt.badURL)
 		}
 	}
+}
+
+// claimAll claims from every shard as req.Lease.Owner, the only relay.
+func claimAll(t testing.TB, st *mysqlstore.Store, req store.ClaimRequest) store.Claim {
+	t.Helper()
+	ctx := context.Background()
+	own, err := st.Balance(ctx, store.BalanceRequest{Owner: req.Lease.Owner, LeaseFor: time.Minute, HoldDeadKeys: req.HoldDeadKeys})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := st.ClaimOwned(ctx, store.OwnedClaimRequest{ClaimRequest: req, Shards: own.Held})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
 }

@@ -50,10 +50,8 @@ func (e *afterCommit) Error() string { return e.err.Error() }
 func (e *afterCommit) Unwrap() error { return e.err }
 
 // relayRetention is how long, at least, a relay's row in <table>_relays
-// stays after its membership ended (it left, or its lease ran out):
-// checkModes tells the events still in flight under its claims from an
-// exclusion-mode relay's by that row, so the row must outlast the claims.
-// A claim's lease ends at most about one LeaseFor after the membership's
+// stays after its membership ended (it left, or its lease ran out), so
+// that the row outlasts the claims made under it. A claim's lease ends at most about one LeaseFor after the membership's
 // (both are renewed by the same relay), so each row records its relay's
 // LeaseFor (lease_for, migration 3) and a heartbeat deletes a row only
 // once it ended more than the longer of this and twice that lease ago,
@@ -75,12 +73,6 @@ func expireRelaysSQL(relays string) string {
 
 // sweepTimeout bounds Balance's orphan sweep.
 const sweepTimeout = 500 * time.Millisecond
-
-// noTable reports whether err is MySQL's "table does not exist" (1146).
-func noTable(err error) bool {
-	var me *mysql.MySQLError
-	return errors.As(err, &me) && me.Number == errNoSuchTable
-}
 
 // deadlock reports whether err is InnoDB's deadlock error (1213), after
 // which the transaction was rolled back.
@@ -296,12 +288,6 @@ func (s *Store) claimOwned(ctx context.Context, req store.OwnedClaimRequest, rea
 	c := store.Claim{Lease: req.Lease}
 	if len(req.Shards) == 0 {
 		return c, 0, nil
-	}
-	s.mu.Lock()
-	other := s.exclusion
-	s.mu.Unlock()
-	if other != "" {
-		return c, 0, fmt.Errorf("%w (%w)", mixedModes("claim", other), store.ErrNothingClaimed)
 	}
 	leases := slices.Clone(req.Shards)
 	slices.SortFunc(leases, func(a, b store.ShardLease) int { return cmp.Compare(a.Shard, b.Shard) })
@@ -709,11 +695,6 @@ func (s *Store) Balance(ctx context.Context, req store.BalanceRequest) (store.Ow
 	if err := req.Check(numShards); err != nil {
 		return own, fmt.Errorf("mysqlstore: balance: %w", err)
 	}
-	if !req.Leave {
-		if err := s.checkModes(ctx); err != nil {
-			return own, err
-		}
-	}
 	for tries := 1; ; tries++ {
 		own = store.Ownership{Shards: numShards}
 		err := s.balance(ctx, req, &own)
@@ -731,40 +712,6 @@ func (s *Store) Balance(ctx context.Context, req store.BalanceRequest) (store.Ow
 	_ = s.sweep(sctx, req.HoldDeadKeys)
 	cancel()
 	return own, nil
-}
-
-// checkModes refuses to heartbeat, and makes this Store's owned claims
-// refuse, while events of the table are in flight under a live lease of
-// an owner that is no relay of ownership mode (no row in <table>_relays):
-// an exclusion-mode relay (a relay of an earlier version, during a rolling
-// upgrade, or one run without ownership). Its claims and owned claims do
-// not exclude each other on MariaDB (exclusion claims serialize on a
-// GET_LOCK, which has no shared mode for owned claims to take), so a key's
-// later events could be published by one relay while its earlier ones are
-// in flight at the other. The ownership relays wait (their leases run out)
-// until it stops. One probe of the busy index per in-flight row.
-func (s *Store) checkModes(ctx context.Context) error {
-	var other string
-	err := s.db.QueryRowContext(ctx, "SELECT o.lease_owner FROM "+s.table+" o FORCE INDEX ("+s.busyIdx()+") WHERE o.busy BETWEEN 0 AND ? AND o.lease_until > NOW(6) AND NOT EXISTS (SELECT 1 FROM "+s.relaysTable()+" r WHERE r.owner = o.lease_owner) LIMIT 1", numShards-1).Scan(&other)
-	if errors.Is(err, sql.ErrNoRows) {
-		s.mu.Lock()
-		s.exclusion = ""
-		s.mu.Unlock()
-		return nil
-	}
-	if err != nil {
-		return wrap("balance", err)
-	}
-	s.mu.Lock()
-	s.exclusion = other
-	s.mu.Unlock()
-	return mixedModes("balance", other)
-}
-
-// mixedModes is the error of a heartbeat or owned claim refused beside an
-// exclusion-mode relay.
-func mixedModes(op, other string) error {
-	return fmt.Errorf("mysqlstore: %s: relay %q claims from this table by exclusion (an earlier version, or --engine exclusion), which ownership relays cannot run beside on MariaDB; they hold no shard while it has events in flight: stop it, or restart it without --engine exclusion (README, upgrading MariaDB relays)", op, other)
 }
 
 // lockUnclaimed locks the shard rows that where selects (a condition with
@@ -821,7 +768,7 @@ func (s *Store) balance(ctx context.Context, req store.BalanceRequest, own *stor
 			return err
 		}
 		// The membership ends now; its row stays a while (see
-		// relayRetention), naming an ownership relay to checkModes.
+		// relayRetention).
 		if _, err := tx.ExecContext(ctx, "UPDATE "+relays+" SET lease_until = LEAST(lease_until, ?) WHERE owner = ?", now, req.Owner); err != nil {
 			return err
 		}

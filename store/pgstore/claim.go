@@ -1,16 +1,12 @@
 package pgstore
 
 import (
-	"cmp"
 	"context"
-	"errors"
 	"fmt"
-	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
-	outbox "github.com/outbox-go/outbox"
 	"github.com/outbox-go/outbox/store"
 )
 
@@ -30,14 +26,11 @@ import (
 // is written once by the producer and once by the ack (DELETE), as in a
 // hand-written claim-and-delete.
 //
-// Claims are serialized by a transaction-level advisory lock, so each
-// claimer sees every earlier claim committed: a row is free when no claim
-// lists its id, and a keyed row also needs its key in no claim. Every state
-// change takes the claim row's lock (FOR UPDATE) and checks (owner, epoch),
-// and a claim takes over an expired lease by deleting its row, which waits
-// for that lock: a stale relay's write either commits before the takeover,
-// and the new claimer sees it, or finds its claim gone and changes nothing
-// (ErrLeaseLost).
+// Every state change takes the claim row's lock (FOR UPDATE) and checks
+// (owner, epoch), and a claim takes over an expired lease by deleting its
+// row, which waits for that lock: a stale relay's write either commits
+// before the takeover, and the new claimer sees it, or finds its claim gone
+// and changes nothing (ErrLeaseLost).
 
 // claimsTable is the quoted name of the claims table.
 func (s *Store) claimsTable() string { return s.qualified(s.opts.Table + "_claims") }
@@ -79,130 +72,6 @@ const readSettings = "SELECT set_config('enable_seqscan', 'off', true), set_conf
 // statistics PostgreSQL joined the claim's ranges to a scan of the whole
 // table instead of walking the primary key range by range.
 const ackClaimSettings = "SELECT set_config('synchronous_commit', 'off', true), set_config('jit', 'off', true), set_config('statement_timeout', '2000', true), set_config('enable_seqscan', 'off', true)"
-
-// Claim takes up to req.Limit ready events in id order. One round trip
-// carries two transactions: the settings, the advisory lock, the takeover of
-// expired claims and the claim row, committed; then the read of the claimed
-// events by the claim's ranges.
-func (s *Store) Claim(ctx context.Context, req store.ClaimRequest) (store.Claim, error) {
-	req = req.Normalize()
-	claims := s.claimsTable()
-	// A keyed row is held back when its key is in a claim (in flight), has
-	// an earlier event waiting for a retry or a delayed AvailableAt, or
-	// (HoldDeadKeys) an earlier DEAD event. The last two are probes of
-	// small partial indexes, evaluated only for keyed candidates and only
-	// when the table holds any delayed or DEAD row at all (each guard is an
-	// uncorrelated EXISTS, computed once per claim); the claims' ranges are
-	// merged once and tested per row, and their keys are hashed once (NOT
-	// IN over a subquery). The keys array keeps
-	// duplicates: removing them cost a sort, about a third of the claim.
-	claimSQL := `WITH picked AS (
-	SELECT o.id, o.event_key FROM ` + s.table + ` o
-	WHERE o.status = 'NEW' AND (o.next_attempt_at <= now() OR o.next_attempt_at <= o.created_at)
-	  AND NOT (o.id <@ (SELECT COALESCE(range_agg(c.ids), '{}') FROM ` + claims + ` c))
-	  AND (o.event_key = '' OR (
-		o.event_key NOT IN (SELECT unnest(c.keys) FROM ` + claims + ` c)
-		AND (NOT EXISTS (SELECT 1 FROM ` + s.table + ` d WHERE d.status = 'NEW' AND d.next_attempt_at > d.created_at AND d.next_attempt_at > now())
-			OR NOT EXISTS (SELECT 1 FROM ` + s.table + ` b WHERE b.status = 'NEW' AND b.next_attempt_at > b.created_at AND b.event_key = o.event_key AND b.id < o.id AND b.next_attempt_at > now()))
-		AND NOT ($3::bool AND EXISTS (SELECT 1 FROM ` + s.table + ` d WHERE d.status = 'DEAD' AND d.status <> 'NEW')
-			AND EXISTS (SELECT 1 FROM ` + s.table + ` b WHERE b.status = 'DEAD' AND b.status <> 'NEW' AND b.event_key = o.event_key AND b.id < o.id))))
-	ORDER BY o.id
-	LIMIT $4
-)
-INSERT INTO ` + claims + ` (owner, epoch, lease_until, ids, n, keys, shards)
-SELECT $1, $2, now() + $5 * interval '1 microsecond', range_agg(int8range(id, id, '[]')), count(*), COALESCE(array_agg(event_key) FILTER (WHERE event_key <> ''), '{}'),
-	array_agg(DISTINCT ` + shardExpr("") + `)
-FROM picked HAVING count(*) > 0
-RETURNING lease_until, n`
-	// The claim commits before its events are read, so the advisory lock
-	// that serializes claims is not held while a thousand rows travel to
-	// this process: other relays' claims waited for it (a third of the
-	// claim statements sampled in pg_stat_activity during a drain were
-	// waiting on it). The events are then read by the claim's ranges, which
-	// hold exactly its ids. Still one round trip: the batch carries an
-	// explicit transaction and, after its COMMIT, the read.
-	b := &pgx.Batch{}
-	b.Queue("BEGIN")
-	b.Queue(claimSettings)
-	b.Queue("SELECT pg_advisory_xact_lock($1)", s.claimLock)
-	// Take over expired claims: their rows become free again. Deleting
-	// waits for a stale holder's state change in progress (see above).
-	b.Queue("DELETE FROM " + claims + " WHERE lease_until <= now()")
-	b.Queue(claimSQL, req.Lease.Owner, req.Lease.Epoch, req.HoldDeadKeys, req.Limit, req.LeaseFor.Microseconds())
-	b.Queue("COMMIT")
-	b.Queue(readSettings)
-	b.Queue("SELECT "+prefixed(eventCols, "o.")+" FROM (SELECT unnest(k.ids) AS r FROM "+claims+" k WHERE k.owner = $1 AND k.epoch = $2) c JOIN "+s.table+" o ON o.id >= lower(c.r) AND o.id < upper(c.r)", req.Lease.Owner, req.Lease.Epoch)
-	br := s.pool.SendBatch(ctx, b)
-	defer br.Close()
-	for range 4 {
-		if _, err := br.Exec(); err != nil {
-			return store.Claim{}, wrap("claim", err)
-		}
-	}
-	c := store.Claim{Lease: req.Lease}
-	var n int
-	switch err := br.QueryRow().Scan(&c.Until, &n); {
-	case errors.Is(err, pgx.ErrNoRows):
-	case err != nil:
-		return store.Claim{}, wrap("claim", err)
-	}
-	for range 2 {
-		if _, err := br.Exec(); err != nil {
-			return store.Claim{}, wrap("claim", err)
-		}
-	}
-	rows, err := br.Query()
-	if err != nil {
-		return store.Claim{}, wrap("claim", err)
-	}
-	// Sized once from the claim's count (growing a slice of 1,000 events
-	// by appending zeroed and copied about twice its size, a tenth of the
-	// relay's CPU); rows are scanned in place.
-	c.Events = make([]outbox.Event, 0, n)
-	var headers []byte
-	var bad map[int64]error // rows that cannot be decoded, by id
-	for rows.Next() {
-		c.Events = append(c.Events, outbox.Event{})
-		e := &c.Events[len(c.Events)-1]
-		if err := rows.Scan(&e.ID, &e.EventID, &e.Topic, &e.Key, &e.Type, &e.AggregateType, &e.SchemaVersion, &e.Payload, &e.ContentType, &headers, &e.Attempts, &e.CreatedAt); err != nil {
-			rows.Close()
-			return store.Claim{}, wrap("claim", err)
-		}
-		var err error
-		if e.Headers, err = store.DecodeHeaders(headers); err != nil {
-			// The claim stands: the row is buried below, under its lease.
-			if bad == nil {
-				bad = map[int64]error{}
-			}
-			bad[e.ID] = err
-		}
-	}
-	if err := rows.Err(); err != nil {
-		return store.Claim{}, wrap("claim", err)
-	}
-	if err := br.Close(); err != nil {
-		return store.Claim{}, wrap("claim", err)
-	}
-	if len(c.Events) != n {
-		// cannot happen while the claim is ours: its rows change only
-		// through it
-		return store.Claim{}, fmt.Errorf("pgstore: claim: read %d of the %d events claimed", len(c.Events), n)
-	}
-	if n == 0 {
-		c.Events = nil
-	}
-	byID := func(a, b outbox.Event) int { return cmp.Compare(a.ID, b.ID) }
-	if !slices.IsSortedFunc(c.Events, byID) { // they come in id order: range by range, each walked along the primary key
-		slices.SortFunc(c.Events, byID)
-	}
-	if len(c.Events) < req.Limit {
-		s.caughtUp()
-	}
-	if err = store.ScreenClaim(ctx, &c, bad, req.HoldDeadKeys, s.Bury, s.Release); err != nil {
-		return store.Claim{}, fmt.Errorf("pgstore: claim: %w", err)
-	}
-	return c, nil
-}
 
 // settle runs one state change of a claim in one round trip: it locks the
 // claim row of lease (which must be live when live is set), runs change

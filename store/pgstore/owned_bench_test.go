@@ -33,29 +33,25 @@ func fillDrain(b *testing.B, pool *pgxpool.Pool, table string, n, keys int) {
 
 // BenchmarkClaimOwnedDrain drains a backlog of 50,000 rows, in batches of
 // 1,000, one claimer with two claims in flight (the next claim is made
-// before the previous one is acked, as a relay overlaps them), three ways
+// before the previous one is acked, as a relay overlaps them), two ways
 // in the same run on identical tables: the
 // raw SQL claim-and-delete (DELETE … WHERE id IN (SELECT … ORDER BY id
 // LIMIT 1000 FOR UPDATE SKIP LOCKED) RETURNING …, the limit any outbox on
-// this database meets), ClaimOwned + AckClaim over all 64 shards (engine
-// v2), and Claim + AckClaim (the exclusion engine, which cannot claim a
-// key the claim before still holds), and reports each rate and the ratios
-// to raw SQL. No broker: this is the store's cost alone.
+// this database meets) and ClaimOwned + AckClaim over all 64 shards, and
+// reports each rate and the ratio to raw SQL. No broker: this is the store's cost alone.
 func BenchmarkClaimOwnedDrain(b *testing.B) {
 	const n, batch = 50_000, 1000
 	for _, keys := range []int{1, 10, 1000, 100_000} {
 		b.Run(fmt.Sprintf("keys=%d", keys), func(b *testing.B) {
 			pool, _ := openPool(b)
 			ctx := context.Background()
-			var raw, owned, excl time.Duration
+			var raw, owned time.Duration
 			for i := 0; i < b.N; i++ {
 				b.StopTimer()
 				_, rt := migratedStore(b, pool, "bench_", pgstore.Config{VacuumAfter: -1})
 				ost, ot := migratedStore(b, pool, "bench_", pgstore.Config{VacuumAfter: -1})
-				es, et := migratedStore(b, pool, "bench_", pgstore.Config{VacuumAfter: -1})
 				fillDrain(b, pool, rt, n, keys)
 				fillDrain(b, pool, ot, n, keys)
-				fillDrain(b, pool, et, n, keys)
 				b.StartTimer()
 				// Rotate which drain runs first, so a drift in the shared
 				// machine's load does not always favour the same one.
@@ -70,11 +66,6 @@ func BenchmarkClaimOwnedDrain(b *testing.B) {
 							return ost.ClaimOwned(ctx, store.OwnedClaimRequest{ClaimRequest: store.ClaimRequest{Lease: l, Limit: batch, LeaseFor: time.Minute}, Shards: own.Held})
 						})
 					},
-					func() {
-						excl += pipelinedDrain(b, es, n, func(l store.Lease) (store.Claim, error) {
-							return es.Claim(ctx, store.ClaimRequest{Lease: l, Limit: batch, LeaseFor: time.Minute})
-						})
-					},
 				}
 				for j := range drains {
 					drains[(i+j)%len(drains)]()
@@ -83,9 +74,7 @@ func BenchmarkClaimOwnedDrain(b *testing.B) {
 			total := float64(n * b.N)
 			b.ReportMetric(total/raw.Seconds(), "ev/s-raw-sql")
 			b.ReportMetric(total/owned.Seconds(), "ev/s-owned")
-			b.ReportMetric(total/excl.Seconds(), "ev/s-exclusion")
 			b.ReportMetric(100*raw.Seconds()/owned.Seconds(), "%owned/raw")
-			b.ReportMetric(100*raw.Seconds()/excl.Seconds(), "%exclusion/raw")
 		})
 	}
 }
@@ -249,7 +238,7 @@ func BenchmarkShardIndexInsertCPU(b *testing.B) {
 // BenchmarkClaimOwnedDrainCPU is BenchmarkClaimOwnedDrain measured as the
 // database backend's own CPU time (every statement of each drain runs on
 // one connection), per 1,000 events drained: raw SQL claim-and-delete,
-// ClaimOwned + AckClaim and Claim + AckClaim, two claims in flight.
+// and ClaimOwned + AckClaim, two claims in flight.
 func BenchmarkClaimOwnedDrainCPU(b *testing.B) {
 	const n, batch = 50_000, 1000
 	for _, keys := range []int{1, 1000, 100_000} {
@@ -257,15 +246,13 @@ func BenchmarkClaimOwnedDrainCPU(b *testing.B) {
 			pool, _ := openPool(b)
 			ctx := context.Background()
 			one, _, backendCPU := oneBackend(b, pool)
-			var raw, owned, excl time.Duration
+			var raw, owned time.Duration
 			for i := 0; i < b.N; i++ {
 				b.StopTimer()
 				_, rt := migratedStore(b, one, "bench_", pgstore.Config{VacuumAfter: -1, DisableNotify: true})
 				ost, ot := migratedStore(b, one, "bench_", pgstore.Config{VacuumAfter: -1, DisableNotify: true})
-				es, et := migratedStore(b, one, "bench_", pgstore.Config{VacuumAfter: -1, DisableNotify: true})
 				fillDrain(b, pool, rt, n, keys)
 				fillDrain(b, pool, ot, n, keys)
-				fillDrain(b, pool, et, n, keys)
 				// Plan each claim statement once on the connection first (a
 				// relay does so once per connection and set of shards, then
 				// claims thousands of times): 64 branches take tens of
@@ -281,9 +268,6 @@ func BenchmarkClaimOwnedDrainCPU(b *testing.B) {
 				}{
 					{ost, func() (store.Claim, error) {
 						return ost.ClaimOwned(ctx, store.OwnedClaimRequest{ClaimRequest: store.ClaimRequest{Lease: warm, Limit: 1, LeaseFor: time.Minute}, Shards: own.Held})
-					}},
-					{es, func() (store.Claim, error) {
-						return es.Claim(ctx, store.ClaimRequest{Lease: warm, Limit: 1, LeaseFor: time.Minute})
 					}},
 				}
 				for _, w := range warmups {
@@ -310,13 +294,6 @@ func BenchmarkClaimOwnedDrainCPU(b *testing.B) {
 							})
 						})
 					},
-					func() {
-						measure(&excl, func() {
-							pipelinedDrain(b, es, n, func(l store.Lease) (store.Claim, error) {
-								return es.Claim(ctx, store.ClaimRequest{Lease: l, Limit: batch, LeaseFor: time.Minute})
-							})
-						})
-					},
 				}
 				for j := range drains {
 					drains[(i+j)%len(drains)]()
@@ -325,7 +302,6 @@ func BenchmarkClaimOwnedDrainCPU(b *testing.B) {
 			per := float64(n*b.N) / batch
 			b.ReportMetric(raw.Seconds()/per*1e3, "ms-cpu/1000ev-raw-sql")
 			b.ReportMetric(owned.Seconds()/per*1e3, "ms-cpu/1000ev-owned")
-			b.ReportMetric(excl.Seconds()/per*1e3, "ms-cpu/1000ev-exclusion")
 		})
 	}
 }

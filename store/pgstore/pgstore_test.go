@@ -157,49 +157,17 @@ func TestClaimOwnedParksThenClaims(t *testing.T) {
 	}
 }
 
-// During a rolling upgrade an exclusion-mode relay (Claim) and an owned
-// one (ClaimOwned) share a table: neither claims a key the other holds in
-// flight, and a key's events still come in order.
-func TestClaimBesideClaimOwned(t *testing.T) {
-	pool, _ := openPool(t)
+// claimAll claims from every shard as req.Lease.Owner, the only relay.
+func claimAll(t testing.TB, st *pgstore.Store, req store.ClaimRequest) store.Claim {
+	t.Helper()
 	ctx := context.Background()
-	st, _ := migratedStore(t, pool, "mix_", pgstore.Config{})
-	msgs := []outbox.Message{}
-	for _, l := range []string{"k1", "k2", "k3"} {
-		msgs = append(msgs, outbox.Message{Topic: "orders", Key: "K", Type: l, Payload: []byte("{}")})
-	}
-	if err := st.Enqueue(ctx, msgs...); err != nil {
-		t.Fatal(err)
-	}
-	old, err := st.Claim(ctx, store.ClaimRequest{Lease: store.Lease{Owner: "old", Epoch: 1}, Limit: 1, LeaseFor: time.Minute})
-	if err != nil || len(old.Events) != 1 || old.Events[0].Type != "k1" {
-		t.Fatalf("Claim: %v %v; want k1", old.Events, err)
-	}
-	own, err := st.Balance(ctx, store.BalanceRequest{Owner: "new", LeaseFor: time.Minute})
+	own, err := st.Balance(ctx, store.BalanceRequest{Owner: req.Lease.Owner, LeaseFor: time.Minute, HoldDeadKeys: req.HoldDeadKeys})
 	if err != nil {
 		t.Fatal(err)
 	}
-	req := store.OwnedClaimRequest{ClaimRequest: store.ClaimRequest{Lease: store.Lease{Owner: "new", Epoch: 1}, Limit: 10, LeaseFor: time.Minute}, Shards: own.Held}
-	if c, err := st.ClaimOwned(ctx, req); err != nil || len(c.Events) != 0 {
-		t.Fatalf("ClaimOwned while Claim holds k1: %v %v; want nothing of K", c.Events, err)
-	}
-	if err := st.AckClaim(ctx, old.Lease, 1); err != nil {
+	c, err := st.ClaimOwned(ctx, store.OwnedClaimRequest{ClaimRequest: req, Shards: own.Held})
+	if err != nil {
 		t.Fatal(err)
 	}
-	req.Lease.Epoch = 2
-	req.Limit = 1
-	c, err := st.ClaimOwned(ctx, req)
-	if err != nil || len(c.Events) != 1 || c.Events[0].Type != "k2" {
-		t.Fatalf("ClaimOwned after k1's ack: %v %v; want k2", c.Events, err)
-	}
-	if o, err := st.Claim(ctx, store.ClaimRequest{Lease: store.Lease{Owner: "old", Epoch: 2}, Limit: 10, LeaseFor: time.Minute}); err != nil || len(o.Events) != 0 {
-		t.Fatalf("Claim while ClaimOwned holds k2: %v %v; want nothing of K", o.Events, err)
-	}
-	if err := st.AckClaim(ctx, c.Lease, 1); err != nil {
-		t.Fatal(err)
-	}
-	o, err := st.Claim(ctx, store.ClaimRequest{Lease: store.Lease{Owner: "old", Epoch: 3}, Limit: 10, LeaseFor: time.Minute})
-	if err != nil || len(o.Events) != 1 || o.Events[0].Type != "k3" {
-		t.Fatalf("Claim after k2's ack: %v %v; want k3", o.Events, err)
-	}
+	return c
 }

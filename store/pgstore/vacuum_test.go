@@ -27,10 +27,7 @@ func TestVacuumAfter(t *testing.T) {
 				t.Fatal(err)
 			}
 			for epoch := int64(1); ; epoch++ {
-				c, err := st.Claim(ctx, store.ClaimRequest{Lease: store.Lease{Owner: "v", Epoch: epoch}, Limit: 50, LeaseFor: time.Minute})
-				if err != nil {
-					t.Fatal(err)
-				}
+				c := claimAll(t, st, store.ClaimRequest{Lease: store.Lease{Owner: "v", Epoch: epoch}, Limit: 50, LeaseFor: time.Minute})
 				if len(c.Events) == 0 {
 					break
 				}

@@ -11,11 +11,9 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"sort"
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	_ "modernc.org/sqlite" // registers the "sqlite" driver
@@ -41,10 +39,6 @@ type Store struct {
 	opts   store.Options
 
 	table, archive, migrations string // quoted
-
-	claimSQL, candidatesSQL string
-	claimGate               gate         // one claim of this store at a time
-	claimGen                atomic.Int64 // claims this store made
 
 	stmtMu sync.Mutex
 	stmts  map[string]*sql.Stmt // nil after Close
@@ -83,10 +77,8 @@ func New(db *sql.DB, cfg Config) (*Store, error) {
 		archive:    q(opts.Table + "_archive"),
 		migrations: q(opts.Table + "_migrations"),
 		gate:       acquireWriteGate(db),
-		claimGate:  newGate(),
 		stmts:      map[string]*sql.Stmt{},
 	}
-	s.claimSQL, s.candidatesSQL = s.buildClaimSQL(), s.buildCandidatesSQL()
 	return s, nil
 }
 
@@ -453,20 +445,6 @@ func nullMicros(us sql.NullInt64) time.Time {
 	return time.UnixMicro(us.Int64)
 }
 
-// claimable is the WHERE clause of a claim over rows "o", with the
-// placeholders hold (HoldDeadKeys) and now (the claim's clock): ready (NEW and due, or SENDING under an expired lease) and
-// its key not held. Each "held" check is a seek in its own partial index.
-// A NEW row never delayed (next_attempt_at at most created_at) is due
-// whatever the clock says: after the clock stepped back, a key's earlier
-// row would otherwise wait while its later row is claimed.
-func (s *Store) claimable(hold, now string) string {
-	return `((o.status = 'NEW' AND (o.next_attempt_at <= ` + now + ` OR o.next_attempt_at <= o.created_at)) OR (o.status = 'SENDING' AND ` + leaseExpired("o.", now) + `))
-	  AND (o.event_key = '' OR (
-		NOT EXISTS (SELECT 1 FROM ` + s.table + ` AS h WHERE h.status = 'SENDING' AND h.event_key = o.event_key AND h.lease_until > ` + now + `)
-		AND NOT EXISTS (SELECT 1 FROM ` + s.table + ` AS h WHERE h.status = 'DEAD' AND h.event_key = o.event_key AND h.id < o.id AND ` + hold + `)
-		AND NOT EXISTS (SELECT 1 FROM ` + s.table + ` AS h WHERE h.status = 'NEW' AND h.next_attempt_at > h.created_at AND h.event_key = o.event_key AND h.id < o.id AND h.next_attempt_at > ` + now + `)))`
-}
-
 // leaseExpired is the SQL of "the lease of SENDING row p ran out at now":
 // its lease_until has passed, or it has none. A relay never writes a
 // SENDING row without a lease; a plain-SQL producer that sets the status
@@ -476,130 +454,6 @@ func (s *Store) claimable(hold, now string) string {
 // halves are one range of a key: SQLite sorts NULL first.
 func leaseExpired(p, now string) string {
 	return "(" + p + "lease_until IS NULL OR " + p + "lease_until <= " + now + ")"
-}
-
-// candidatesSQL takes ?1 HoldDeadKeys, ?2 limit, ?3 the claim's "now" (µs):
-// what a claim would take, read without the write lock.
-func (s *Store) buildCandidatesSQL() string {
-	return `SELECT o.id FROM ` + s.table + ` AS o WHERE ` + s.claimable("?1", "?3") + ` ORDER BY o.id LIMIT ?2`
-}
-
-// claimSQL takes ?1 owner, ?2 epoch, ?3 HoldDeadKeys, ?4 candidate ids (a
-// JSON array), ?5 lease length in µs, ?6 the claim's "now" (µs). It
-// re-checks every candidate under the write lock; the IN subquery is
-// evaluated in full before any row changes, so candidates do not hold each
-// other's keys.
-//
-// "now" is read once and bound: SQLite evaluates 'now' per step, so within
-// one scan a retrying event could look not-yet-ready when its own row was
-// checked and no longer delaying when a later event of its key was, and
-// that later event went out first (caught by the relay's outage test).
-func (s *Store) buildClaimSQL() string {
-	return `UPDATE ` + s.table + ` SET status = 'SENDING', lease_owner = ?1, lease_epoch = ?2, lease_until = ?6 + ?5, parked = 0
-WHERE id IN (SELECT o.id FROM ` + s.table + ` AS o WHERE o.id IN (SELECT value FROM json_each(?4)) AND ` + s.claimable("?3", "?6") + `)
-RETURNING ` + eventCols + `, lease_until`
-}
-
-// Claim takes up to req.Limit ready events in id order under a new lease.
-//
-// It finds the candidates with a plain read, then claims them with one
-// UPDATE … WHERE id IN (candidates that are still claimable) RETURNING. A
-// read waits for no writer (WAL) and no writer for it, so relays scanning
-// an outbox whose keys are all held neither hold SQLite's single write lock
-// while they scan nor queue in front of the acks that would free the keys;
-// the write lock is held only to re-check and update at most Limit rows.
-// The re-check applies every rule of a one-statement claim, so it is as
-// safe: in SQLite ids are assigned under the write lock, so no earlier event
-// of a candidate's key can appear between the read and the write. When
-// another relay took every candidate in between, Claim looks again (a few
-// times) rather than return empty-handed while events are waiting.
-func (s *Store) Claim(ctx context.Context, req store.ClaimRequest) (store.Claim, error) {
-	req = req.Normalize()
-	look, err := s.stmt(ctx, s.candidatesSQL)
-	if err != nil {
-		return store.Claim{Lease: req.Lease}, wrap("claim", err)
-	}
-	for range 4 {
-		c, again, err := s.claimOnce(ctx, look, req)
-		if err != nil || !again {
-			return c, err
-		}
-	}
-	return store.Claim{Lease: req.Lease}, nil
-}
-
-// claimOnce reads candidates and claims those still claimable. again says
-// that every candidate was taken by another process in between, so looking
-// again may find more.
-func (s *Store) claimOnce(ctx context.Context, look *sql.Stmt, req store.ClaimRequest) (c store.Claim, again bool, err error) {
-	c = store.Claim{Lease: req.Lease}
-	var bad map[int64]error // rows that break the contract, by id
-	gen := s.claimGen.Load()
-	now, err := s.now(ctx)
-	if err != nil {
-		return c, false, wrap("claim", err)
-	}
-	cands, err := readIDs(ctx, look, req.HoldDeadKeys, req.Limit, now)
-	if err != nil || len(cands) == 0 {
-		return c, false, wrap("claim", err)
-	}
-	// One claim of this store at a time, so that relays of one process do
-	// not all race for the same candidates.
-	if err := s.claimGate.lock(ctx); err != nil {
-		return c, false, wrap("claim", err)
-	}
-	defer s.claimGate.unlock()
-	if s.claimGen.Load() != gen {
-		// Another claim of this store committed after the read and has
-		// probably taken these candidates: look again, now that no claim
-		// of this store can come in between.
-		if now, err = s.now(ctx); err != nil {
-			return c, false, wrap("claim", err)
-		}
-		if cands, err = readIDs(ctx, look, req.HoldDeadKeys, req.Limit, now); err != nil || len(cands) == 0 {
-			return c, false, wrap("claim", err)
-		}
-	}
-	err = s.query(ctx, s.claimSQL, func(rows *sql.Rows) error {
-		var e outbox.Event
-		var headers []byte
-		var version any // SQLite keeps what a producer wrote: text in an INTEGER column stays text
-		var created, until int64
-		if err := rows.Scan(&e.ID, &e.EventID, &e.Topic, &e.Key, &e.Type, &e.AggregateType, &version, &e.Payload, &e.ContentType, &headers, &e.Attempts, &created, &until); err != nil {
-			return err
-		}
-		// A row that breaks the contract is claimed all the same, and
-		// buried below under the claim's lease.
-		var broken error
-		e.SchemaVersion, broken = schemaVersion(version)
-		if h, err := store.DecodeHeaders(headers); err != nil {
-			broken = err
-		} else {
-			e.Headers = h
-		}
-		if broken != nil {
-			if bad == nil {
-				bad = map[int64]error{}
-			}
-			bad[e.ID] = broken
-		}
-		e.CreatedAt = micros(created)
-		c.Until = micros(until)
-		c.Events = append(c.Events, e)
-		return nil
-	}, req.Lease.Owner, req.Lease.Epoch, req.HoldDeadKeys, idsJSON(cands), req.LeaseFor.Microseconds(), now)
-	if err != nil {
-		return store.Claim{Lease: req.Lease}, false, wrap("claim", err)
-	}
-	if len(c.Events) == 0 {
-		return c, true, nil
-	}
-	s.claimGen.Add(1)
-	sort.Slice(c.Events, func(i, j int) bool { return c.Events[i].ID < c.Events[j].ID })
-	if err = store.ScreenClaim(ctx, &c, bad, req.HoldDeadKeys, s.Bury, s.Release); err != nil {
-		return store.Claim{Lease: req.Lease}, false, fmt.Errorf("sqlitestore: claim: %w", err)
-	}
-	return c, false, nil
 }
 
 // schemaVersion reads the schema_version column, which SQLite's type
@@ -624,23 +478,6 @@ func (s *Store) now(ctx context.Context) (int64, error) {
 	var now int64
 	err := s.db.QueryRowContext(ctx, "SELECT "+nowUS).Scan(&now)
 	return now, err
-}
-
-func readIDs(ctx context.Context, st *sql.Stmt, args ...any) ([]int64, error) {
-	rows, err := st.QueryContext(ctx, args...)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var ids []int64
-	for rows.Next() {
-		var id int64
-		if err := rows.Scan(&id); err != nil {
-			return nil, err
-		}
-		ids = append(ids, id)
-	}
-	return ids, rows.Err()
 }
 
 // leaseCheck is the compare-and-swap every state change does.

@@ -148,7 +148,8 @@ func TestEnqueueChunksAndOrder(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("Enqueue of %d messages: %v", n, time.Since(start))
-	c, err := st.Claim(ctx, store.ClaimRequest{Lease: store.Lease{Owner: "r", Epoch: 1}, Limit: n})
+	own := balance(t, st, store.BalanceRequest{Owner: "r", LeaseFor: time.Minute})
+	c, err := st.ClaimOwned(ctx, store.OwnedClaimRequest{ClaimRequest: store.ClaimRequest{Lease: store.Lease{Owner: "r", Epoch: 1}, Limit: n}, Shards: own.Held})
 	if err != nil {
 		t.Fatal(err)
 	}

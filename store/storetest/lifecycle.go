@@ -348,7 +348,7 @@ func (s *suite) testStats(t *testing.T) {
 	if err := fx.Store.Release(ctx, c.Lease, []int64{ev["c1"].ID}); err != nil {
 		t.Fatalf("Release: %v", err)
 	}
-	r := req(s.lease("short"), 10)
+	r := req(s.lease("relay"), 10) // the same relay: its live claim of a1 holds nothing of its own
 	r.LeaseFor = time.Second
 	short := claim(t, fx, r)
 	wantLabels(t, "claim with a 1s lease", short.Events, "c1")

@@ -108,7 +108,7 @@ func (s *suite) testInvalidNames(t *testing.T) {
 		if _, err := st.Stats(t.Context()); !errors.Is(err, store.ErrInvalidName) {
 			t.Errorf("New accepted %s (table %q) and Stats returned %v; want store.ErrInvalidName", tc.why, tc.opts.Table, err)
 		}
-		if _, err := st.Claim(t.Context(), req(s.lease("relay"), 1)); !errors.Is(err, store.ErrInvalidName) {
+		if _, err := tryClaim(t.Context(), st, req(s.lease("relay"), 1)); !errors.Is(err, store.ErrInvalidName) {
 			t.Errorf("New accepted %s (table %q) and Claim returned %v; want store.ErrInvalidName", tc.why, tc.opts.Table, err)
 		}
 		if err := st.Enqueue(t.Context(), msg("x", "")); !errors.Is(err, store.ErrInvalidName) {
@@ -116,7 +116,7 @@ func (s *suite) testInvalidNames(t *testing.T) {
 		}
 		_ = st.Close()
 	}
-	c, err := victim.Store.Claim(t.Context(), req(s.lease("relay"), 10))
+	c, err := tryClaim(t.Context(), victim.Store, req(s.lease("relay"), 10))
 	if err != nil {
 		t.Fatalf("the table %s named in the injection attempts is no longer usable: Claim: %v", victim.Table, err)
 	}
@@ -126,7 +126,7 @@ func (s *suite) testInvalidNames(t *testing.T) {
 // testNotMigrated: before Migrate, Claim and Stats say ErrNotMigrated.
 func (s *suite) testNotMigrated(t *testing.T) {
 	fx := s.open(t, store.Options{})
-	if _, err := fx.Store.Claim(t.Context(), req(s.lease("relay"), 10)); !errors.Is(err, store.ErrNotMigrated) {
+	if _, err := tryClaim(t.Context(), fx.Store, req(s.lease("relay"), 10)); !errors.Is(err, store.ErrNotMigrated) {
 		t.Errorf("Claim before Migrate: %v; want an error matching store.ErrNotMigrated", err)
 	}
 	if _, err := fx.Store.Stats(t.Context()); !errors.Is(err, store.ErrNotMigrated) {

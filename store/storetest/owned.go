@@ -15,8 +15,7 @@ import (
 	"github.com/outbox-go/outbox/store"
 )
 
-// The Owned group: ordering by ownership (store.Owned), for every store
-// that implements it. Each subtest balances one or more owners on a table
+// The Owned group: ordering by ownership (store.Owned). Each subtest balances one or more owners on a table
 // of its own, claims from the shards they hold and checks the rules of
 // store/owned.go: fair shares that sum to the table's shards, takeover
 // after expiry with higher epochs, cooperative revoke and release, fencing
@@ -26,20 +25,16 @@ import (
 // Harness.ClaimReads) that a claim reads O(batch) rows behind a held key.
 
 // ownedTests are the Owned group's subtests that apply to the harness's
-// store: none when it does not implement store.Owned, and only those that
-// need one shard when its tables have one (SQLite); it says which it
-// leaves out, and why, in t's log. It finds out on a scratch table.
+// store: only those that need one shard when its tables have one (SQLite);
+// it says which it leaves out, and why, in t's log. It finds out on a
+// scratch table.
 func (s *suite) ownedTests(t *testing.T) []struct {
 	name string
 	fn   func(*testing.T)
 } {
 	t.Helper()
 	fx := s.open(t, store.Options{})
-	o := store.OwnedFor(fx.Store)
-	if o == nil {
-		t.Logf("%s: the store does not implement store.Owned: the Owned group does not apply", s.h.Name)
-		return nil
-	}
+	o := fx.Store
 	if err := fx.Store.Migrate(t.Context()); err != nil {
 		t.Fatalf("Migrate on a fresh table: %v", err)
 	}
@@ -100,7 +95,6 @@ func (s *suite) allOwnedTests() []struct {
 		{"Owned/SkipsShardOfAnotherLiveClaim", s.testOwnedSkipsBusyShard},
 		{"Owned/OwnInFlightDoesNotHold", s.testOwnedOwnInFlight},
 		{"Owned/OwnExpiredClaimTakenBack", s.testOwnedOwnExpired},
-		{"Owned/SendingWithoutLease", func(t *testing.T) { s.testSendingWithoutLease(t, true) }},
 		{"Owned/PerKey/Delayed", s.testOwnedDelayed},
 		{"Owned/PerKey/Retrying", s.testOwnedRetrying},
 		{"Owned/PerKey/DeadRequeue", func(t *testing.T) { s.testOwnedDead(t, "requeue") }},
@@ -123,11 +117,7 @@ const shardLease = 10 * time.Minute
 func (s *suite) ownedFixture(t *testing.T) (Fixture, store.Owned) {
 	t.Helper()
 	fx := s.migrated(t, store.Options{})
-	o := store.OwnedFor(fx.Store)
-	if o == nil {
-		t.Fatalf("%s: the store does not implement store.Owned", s.h.Name)
-	}
-	return fx, o
+	return fx, fx.Store
 }
 
 func balance(t *testing.T, o store.Owned, r store.BalanceRequest) store.Ownership {

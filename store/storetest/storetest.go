@@ -48,9 +48,6 @@ type Harness struct {
 	// (by New itself or by Migrate) and to migrate one table from several
 	// stores at once. The suite closes what New returns. Required.
 	New func(opts store.Options) (store.Store, error)
-	// MaxConcurrentClaimers caps the goroutines of the concurrency tests
-	// (SQLite may want fewer); 0 means 8.
-	MaxConcurrentClaimers int
 	// SingleWriter says the database runs one writing transaction at a
 	// time (SQLite). The suite then skips the checks that hold two writing
 	// transactions open at once or claim beside an open one.
@@ -106,10 +103,6 @@ func Run(t *testing.T, h Harness) {
 		{"OutOfOrderCommit/Keyless", func(t *testing.T) { s.testOutOfOrderCommit(t, "", "") }},
 		{"OutOfOrderCommit/Keyed", func(t *testing.T) { s.testOutOfOrderCommit(t, "order-a", "order-b") }},
 		{"Batch", s.testBatch},
-		{"ConcurrentClaims/Keyless", func(t *testing.T) { s.testConcurrentClaims(t, 2000, 0) }},
-		{"ConcurrentClaims/Keyed", func(t *testing.T) { s.testConcurrentClaims(t, 2000, 200) }},
-		{"ConcurrentClaims/HotKeys", func(t *testing.T) { s.testConcurrentClaims(t, 400, 8) }},
-		{"PerKey/InFlight", s.testPerKeyInFlight},
 		{"PerKey/RetryDelayHolds", s.testPerKeyRetryHolds},
 		{"PerKey/RetryNowKeepsOrder", s.testPerKeyRetryNow},
 		{"PerKey/DeadHolds", s.testPerKeyDead},
@@ -119,7 +112,7 @@ func Run(t *testing.T, h Harness) {
 		{"Lease/Extend", s.testLeaseExtend},
 		{"Lease/Release", s.testLeaseRelease},
 		{"Lease/PartialAck", s.testLeasePartialAck},
-		{"Lease/SendingWithoutLease", func(t *testing.T) { s.testSendingWithoutLease(t, false) }},
+		{"Lease/SendingWithoutLease", s.testSendingWithoutLease},
 		{"Retry", s.testRetry},
 		{"Dead/Bury", s.testBury},
 		{"Dead/ListAndRequeue", s.testListRequeueDead},
@@ -159,13 +152,6 @@ const longLease = time.Minute
 // lease returns a fresh lease for owner: epochs increase across the suite.
 func (s *suite) lease(owner string) store.Lease {
 	return store.Lease{Owner: owner, Epoch: s.epoch.Add(1)}
-}
-
-func (s *suite) claimers() int {
-	if s.h.MaxConcurrentClaimers > 0 {
-		return s.h.MaxConcurrentClaimers
-	}
-	return 8
 }
 
 // newTableName returns a unique valid table name such as st_0a1b2c3d4e.
@@ -221,15 +207,37 @@ func req(l store.Lease, limit int) store.ClaimRequest {
 	return store.ClaimRequest{Lease: l, Limit: limit, LeaseFor: longLease, HoldDeadKeys: true}
 }
 
-// claim runs Claim and checks what every claim must satisfy.
+// claim claims as a relay that is alone on the table for the length of
+// one claim (tryClaim), and checks what every claim must satisfy.
 func claim(t *testing.T, fx Fixture, r store.ClaimRequest) store.Claim {
 	t.Helper()
-	c, err := fx.Store.Claim(t.Context(), r)
+	c, err := tryClaim(t.Context(), fx.Store, r)
 	if err != nil {
-		t.Fatalf("Claim(owner %q, limit %d): %v", r.Lease.Owner, r.Limit, err)
+		t.Fatalf("claim(owner %q, limit %d): %v", r.Lease.Owner, r.Limit, err)
 	}
 	checkClaim(t, r, c)
 	return c
+}
+
+// tryClaim is one claim by r.Lease.Owner as a relay that joins the table,
+// claims from every shard it can take, and leaves again: Balance, ClaimOwned
+// from the shards held, Balance(Leave). Its claim stays live after it left,
+// so the shards it touched stay closed to the next owner's claims until
+// that claim is settled or its lease runs out (the ownership rule), while
+// the owner's own later claims are not held by it.
+func tryClaim(ctx context.Context, st store.Store, r store.ClaimRequest) (store.Claim, error) {
+	own, err := st.Balance(ctx, store.BalanceRequest{Owner: r.Lease.Owner, LeaseFor: shardLease, HoldDeadKeys: r.HoldDeadKeys})
+	if err != nil {
+		return store.Claim{}, fmt.Errorf("balance: %w", err)
+	}
+	c, err := st.ClaimOwned(ctx, store.OwnedClaimRequest{ClaimRequest: r, Shards: claimable(own)})
+	if err != nil {
+		return store.Claim{}, fmt.Errorf("claim: %w", err)
+	}
+	if _, err := st.Balance(ctx, store.BalanceRequest{Owner: r.Lease.Owner, Leave: true}); err != nil {
+		return store.Claim{}, fmt.Errorf("balance (leave): %w", err)
+	}
+	return c, nil
 }
 
 // checkClaim reports (without stopping) a claim that breaks the contract;

@@ -9,9 +9,11 @@ import (
 	"crypto/rand"
 	"database/sql"
 	"encoding/hex"
+	"fmt"
 	"path/filepath"
 	"sync"
 	"testing"
+	"time"
 
 	_ "github.com/go-sql-driver/mysql"
 	_ "github.com/jackc/pgx/v5/stdlib"
@@ -182,4 +184,30 @@ AND to_regclass(quote_ident(substr(slot_name, 8) || '_parked')) IS NULL`)
 			t.Logf("teststores: dropping leaked replication slots: %v", err)
 		}
 	})
+}
+
+// Claim claims from every shard of st's table as req.Lease.Owner, a relay
+// alone on the table (TryClaim), and fails t on an error.
+func Claim(t testing.TB, st store.Store, req store.ClaimRequest) store.Claim {
+	t.Helper()
+	c, err := TryClaim(context.Background(), st, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// TryClaim claims from every shard of st's table as req.Lease.Owner, a
+// relay alone on the table: Balance, then ClaimOwned from the shards it
+// holds.
+func TryClaim(ctx context.Context, st store.Store, req store.ClaimRequest) (store.Claim, error) {
+	own, err := st.Balance(ctx, store.BalanceRequest{Owner: req.Lease.Owner, LeaseFor: time.Minute, HoldDeadKeys: req.HoldDeadKeys})
+	if err != nil {
+		return store.Claim{}, fmt.Errorf("balance as %q: %w", req.Lease.Owner, err)
+	}
+	c, err := st.ClaimOwned(ctx, store.OwnedClaimRequest{ClaimRequest: req, Shards: own.Held})
+	if err != nil {
+		return store.Claim{}, fmt.Errorf("claim as %q: %w", req.Lease.Owner, err)
+	}
+	return c, nil
 }

@@ -47,8 +47,7 @@ type Config struct {
 	Rate       int           // events/s for the latency run; default 1,000
 	Duration   time.Duration // latency run length; default 10s
 	// Warmup is load at Rate before the measured Duration, so that relay
-	// start-up (and, with ownership, the shards' first hand-over to a
-	// relay that joined) is reported apart from the steady state; 0: none.
+	// start-up (and the shards' first hand-over to a relay that joined) is reported apart from the steady state; 0: none.
 	Warmup  time.Duration
 	Payload int       // payload bytes; default 200
 	Out     io.Writer // progress and results
@@ -66,10 +65,6 @@ type Config struct {
 	Relays int
 	// RelayArgs are extra flags for each relay process (e.g. --poll 10ms).
 	RelayArgs []string
-	// Exclusion measures the exclusion engine (relay.Config.Exclusion,
-	// `outbox relay --engine exclusion`) instead of ordering by ownership,
-	// the default, in this process's relay and in the relay processes.
-	Exclusion bool
 	// RelayCommand builds the command that runs `outbox <args>`; required
 	// when Relays > 0 (the CLI passes its own executable).
 	RelayCommand func(ctx context.Context, args []string) *exec.Cmd
@@ -131,10 +126,6 @@ func (r Result) Summary(c Config) string {
 	if c.Relays > 0 {
 		relays = fmt.Sprintf("%d relay processes", c.Relays)
 	}
-	engine := "ownership"
-	if c.Exclusion {
-		engine = "exclusion"
-	}
 	on := ""
 	if r.Partitions > 0 {
 		on = fmt.Sprintf(", %s with %d partitions", r.Broker, r.Partitions)
@@ -143,8 +134,8 @@ func (r Result) Summary(c Config) string {
 	if floor == "" {
 		floor = "1 JetStream publish"
 	}
-	return fmt.Sprintf("bench: %s ordering by %s, %d keys, %s producer%s: drain %.0f ev/s = %.0f%% of raw SQL claim+delete (%.0f rows/s) and %.0f%% of raw broker publish (%.0f msgs/s); latency commit→%s at %.0f ev/s: p50 %s p99 %s max %s (n=%d); floor (1 SQL round trip + %s, same minutes): p50 %s p99 %s; warm-up p99 %s",
-		relays, engine, c.Keys, c.Producer, on, r.DrainRate, 100*r.DrainRate/r.RawSQLRate, r.RawSQLRate, 100*r.DrainRate/r.RawBrokerRate, r.RawBrokerRate,
+	return fmt.Sprintf("bench: %s, %d keys, %s producer%s: drain %.0f ev/s = %.0f%% of raw SQL claim+delete (%.0f rows/s) and %.0f%% of raw broker publish (%.0f msgs/s); latency commit→%s at %.0f ev/s: p50 %s p99 %s max %s (n=%d); floor (1 SQL round trip + %s, same minutes): p50 %s p99 %s; warm-up p99 %s",
+		relays, c.Keys, c.Producer, on, r.DrainRate, 100*r.DrainRate/r.RawSQLRate, r.RawSQLRate, 100*r.DrainRate/r.RawBrokerRate, r.RawBrokerRate,
 		r.LatencyAt, r.AchievedRate, r.LatencyP50.Round(10*time.Microsecond), r.LatencyP99.Round(10*time.Microsecond), r.LatencyMax.Round(10*time.Microsecond), r.LatencyCount, floor, r.FloorP50.Round(10*time.Microsecond), r.FloorP99.Round(10*time.Microsecond), r.WarmupP99.Round(10*time.Microsecond))
 }
 
@@ -451,7 +442,7 @@ func rawPublish(ctx context.Context, br broker.Broker, msgs []outbox.Message, ba
 func quietLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
 
 func drain(ctx context.Context, st store.Store, br broker.Broker, c Config) (float64, error) {
-	r, err := relay.New(st, br, relay.Config{BatchSize: c.Batch, Workers: c.Workers, Exclusion: c.Exclusion, Logger: quietLogger(), PollInterval: 5 * time.Millisecond})
+	r, err := relay.New(st, br, relay.Config{BatchSize: c.Batch, Workers: c.Workers, Logger: quietLogger(), PollInterval: 5 * time.Millisecond})
 	if err != nil {
 		return 0, err
 	}
@@ -502,7 +493,7 @@ func (a *ackClock) Publish(ctx context.Context, events []outbox.Event) []error {
 func latency(ctx context.Context, st store.Store, produce func(context.Context, outbox.Message) error, br broker.Broker, c Config, topic string, res *Result) error {
 	res.LatencyAt = "broker ack"
 	clock := &ackClock{Broker: br, acked: map[string]time.Time{}}
-	r, err := relay.New(st, clock, relay.Config{BatchSize: c.Batch, Workers: c.Workers, Exclusion: c.Exclusion, Logger: quietLogger()})
+	r, err := relay.New(st, clock, relay.Config{BatchSize: c.Batch, Workers: c.Workers, Logger: quietLogger()})
 	if err != nil {
 		return err
 	}

@@ -27,10 +27,7 @@ func startRelays(ctx context.Context, c Config, table, brokerURL string) (*relay
 	p := &relayProcs{}
 	for i := 0; i < c.Relays; i++ {
 		args := []string{"relay", "--table", table,
-			"--batch", strconv.Itoa(c.Batch), "--workers", strconv.Itoa(c.Workers), "--log", "warn"}
-		if c.Exclusion {
-			args = append(args, "--engine", "exclusion")
-		}
+			"--batch", strconv.Itoa(c.Batch), "--workers", strconv.Itoa(c.Workers), "--log-level", "warn"}
 		args = append(args, c.RelayArgs...)
 		cmd := c.RelayCommand(ctx, args)
 		// The URLs go in the environment, not the arguments: any local

@@ -314,7 +314,7 @@ func (d *demo) startRelay() error {
 	}
 	// The URLs go through the environment, not the arguments, which any
 	// local user can read (ps).
-	d.relay = exec.Command(self, "relay", "--table", d.table, "--lease", "2s", "--batch", "20", "--poll", "100ms", "--log", "error")
+	d.relay = exec.Command(self, "relay", "--table", d.table, "--lease", "2s", "--batch", "20", "--poll", "100ms", "--log-level", "error")
 	d.relay.Env = append(os.Environ(), "OUTBOX_DB="+d.dbURL, "OUTBOX_BROKER="+d.natsURL)
 	d.relay.Stderr = os.Stderr
 	if err := d.relay.Start(); err != nil {

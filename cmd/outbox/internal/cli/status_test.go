@@ -52,7 +52,7 @@ func TestStatusCheckExitCodes(t *testing.T) {
 	}
 
 	// Bury it: dead, and its key held; a later event of the key waits.
-	c, err := o.Store.Claim(ctx, store.ClaimRequest{Lease: store.Lease{Owner: "t", Epoch: 1}})
+	c, err := teststores.TryClaim(ctx, o.Store, store.ClaimRequest{Lease: store.Lease{Owner: "t", Epoch: 1}})
 	if err != nil || len(c.Events) != 1 {
 		t.Fatalf("claim: %v %v", c.Events, err)
 	}
@@ -123,7 +123,7 @@ func TestDeadListShowsTheReason(t *testing.T) {
 	if err := o.Store.Enqueue(ctx, outbox.Message{Topic: "orders.paid", Key: "order-42", Type: "OrderPaid", Payload: []byte(payload), Headers: map[string]string{"b": "2", "a": "1"}}); err != nil {
 		t.Fatal(err)
 	}
-	c, err := o.Store.Claim(ctx, store.ClaimRequest{Lease: store.Lease{Owner: "t", Epoch: 1}})
+	c, err := teststores.TryClaim(ctx, o.Store, store.ClaimRequest{Lease: store.Lease{Owner: "t", Epoch: 1}})
 	if err != nil || len(c.Events) != 1 {
 		t.Fatalf("claim: %v %v", c.Events, err)
 	}
@@ -166,7 +166,7 @@ func TestDeadShowPayloadIsEscapedAndCapped(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	c, err := o.Store.Claim(ctx, store.ClaimRequest{Lease: store.Lease{Owner: "t", Epoch: 1}})
+	c, err := teststores.TryClaim(ctx, o.Store, store.ClaimRequest{Lease: store.Lease{Owner: "t", Epoch: 1}})
 	if err != nil || len(c.Events) != 2 {
 		t.Fatalf("claim: %v %v", c.Events, err)
 	}

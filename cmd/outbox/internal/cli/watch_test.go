@@ -55,7 +55,7 @@ func watch(t *testing.T, stop func(), args ...string) string {
 func drain(t *testing.T, st store.Store, n int, every time.Duration) {
 	t.Helper()
 	for epoch := int64(1); ; epoch++ {
-		c, err := st.Claim(context.Background(), store.ClaimRequest{Lease: store.Lease{Owner: "w", Epoch: epoch}, Limit: n})
+		c, err := teststores.TryClaim(context.Background(), st, store.ClaimRequest{Lease: store.Lease{Owner: "w", Epoch: epoch}, Limit: n})
 		if err != nil {
 			t.Error(err)
 			return

@@ -310,7 +310,7 @@ func (r *run) setup(ctx context.Context) error {
 	mk := func(owner string) *exec.Cmd {
 		args := []string{"--db", withAppName(relayDB, kind, owner), "--table", r.t.outbox, "--broker", brokerURL,
 			"--owner", owner, "--lease", cfg.Lease.String(), "--batch", "50", "--poll", "50ms",
-			"--backoff", "50ms", "--backoff-max", "1s", "--publish-timeout", "2s", "--max-attempts", "1000000", "--log", "warn"}
+			"--backoff", "50ms", "--backoff-max", "1s", "--publish-timeout", "2s", "--max-attempts", "1000000", "--log-level", "warn"}
 		if cfg.Source != "" {
 			args = append(args, "--source", cfg.Source)
 		}

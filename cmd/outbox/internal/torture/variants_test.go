@@ -130,7 +130,7 @@ func variantRelayMain(name string, args []string) int {
 	fs.DurationVar(&cfg.BackoffMax, "backoff-max", time.Second, "")
 	fs.DurationVar(&cfg.PublishTimeout, "publish-timeout", 2*time.Second, "")
 	fs.IntVar(&cfg.MaxAttempts, "max-attempts", 1000, "")
-	fs.String("log", "warn", "")
+	fs.String("log-level", "warn", "")
 	fs.String("source", "", "")
 	if err := fs.Parse(args); err != nil {
 		return 2

@@ -9,7 +9,7 @@ import (
 	"os"
 	"time"
 
-	"github.com/outbox-go/outbox/store"
+	"github.com/outbox-go/outbox/store/driver"
 )
 
 // DeadKeyPolicy says what happens to the later events of a key once one of
@@ -81,7 +81,7 @@ type Config struct {
 
 // BatchReport summarizes one claimed batch.
 type BatchReport struct {
-	Lease     store.Lease // the batch's claim
+	Lease     driver.Lease // the batch's claim
 	Claimed   int
 	Delivered int           // confirmed by the broker and acked
 	Retried   int           // failed, will be retried

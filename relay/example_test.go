@@ -89,7 +89,7 @@ func (w *shardWatcher) OnShards(_ context.Context, s relay.ShardInfo) {
 	w.gained.Add(int64(len(s.Gained)))
 }
 
-// A relay over a store that orders by ownership (store.Owned, the default; SQLite has
+// A relay over a store that orders by ownership (driver.Driver, the default; SQLite has
 // one shard) heartbeats its shard leases; HookShards and Health show what
 // it holds, for a gauge such as outbox_shards_held.
 func ExampleHookShards() {

@@ -16,6 +16,7 @@ import (
 	"github.com/outbox-go/outbox/internal/testnats"
 	"github.com/outbox-go/outbox/relay"
 	"github.com/outbox-go/outbox/store"
+	"github.com/outbox-go/outbox/store/driver"
 	"github.com/outbox-go/outbox/testkit/teststores"
 )
 
@@ -37,12 +38,12 @@ func forEachOpened(t *testing.T, fn func(t *testing.T, o teststores.Opened)) {
 type pipelining struct {
 	mu        sync.Mutex
 	open      map[string]int // key → claimed, unsettled events
-	byLease   map[store.Lease][]string
+	byLease   map[driver.Lease][]string
 	pipelined int
 }
 
 func newPipelining() *pipelining {
-	return &pipelining{open: map[string]int{}, byLease: map[store.Lease][]string{}}
+	return &pipelining{open: map[string]int{}, byLease: map[driver.Lease][]string{}}
 }
 
 func (h *pipelining) OnClaim(_ context.Context, c relay.ClaimInfo) {
@@ -293,7 +294,7 @@ func TestOwnedPoisonInASharedShardHoldsOnlyItsKey(t *testing.T) {
 // sameShard returns n keys other than key that the store puts in key's
 // shard: found by asking a store that can say (pgstore's ShardOf), else
 // any keys (a store of one shard).
-func sameShard(t *testing.T, st store.Store, key string, n int) []string {
+func sameShard(t *testing.T, st driver.Store, key string, n int) []string {
 	t.Helper()
 	type shardOf interface {
 		ShardOf(ctx context.Context, key string, id int64) (int, error)
@@ -353,7 +354,7 @@ func TestOwnedRelaysJoinAndLeaveMidDrain(t *testing.T) {
 			return c
 		}
 		// each relay opens a store of its own, as separate processes do
-		open := func() store.Store { return teststores.OpenAt(t, kindOf(t, o), o.URL, o.Opts).Store }
+		open := func() driver.Store { return teststores.OpenAt(t, kindOf(t, o), o.URL, o.Opts).Store }
 		stA, stB, stC := open(), open(), open()
 		logA, logB, logC := &shardLog{}, &shardLog{}, &shardLog{}
 		a, stopA := run(t, stA, mb, cfg("relay-a", logA))

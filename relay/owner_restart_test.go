@@ -11,6 +11,7 @@ import (
 	"github.com/outbox-go/outbox/broker/membroker"
 	"github.com/outbox-go/outbox/relay"
 	"github.com/outbox-go/outbox/store"
+	"github.com/outbox-go/outbox/store/driver"
 	"github.com/outbox-go/outbox/testkit/teststores"
 )
 
@@ -35,19 +36,21 @@ func TestOwnedRestartUnderTheSameOwnerKeepsKeyOrder(t *testing.T) {
 		// stopped answering (its leases run out in 2 s).
 		ctx := context.Background()
 		const lease = 2 * time.Second
-		ship, err := own.Balance(ctx, store.BalanceRequest{Owner: "relay-x", LeaseFor: lease})
+		ship, err := own.Balance(ctx, driver.BalanceParams{Owner: "relay-x", LeaseFor: lease})
 		if err != nil {
 			t.Fatal(err)
 		}
-		var shards []store.ShardLease
+		var shards []driver.ShardLease
 		for _, sh := range ship.Held {
 			if !sh.Revoke {
 				shards = append(shards, sh)
 			}
 		}
-		c, err := own.ClaimOwned(ctx, store.OwnedClaimRequest{
-			ClaimRequest: store.ClaimRequest{Lease: store.Lease{Owner: "relay-x", Epoch: 1}, Limit: 1, LeaseFor: lease},
-			Shards:       shards,
+		c, err := own.Claim(ctx, driver.ClaimParams{
+			Lease:    driver.Lease{Owner: "relay-x", Epoch: 1},
+			Limit:    1,
+			LeaseFor: lease,
+			Shards:   shards,
 		})
 		if err != nil || len(c.Events) != 1 {
 			t.Fatalf("the dead process's claim: %d events, %v; want 1", len(c.Events), err)

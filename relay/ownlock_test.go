@@ -11,29 +11,29 @@ import (
 	outbox "github.com/outbox-go/outbox"
 	"github.com/outbox-go/outbox/broker/membroker"
 	"github.com/outbox-go/outbox/relay"
-	"github.com/outbox-go/outbox/store"
+	"github.com/outbox-go/outbox/store/driver"
 	"github.com/outbox-go/outbox/testkit/teststores"
 )
 
-// hookedClaims is a real store whose ClaimOwned runs before ahead of the
+// hookedClaims is a real store whose Claim runs before ahead of the
 // real claim and after behind it (each when set), in the relay's claim
 // goroutine: a test can hold a claim in the store's round trip.
 type hookedClaims struct {
-	store.Store
-	own    store.Owned
+	driver.Store
+	own    driver.Driver
 	before func(ctx context.Context)
-	after  func(ctx context.Context, c store.Claim)
+	after  func(ctx context.Context, c driver.Claim)
 }
 
-func (s *hookedClaims) Balance(ctx context.Context, req store.BalanceRequest) (store.Ownership, error) {
+func (s *hookedClaims) Balance(ctx context.Context, req driver.BalanceParams) (driver.Ownership, error) {
 	return s.own.Balance(ctx, req)
 }
 
-func (s *hookedClaims) ClaimOwned(ctx context.Context, req store.OwnedClaimRequest) (store.Claim, error) {
+func (s *hookedClaims) Claim(ctx context.Context, req driver.ClaimParams) (driver.Claim, error) {
 	if s.before != nil {
 		s.before(ctx)
 	}
-	c, err := s.own.ClaimOwned(ctx, req)
+	c, err := s.own.Claim(ctx, req)
 	if s.after != nil && err == nil {
 		s.after(ctx, c)
 	}
@@ -265,7 +265,7 @@ func TestOwnedOrderKeptWhenARetryIsSettledDuringAClaim(t *testing.T) {
 		settled := newSignal()
 		var took, overlapped atomic.Bool
 		st := &hookedClaims{Store: o.Store, own: o.Store}
-		st.after = func(_ context.Context, c store.Claim) {
+		st.after = func(_ context.Context, c driver.Claim) {
 			for _, e := range c.Events {
 				if string(e.Payload) != "k#2" || !took.CompareAndSwap(false, true) {
 					continue
@@ -325,7 +325,7 @@ func TestOwnedClaimsQueueOneDeep(t *testing.T) {
 		var mu sync.Mutex
 		var starts, ends []time.Time
 		st := &hookedClaims{Store: o.Store, own: o.Store}
-		st.after = func(ctx context.Context, c store.Claim) {
+		st.after = func(ctx context.Context, c driver.Claim) {
 			mu.Lock()
 			ends = append(ends, time.Now())
 			mu.Unlock()

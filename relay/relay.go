@@ -14,13 +14,13 @@ import (
 	"github.com/outbox-go/outbox/broker"
 	"github.com/outbox-go/outbox/internal/retry"
 	"github.com/outbox-go/outbox/source"
-	"github.com/outbox-go/outbox/store"
+	"github.com/outbox-go/outbox/store/driver"
 )
 
 // Relay delivers a store's events through a broker. Create it with New and
 // run it with Run.
 type Relay struct {
-	st  store.Store
+	st  driver.Driver
 	br  broker.Broker
 	cfg Config
 
@@ -57,8 +57,10 @@ type Totals struct {
 	Claimed, Delivered, Retried, Dead, Released, Batches atomic.Int64
 }
 
-// New checks cfg and returns a relay. It does not touch the store or broker.
-func New(st store.Store, br broker.Broker, cfg Config) (*Relay, error) {
+// New checks cfg and returns a relay over st, a store's driver (every
+// store of this module is one: pass the *pgstore.Store, *mysqlstore.Store
+// or *sqlitestore.Store itself). It does not touch the store or broker.
+func New(st driver.Driver, br broker.Broker, cfg Config) (*Relay, error) {
 	if st == nil || br == nil {
 		return nil, errors.New("relay: New needs a store and a broker")
 	}
@@ -110,7 +112,7 @@ func (r *Relay) Run(ctx context.Context) error {
 	if r.loop != nil {
 		return r.runSource(ctx)
 	}
-	if n, ok := r.st.(store.Notifier); ok {
+	if n, ok := r.st.(driver.Notifier); ok {
 		nctx, cancel := context.WithCancel(ctx)
 		defer cancel()
 		ch := n.Notify(nctx)
@@ -228,7 +230,7 @@ var recheck = [...]time.Duration{2 * time.Millisecond, 10 * time.Millisecond, 50
 // many events were claimed, and an error when the store or the broker
 // failed as a whole.
 func (r *Relay) round(ctx context.Context, settling *chan struct{}) (int, error) {
-	lease := store.Lease{Owner: r.cfg.Owner, Epoch: r.epoch.Add(1)}
+	lease := driver.Lease{Owner: r.cfg.Owner, Epoch: r.epoch.Add(1)}
 	start := time.Now()
 	// The claim is not cancelled by a stop: a claim that committed while
 	// the client gave up would hold its events until the lease ran out.
@@ -348,7 +350,7 @@ func (r *Relay) inFlightWindow(ctx context.Context, n int) (release func(), stop
 // buriedAtClaim logs and counts the events the claim marked DEAD itself,
 // because their rows break the table contract, as the relay's own burials
 // are: a warning each, Totals.Dead, and a report to the settle hooks.
-func (r *Relay) buriedAtClaim(ctx context.Context, lease store.Lease, start time.Time, buried []store.Burial) {
+func (r *Relay) buriedAtClaim(ctx context.Context, lease driver.Lease, start time.Time, buried []driver.Burial) {
 	for _, d := range buried {
 		r.cfg.Logger.Warn("relay: event is DEAD", "id", d.ID, "reason", d.Error)
 	}

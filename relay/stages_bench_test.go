@@ -17,6 +17,7 @@ import (
 	"github.com/outbox-go/outbox/broker/membroker"
 	"github.com/outbox-go/outbox/relay"
 	"github.com/outbox-go/outbox/store"
+	"github.com/outbox-go/outbox/store/driver"
 	"github.com/outbox-go/outbox/store/pgstore"
 	"github.com/outbox-go/outbox/testkit/teststores"
 )
@@ -49,9 +50,9 @@ type stageStore struct {
 	id int
 }
 
-func (s *stageStore) ClaimOwned(ctx context.Context, req store.OwnedClaimRequest) (store.Claim, error) {
+func (s *stageStore) Claim(ctx context.Context, req driver.ClaimParams) (driver.Claim, error) {
 	start := time.Now()
-	c, err := s.Store.ClaimOwned(ctx, req)
+	c, err := s.Store.Claim(ctx, req)
 	s.tr.claimCall(s.id, start, c.Events)
 	return c, err
 }
@@ -71,7 +72,7 @@ type stageTrace struct {
 	ev       map[int64]*stageEvent
 	signals  [2][]time.Time
 	calls    [2][]claimRec
-	leases   map[store.Lease][]int64
+	leases   map[driver.Lease][]int64
 	shards   [2]string
 	released [2]int
 	beats    [2]int
@@ -167,7 +168,7 @@ var warmup = 2 * time.Second
 func stageRun(b *testing.B, rate int, dur time.Duration, keys int) {
 	ctx := context.Background()
 	o := teststores.Open(b, "postgres", store.Options{})
-	tr := &stageTrace{ev: map[int64]*stageEvent{}, leases: map[store.Lease][]int64{}}
+	tr := &stageTrace{ev: map[int64]*stageEvent{}, leases: map[driver.Lease][]int64{}}
 	mb, err := membroker.New(membroker.Config{})
 	if err != nil {
 		b.Fatal(err)

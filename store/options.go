@@ -1,10 +1,8 @@
 package store
 
 import (
-	"encoding/json"
 	"fmt"
 	"hash/fnv"
-	"strings"
 	"time"
 
 	outbox "github.com/outbox-go/outbox"
@@ -127,27 +125,4 @@ func (o Options) LockKey(purpose string) int64 {
 	h := fnv.New64a()
 	fmt.Fprintf(h, "outbox:%s:%s.%s", purpose, o.Schema, o.Table)
 	return int64(h.Sum64() >> 1)
-}
-
-// EncodeHeaders returns the JSON object stored in the headers column.
-func EncodeHeaders(h map[string]string) string {
-	if len(h) == 0 {
-		return "{}"
-	}
-	b, _ := json.Marshal(h) // a map[string]string always marshals
-	return string(b)
-}
-
-// MaxErrorLen bounds last_error: enough for any broker's message.
-const MaxErrorLen = 2000
-
-// CleanError makes an error message safe for a text column: valid UTF-8, no
-// NUL bytes, at most MaxErrorLen bytes.
-func CleanError(s string) string {
-	s = strings.ToValidUTF8(s, "?")
-	s = strings.ReplaceAll(s, "\x00", "")
-	if len(s) > MaxErrorLen {
-		s = strings.ToValidUTF8(s[:MaxErrorLen], "")
-	}
-	return s
 }

@@ -18,6 +18,7 @@ import (
 	outbox "github.com/outbox-go/outbox"
 	"github.com/outbox-go/outbox/internal/testnats"
 	"github.com/outbox-go/outbox/store"
+	"github.com/outbox-go/outbox/store/driver"
 	"github.com/outbox-go/outbox/testkit/teststores"
 )
 
@@ -108,7 +109,7 @@ func (p *proc) kill() {
 
 // keyedWorkload enqueues n events over `keys` keys; each payload is
 // "key#seq" so order can be checked from the stream alone.
-func keyedWorkload(t *testing.T, st store.Store, topic string, n, keys int) []outbox.Message {
+func keyedWorkload(t *testing.T, st driver.Store, topic string, n, keys int) []outbox.Message {
 	t.Helper()
 	seq := map[string]int{}
 	msgs := make([]outbox.Message, n)
@@ -163,7 +164,7 @@ func checkStream(t *testing.T, s *testnats.Stream, msgs []outbox.Message) {
 	t.Logf("stream holds %d messages for %d events (JetStream dedups re-publishes by Nats-Msg-Id)", len(got), len(msgs))
 }
 
-func waitPending0(t *testing.T, st store.Store, d time.Duration) {
+func waitPending0(t *testing.T, st driver.Store, d time.Duration) {
 	t.Helper()
 	if !drained(st, d) {
 		t.Fatalf("outbox not drained after %s: %s", d, pendingReport(st))
@@ -171,7 +172,7 @@ func waitPending0(t *testing.T, st store.Store, d time.Duration) {
 }
 
 // drained waits up to d for nothing to be pending.
-func drained(st store.Store, d time.Duration) bool {
+func drained(st driver.Store, d time.Duration) bool {
 	deadline := time.Now().Add(d)
 	for {
 		if s, err := st.Stats(context.Background()); err == nil && s.Pending() == 0 {
@@ -185,7 +186,7 @@ func drained(st store.Store, d time.Duration) bool {
 }
 
 // pendingReport is the outbox's stats and the first DEAD events' errors.
-func pendingReport(st store.Store) string {
+func pendingReport(st driver.Store) string {
 	s, err := st.Stats(context.Background())
 	why := fmt.Sprintf("%+v %v", s, err)
 	if dead, _ := st.ListDead(context.Background(), store.DeadQuery{Limit: 3}); len(dead) > 0 {

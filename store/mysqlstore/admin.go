@@ -10,6 +10,7 @@ import (
 
 	outbox "github.com/outbox-go/outbox"
 	"github.com/outbox-go/outbox/store"
+	"github.com/outbox-go/outbox/store/driver"
 )
 
 func scanRecord(row scanner, extra ...any) (store.Record, error) {
@@ -67,7 +68,7 @@ func deadFilter(q store.DeadQuery) (string, []any) {
 // ListDead lists DEAD events in id order.
 func (s *Store) ListDead(ctx context.Context, q store.DeadQuery) ([]store.Record, error) {
 	if q.Limit <= 0 {
-		q.Limit = store.DefaultLimit
+		q.Limit = driver.DefaultLimit
 	}
 	where, args := deadFilter(q)
 	rows, err := s.db.QueryContext(ctx, "SELECT "+cols(recordCols, "")+" FROM "+s.table+where+" AND id > ? ORDER BY id LIMIT ?", append(args, q.AfterID, q.Limit)...)

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	outbox "github.com/outbox-go/outbox"
-	"github.com/outbox-go/outbox/store"
+	"github.com/outbox-go/outbox/store/driver"
 )
 
 // Columns as read back. Times are read as UNIX_TIMESTAMP(column): for a
@@ -64,7 +64,7 @@ func scanEvent(row scanner, e *outbox.Event, extra ...any) (broken, err error) {
 	if e.Payload == nil {
 		e.Payload = []byte{}
 	}
-	e.Headers, broken = store.DecodeHeaders(headers)
+	e.Headers, broken = driver.DecodeHeaders(headers)
 	return broken, nil
 }
 

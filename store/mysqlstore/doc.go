@@ -54,7 +54,7 @@
 // DEAD with the reason: adding a CHECK to an existing table copies and
 // checks the whole table, under a lock that stops enqueues.
 //
-// # Ordering by ownership (store.Owned)
+// # Ordering by ownership (driver.Driver)
 //
 // Requires MariaDB 10.6+ (FOR UPDATE SKIP LOCKED, indexed VIRTUAL columns,
 // ALGORITHM=INSTANT for the columns migration 2 adds); it was built and
@@ -117,6 +117,6 @@
 // Files by role: mysqlstore.go (the Store, Open, locks, errors), schema.go
 // (migrations), enqueue.go (the producer's side), claim.go and settle.go
 // (the relay's: row decoding, extend, ack, retry, bury, release), owned.go
-// (ordering by ownership: Balance, ClaimOwned, parking), admin.go (the
+// (ordering by ownership: Balance, Claim, parking), admin.go (the
 // operator's: get, dead letters, purge, stats), backlog.go, notify.go, dsn.go.
 package mysqlstore

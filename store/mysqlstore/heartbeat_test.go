@@ -10,6 +10,7 @@ import (
 
 	outbox "github.com/outbox-go/outbox"
 	"github.com/outbox-go/outbox/store"
+	"github.com/outbox-go/outbox/store/driver"
 	"github.com/outbox-go/outbox/store/mysqlstore"
 )
 
@@ -37,7 +38,7 @@ func TestBalanceBesideOwnClaim(t *testing.T) {
 		t.Fatal(err)
 	}
 	const leaseFor = 2 * time.Second
-	a, err := st.Balance(ctx, store.BalanceRequest{Owner: "a", LeaseFor: leaseFor})
+	a, err := st.Balance(ctx, driver.BalanceParams{Owner: "a", LeaseFor: leaseFor})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -54,15 +55,17 @@ func TestBalanceBesideOwnClaim(t *testing.T) {
 		})
 	})
 	type result struct {
-		c   store.Claim
+		c   driver.Claim
 		err error
 	}
 	claimed := make(chan result, 1)
-	lease := store.Lease{Owner: "a", Epoch: 1}
+	lease := driver.Lease{Owner: "a", Epoch: 1}
 	go func() {
-		c, err := st.ClaimOwned(ctx, store.OwnedClaimRequest{
-			ClaimRequest: store.ClaimRequest{Lease: lease, Limit: 100, LeaseFor: time.Minute},
-			Shards:       a.Held,
+		c, err := st.Claim(ctx, driver.ClaimParams{
+			Lease:    lease,
+			Limit:    100,
+			LeaseFor: time.Minute,
+			Shards:   a.Held,
 		})
 		claimed <- result{c, err}
 	}()
@@ -81,12 +84,12 @@ func TestBalanceBesideOwnClaim(t *testing.T) {
 		t.Fatal("the claim did not reach its commit within a minute")
 	}
 
-	beat := func(owner string) (store.Ownership, time.Duration) {
+	beat := func(owner string) (driver.Ownership, time.Duration) {
 		t.Helper()
 		bctx, cancel := context.WithTimeout(ctx, heartbeatDeadline)
 		defer cancel()
 		start := time.Now()
-		own, err := st.Balance(bctx, store.BalanceRequest{Owner: owner, LeaseFor: leaseFor})
+		own, err := st.Balance(bctx, driver.BalanceParams{Owner: owner, LeaseFor: leaseFor})
 		if err != nil {
 			t.Fatalf("relay %s's heartbeat beside relay a's open claim: %v (it waited for the claim's locks)", owner, err)
 		}
@@ -123,9 +126,11 @@ func TestBalanceBesideOwnClaim(t *testing.T) {
 	if len(b.Held) != 64 {
 		t.Fatalf("relay b holds %d shards after relay a's lease ran out and its claim ended, want 64", len(b.Held))
 	}
-	cb, err := st.ClaimOwned(ctx, store.OwnedClaimRequest{
-		ClaimRequest: store.ClaimRequest{Lease: store.Lease{Owner: "b", Epoch: 1}, Limit: 100, LeaseFor: time.Minute},
-		Shards:       b.Held,
+	cb, err := st.Claim(ctx, driver.ClaimParams{
+		Lease:    driver.Lease{Owner: "b", Epoch: 1},
+		Limit:    100,
+		LeaseFor: time.Minute,
+		Shards:   b.Held,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -137,7 +142,7 @@ func TestBalanceBesideOwnClaim(t *testing.T) {
 	for i, e := range r.c.Events {
 		ids[i] = e.ID
 	}
-	if err := st.Ack(ctx, lease, ids); err != nil {
+	if err := st.Ack(ctx, driver.AckParams{Lease: lease, IDs: ids}); err != nil {
 		t.Fatalf("relay a acks its claim after losing the shards: %v", err)
 	}
 	var left int
@@ -191,21 +196,21 @@ func TestRelayRowsOutlastLongLeases(t *testing.T) {
 		return n == 1
 	}
 	ended(11 * time.Minute)
-	if _, err := st.Balance(ctx, store.BalanceRequest{Owner: "b", LeaseFor: 30 * time.Minute}); err != nil {
+	if _, err := st.Balance(ctx, driver.BalanceParams{Owner: "b", LeaseFor: 30 * time.Minute}); err != nil {
 		t.Fatal(err)
 	}
 	if !kept() {
 		t.Fatal("a heartbeat with a 30 min lease deleted the row of a relay whose membership ended 11 min ago; its claims may still be leased")
 	}
 	ended(61 * time.Minute)
-	if _, err := st.Balance(ctx, store.BalanceRequest{Owner: "b", LeaseFor: 30 * time.Minute}); err != nil {
+	if _, err := st.Balance(ctx, driver.BalanceParams{Owner: "b", LeaseFor: 30 * time.Minute}); err != nil {
 		t.Fatal(err)
 	}
 	if kept() {
 		t.Fatal("a row ended 61 min ago outlived twice the 30 min lease")
 	}
 	ended(11 * time.Minute)
-	if _, err := st.Balance(ctx, store.BalanceRequest{Owner: "b", LeaseFor: time.Minute}); err != nil {
+	if _, err := st.Balance(ctx, driver.BalanceParams{Owner: "b", LeaseFor: time.Minute}); err != nil {
 		t.Fatal(err)
 	}
 	if kept() {
@@ -234,13 +239,15 @@ func TestRelayRowsKeptByOwnLease(t *testing.T) {
 		t.Fatal(err)
 	}
 	const long, short = 30 * time.Minute, time.Minute
-	own, err := st.Balance(ctx, store.BalanceRequest{Owner: "long", LeaseFor: long})
+	own, err := st.Balance(ctx, driver.BalanceParams{Owner: "long", LeaseFor: long})
 	if err != nil || len(own.Held) != 64 {
 		t.Fatalf("relay long alone: %d shards, %v", len(own.Held), err)
 	}
-	c, err := st.ClaimOwned(ctx, store.OwnedClaimRequest{
-		ClaimRequest: store.ClaimRequest{Lease: store.Lease{Owner: "long", Epoch: 1}, Limit: 100, LeaseFor: long},
-		Shards:       own.Held,
+	c, err := st.Claim(ctx, driver.ClaimParams{
+		Lease:    driver.Lease{Owner: "long", Epoch: 1},
+		Limit:    100,
+		LeaseFor: long,
+		Shards:   own.Held,
 	})
 	if err != nil || len(c.Events) != len(msgs) {
 		t.Fatalf("relay long's claim: %d events, %v; want %d", len(c.Events), err, len(msgs))
@@ -265,7 +272,7 @@ func TestRelayRowsKeptByOwnLease(t *testing.T) {
 	}
 	ended("long", 11*time.Minute)
 	for i := range 2 {
-		if _, err := st.Balance(ctx, store.BalanceRequest{Owner: "short", LeaseFor: short}); err != nil {
+		if _, err := st.Balance(ctx, driver.BalanceParams{Owner: "short", LeaseFor: short}); err != nil {
 			t.Fatalf("relay short's heartbeat %d while relay long's claims are leased: %v", i+1, err)
 		}
 		if !kept("long") {
@@ -275,7 +282,7 @@ func TestRelayRowsKeptByOwnLease(t *testing.T) {
 	// The other way round: relay short's row, ended 11 min ago, is kept
 	// its own ten minutes, not twice the heartbeating relay's lease.
 	ended("short", 11*time.Minute)
-	if _, err := st.Balance(ctx, store.BalanceRequest{Owner: "other", LeaseFor: long}); err != nil {
+	if _, err := st.Balance(ctx, driver.BalanceParams{Owner: "other", LeaseFor: long}); err != nil {
 		t.Fatal(err)
 	}
 	if kept("short") {
@@ -285,7 +292,7 @@ func TestRelayRowsKeptByOwnLease(t *testing.T) {
 		t.Fatal("relay other's heartbeat deleted relay long's row, ended 11 min ago under a 30 min lease")
 	}
 	ended("long", 61*time.Minute)
-	if _, err := st.Balance(ctx, store.BalanceRequest{Owner: "other", LeaseFor: short}); err != nil {
+	if _, err := st.Balance(ctx, driver.BalanceParams{Owner: "other", LeaseFor: short}); err != nil {
 		t.Fatal(err)
 	}
 	if kept("long") {

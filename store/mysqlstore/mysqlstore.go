@@ -3,7 +3,7 @@ package mysqlstore
 import (
 	"context"
 	"database/sql"
-	"database/sql/driver"
+	sqldriver "database/sql/driver"
 	"errors"
 	"fmt"
 	"math"
@@ -13,6 +13,7 @@ import (
 	"github.com/go-sql-driver/mysql"
 
 	"github.com/outbox-go/outbox/store"
+	"github.com/outbox-go/outbox/store/driver"
 )
 
 // Config configures a Store. The zero value is usable.
@@ -30,7 +31,7 @@ type Store struct {
 	schema                     any    // nil, or the schema name (for lock names)
 
 	mu      sync.Mutex
-	wakeups store.Wakeups
+	wakeups driver.Wakeups
 	closed  bool
 	watch   watcher // notify.go
 
@@ -39,7 +40,6 @@ type Store struct {
 }
 
 var _ store.Store = (*Store)(nil)
-var _ store.Notifier = (*Store)(nil)
 
 // New returns a store over db, which stays the caller's to close. db may come
 // from any DSN of github.com/go-sql-driver/mysql: times are read as Unix
@@ -188,7 +188,7 @@ func (s *Store) lock(ctx context.Context, purpose string, wait time.Duration) (*
 // discard closes the connection instead of pooling it: a pooled connection
 // must never hold the lock.
 func (l *heldLock) discard() {
-	_ = l.conn.Raw(func(any) error { return driver.ErrBadConn })
+	_ = l.conn.Raw(func(any) error { return sqldriver.ErrBadConn })
 	_ = l.conn.Close()
 }
 

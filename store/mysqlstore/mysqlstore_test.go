@@ -19,6 +19,7 @@ import (
 	outbox "github.com/outbox-go/outbox"
 	"github.com/outbox-go/outbox/internal/testenv"
 	"github.com/outbox-go/outbox/store"
+	"github.com/outbox-go/outbox/store/driver"
 	"github.com/outbox-go/outbox/store/mysqlstore"
 	"github.com/outbox-go/outbox/store/storetest"
 )
@@ -64,7 +65,7 @@ func plainDB(t testing.TB) *sql.DB {
 func harness(name string, db *sql.DB) storetest.Harness {
 	return storetest.Harness{
 		Name: name,
-		New: func(opts store.Options) (store.Store, error) {
+		New: func(opts store.Options) (driver.Store, error) {
 			return mysqlstore.New(db, mysqlstore.Config{Options: opts})
 		},
 		Open: func(t *testing.T, opts store.Options) storetest.Fixture {
@@ -76,7 +77,7 @@ func harness(name string, db *sql.DB) storetest.Harness {
 			t.Cleanup(func() { st.Close() })
 			return storetest.Fixture{Store: st, DB: db, Table: st.Table(), Placeholder: storetest.Question}
 		},
-		ClaimReads: func(ctx context.Context, st store.Store, req store.OwnedClaimRequest) (store.Claim, int64, error) {
+		ClaimReads: func(ctx context.Context, st driver.Store, req driver.ClaimParams) (driver.Claim, int64, error) {
 			return st.(*mysqlstore.Store).ClaimOwnedReads(ctx, req)
 		},
 	}
@@ -137,7 +138,7 @@ func TestEnqueueChunks(t *testing.T) {
 	if err := st.Enqueue(ctx, msgs...); err != nil {
 		t.Fatal(err)
 	}
-	c := claimAll(t, st, store.ClaimRequest{Lease: store.Lease{Owner: "t", Epoch: 1}, Limit: len(msgs)})
+	c := claimAll(t, st, driver.ClaimParams{Lease: driver.Lease{Owner: "t", Epoch: 1}, Limit: len(msgs)})
 	if len(c.Events) != len(msgs) {
 		t.Fatalf("claimed %d of %d", len(c.Events), len(msgs))
 	}
@@ -180,7 +181,7 @@ func TestOpen(t *testing.T) {
 	if err := st.Enqueue(ctx, outbox.Message{Topic: "t", Type: "T"}); err != nil {
 		t.Fatal(err)
 	}
-	if c := claimAll(t, st, store.ClaimRequest{Lease: store.Lease{Owner: "o", Epoch: 1}}); len(c.Events) != 1 {
+	if c := claimAll(t, st, driver.ClaimParams{Lease: driver.Lease{Owner: "o", Epoch: 1}}); len(c.Events) != 1 {
 		t.Fatalf("claim in database %s: %d events", schema, len(c.Events))
 	}
 
@@ -211,14 +212,15 @@ func TestOpen(t *testing.T) {
 }
 
 // claimAll claims from every shard as req.Lease.Owner, the only relay.
-func claimAll(t testing.TB, st *mysqlstore.Store, req store.ClaimRequest) store.Claim {
+func claimAll(t testing.TB, st *mysqlstore.Store, req driver.ClaimParams) driver.Claim {
 	t.Helper()
 	ctx := context.Background()
-	own, err := st.Balance(ctx, store.BalanceRequest{Owner: req.Lease.Owner, LeaseFor: time.Minute, HoldDeadKeys: req.HoldDeadKeys})
+	own, err := st.Balance(ctx, driver.BalanceParams{Owner: req.Lease.Owner, LeaseFor: time.Minute, HoldDeadKeys: req.HoldDeadKeys})
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := st.ClaimOwned(ctx, store.OwnedClaimRequest{ClaimRequest: req, Shards: own.Held})
+	req.Shards = own.Held
+	c, err := st.Claim(ctx, req)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,6 +12,7 @@ import (
 	outbox "github.com/outbox-go/outbox"
 	"github.com/outbox-go/outbox/internal/testenv"
 	"github.com/outbox-go/outbox/store"
+	"github.com/outbox-go/outbox/store/driver"
 	"github.com/outbox-go/outbox/store/mysqlstore"
 )
 
@@ -85,13 +86,14 @@ func TestClaimKeyOrderAcrossClaimStart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	lease := store.Lease{Owner: "relay-a", Epoch: 1}
-	req := store.ClaimRequest{Lease: lease, Limit: 10, LeaseFor: time.Hour}
-	own, err := st.Balance(ctx, store.BalanceRequest{Owner: "relay-a", LeaseFor: time.Hour})
+	lease := driver.Lease{Owner: "relay-a", Epoch: 1}
+	req := driver.ClaimParams{Lease: lease, Limit: 10, LeaseFor: time.Hour}
+	own, err := st.Balance(ctx, driver.BalanceParams{Owner: "relay-a", LeaseFor: time.Hour})
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := st.ClaimOwned(ctx, store.OwnedClaimRequest{ClaimRequest: req, Shards: own.Held})
+	req.Shards = own.Held
+	c, err := st.Claim(ctx, req)
 	if err != nil {
 		t.Fatal(err)
 	}

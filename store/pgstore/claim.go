@@ -7,7 +7,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/outbox-go/outbox/store"
+	"github.com/outbox-go/outbox/store/driver"
 )
 
 // How claims are recorded.
@@ -83,7 +83,7 @@ const ackClaimSettings = "SELECT set_config('synchronous_commit', 'off', true), 
 // changed. Its arguments start at $4. With unpark, the keys of the events
 // changed get their lowest parked rows unparked (see unparkCTE): their
 // next claim decides again whether the key still holds them.
-func (s *Store) settle(ctx context.Context, op string, lease store.Lease, ids []int64, live, unpark bool, change string, args ...any) error {
+func (s *Store) settle(ctx context.Context, op string, lease driver.Lease, ids []int64, live, unpark bool, change string, args ...any) error {
 	if len(ids) == 0 {
 		return nil
 	}
@@ -134,14 +134,15 @@ SELECT count(*) FROM changed`
 		s.deleted(changed)
 	}
 	if int(changed) < len(ids) {
-		return fmt.Errorf("pgstore: %s: %d of %d events: %w", op, len(ids)-int(changed), len(ids), store.ErrLeaseLost)
+		return fmt.Errorf("pgstore: %s: %d of %d events: %w", op, len(ids)-int(changed), len(ids), driver.ErrLeaseLost)
 	}
 	return nil
 }
 
 // Extend renews the lease of the claim until now+d. Every id must still be
 // in the claim.
-func (s *Store) Extend(ctx context.Context, lease store.Lease, ids []int64, d time.Duration) (time.Time, error) {
+func (s *Store) Extend(ctx context.Context, p driver.ExtendParams) (time.Time, error) {
+	lease, ids, d := p.Lease, p.IDs, p.For
 	if len(ids) == 0 {
 		return time.Time{}, nil
 	}
@@ -159,13 +160,13 @@ func (s *Store) Extend(ctx context.Context, lease store.Lease, ids []int64, d ti
 	var held int64
 	err := br.QueryRow().Scan(&until, &held)
 	if err == pgx.ErrNoRows {
-		return time.Time{}, fmt.Errorf("pgstore: extend: %d events: %w", len(ids), store.ErrLeaseLost)
+		return time.Time{}, fmt.Errorf("pgstore: extend: %d events: %w", len(ids), driver.ErrLeaseLost)
 	}
 	if err != nil {
 		return time.Time{}, wrap("extend", err)
 	}
 	if int(held) < len(ids) {
-		return time.Time{}, fmt.Errorf("pgstore: extend: %d of %d events: %w", len(ids)-int(held), len(ids), store.ErrLeaseLost)
+		return time.Time{}, fmt.Errorf("pgstore: extend: %d of %d events: %w", len(ids)-int(held), len(ids), driver.ErrLeaseLost)
 	}
 	return until, nil
 }
@@ -173,7 +174,8 @@ func (s *Store) Extend(ctx context.Context, lease store.Lease, ids []int64, d ti
 // Ack deletes ids, or moves them to the archive as SENT with KeepSent. The
 // lease need not be live (the broker has the events), but the claim must
 // still be this relay's: after a takeover nothing is changed.
-func (s *Store) Ack(ctx context.Context, lease store.Lease, ids []int64) error {
+func (s *Store) Ack(ctx context.Context, p driver.AckParams) error {
+	lease, ids := p.Lease, p.IDs
 	return s.settle(ctx, "ack", lease, ids, false, true, s.ackChange("", "t.id IN (SELECT id FROM mine)", "$2", "$3"))
 }
 
@@ -190,11 +192,12 @@ func (s *Store) ackChange(using, which, owner, epoch string) string {
 		"changed AS (INSERT INTO " + s.archive + " (" + cols + ", lease_owner, lease_epoch, lease_until, status, sent_at) SELECT " + cols + ", " + owner + ", " + epoch + ", NULL, 'SENT', now() FROM gone RETURNING event_key)"
 }
 
-// AckClaim acks every event of the claim lease (store.ClaimAcker): one
+// AckClaim acks every event of the claim lease (driver.Driver): one
 // statement deletes the claim row, which takes its lock and so fences a
 // takeover exactly like Ack, and the rows it lists (or moves them to the
 // archive). Nothing is sent per event, and the claim row is not rewritten.
-func (s *Store) AckClaim(ctx context.Context, lease store.Lease, n int) error {
+func (s *Store) AckClaim(ctx context.Context, p driver.AckClaimParams) error {
+	lease, n := p.Lease, p.N
 	claims := s.claimsTable()
 	// Each range of the claim is one walk along the primary key.
 	change := s.ackChange(" USING (SELECT unnest(ids) AS r FROM c) u", "t.id >= lower(u.r) AND t.id < upper(u.r) AND t.status = 'NEW'", "$1", "$2")
@@ -218,21 +221,22 @@ func (s *Store) AckClaim(ctx context.Context, lease store.Lease, n int) error {
 	}
 	s.deleted(changed)
 	if found == 0 {
-		return fmt.Errorf("pgstore: ack: the claim of %d events: %w", n, store.ErrLeaseLost)
+		return fmt.Errorf("pgstore: ack: the claim of %d events: %w", n, driver.ErrLeaseLost)
 	}
 	if int(changed) < n {
-		return fmt.Errorf("pgstore: ack: %d of %d events: %w", n-int(changed), n, store.ErrLeaseLost)
+		return fmt.Errorf("pgstore: ack: %d of %d events: %w", n-int(changed), n, driver.ErrLeaseLost)
 	}
 	return nil
 }
 
 // Retry gives events back for a later attempt. The lease must still be live.
-func (s *Store) Retry(ctx context.Context, lease store.Lease, retries []store.Retry) error {
+func (s *Store) Retry(ctx context.Context, p driver.RetryParams) error {
+	lease, retries := p.Lease, p.Retries
 	ids := make([]int64, len(retries))
 	delays := make([]int64, len(retries))
 	errs := make([]string, len(retries))
 	for i, r := range retries {
-		ids[i], delays[i], errs[i] = r.ID, max(r.Delay, 0).Microseconds(), store.CleanError(r.Error)
+		ids[i], delays[i], errs[i] = r.ID, max(r.Delay, 0).Microseconds(), driver.CleanError(r.Error)
 	}
 	change := "changed AS (UPDATE " + s.table + " t SET attempts = t.attempts + 1, next_attempt_at = now() + u.delay_us * interval '1 microsecond', last_error = u.err " +
 		"FROM unnest($1::bigint[], $4::bigint[], $5::text[]) AS u(id, delay_us, err) WHERE t.id = u.id AND t.id IN (SELECT id FROM mine) AND t.status = 'NEW' RETURNING 1)"
@@ -240,11 +244,12 @@ func (s *Store) Retry(ctx context.Context, lease store.Lease, retries []store.Re
 }
 
 // Bury marks events DEAD with their reason. The lease must still be live.
-func (s *Store) Bury(ctx context.Context, lease store.Lease, burials []store.Burial) error {
+func (s *Store) Bury(ctx context.Context, p driver.BuryParams) error {
+	lease, burials := p.Lease, p.Burials
 	ids := make([]int64, len(burials))
 	errs := make([]string, len(burials))
 	for i, b := range burials {
-		ids[i], errs[i] = b.ID, store.CleanError(b.Error)
+		ids[i], errs[i] = b.ID, driver.CleanError(b.Error)
 	}
 	change := "changed AS (UPDATE " + s.table + " t SET status = 'DEAD', attempts = t.attempts + 1, last_error = u.err " +
 		"FROM unnest($1::bigint[], $4::text[]) AS u(id, err) WHERE t.id = u.id AND t.id IN (SELECT id FROM mine) AND t.status = 'NEW' RETURNING 1)"
@@ -253,7 +258,8 @@ func (s *Store) Bury(ctx context.Context, lease store.Lease, burials []store.Bur
 
 // Release gives events back untouched: they leave the claim and are free
 // again. The lease must still be live.
-func (s *Store) Release(ctx context.Context, lease store.Lease, ids []int64) error {
+func (s *Store) Release(ctx context.Context, p driver.ReleaseParams) error {
+	lease, ids := p.Lease, p.IDs
 	change := "changed AS (SELECT 1 FROM " + s.table + " t WHERE t.id IN (SELECT id FROM mine) AND t.status = 'NEW')"
 	return s.settle(ctx, "release", lease, ids, true, true, change)
 }

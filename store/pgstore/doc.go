@@ -4,7 +4,7 @@
 // pgx.Batch so the event rides the business statements' round trip
 // (EnqueueInBatch), and gives the relay engine its claim/ack/retry seam.
 //
-// A claim (ClaimOwned, below) is one round trip: the takeover of expired
+// A claim (Claim, below) is one round trip: the takeover of expired
 // claims, and one statement that reads the next free rows of the caller's
 // shards in id order and records them as one row of <table>_claims (owner,
 // fencing epoch, lease expiry, the ids as ranges, the keys, the shards);
@@ -20,7 +20,7 @@
 //
 // # Ordering by ownership
 //
-// Balance and ClaimOwned keep per-key order by ownership, as Kafka
+// Balance and Claim keep per-key order by ownership, as Kafka
 // consumer groups do with partitions, rather than by skipping every row
 // whose key is in any live claim (which bounds concurrency by the number
 // of distinct keys and makes a claim read past every row of the held
@@ -44,7 +44,7 @@
 //     cooperative-sticky balancer. Every time is the database's clock.
 //     Balance is one round trip and waits for no claim (see Balance), so
 //     a heartbeat stays fast on a loaded database.
-//   - Claims. ClaimOwned locks the caller's shard rows FOR KEY SHARE (a
+//   - Claims. Claim locks the caller's shard rows FOR KEY SHARE (a
 //     takeover, FOR UPDATE SKIP LOCKED, skips them; the owner's renewal
 //     and release, FOR NO KEY UPDATE, do not wait for them), runs one
 //     claim of an owner at a time (an advisory lock on the owner's name),
@@ -87,7 +87,7 @@
 //   - Fencing is unchanged: every state change checks the claim's (owner,
 //     epoch) under its row lock, and a takeover deletes the expired claim
 //     row, which waits for that lock. A stopped relay that wakes finds its
-//     claims taken over (ErrLeaseLost), its ClaimOwned refused with
+//     claims taken over (ErrLeaseLost), its Claim refused with
 //     ErrLeaseLost when it holds none of the shards it names, and its
 //     Balance showing new epochs.
 //

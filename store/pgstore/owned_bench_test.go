@@ -10,7 +10,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	outbox "github.com/outbox-go/outbox"
-	"github.com/outbox-go/outbox/store"
+	"github.com/outbox-go/outbox/store/driver"
 	"github.com/outbox-go/outbox/store/pgstore"
 )
 
@@ -37,7 +37,7 @@ func fillDrain(b *testing.B, pool *pgxpool.Pool, table string, n, keys int) {
 // in the same run on identical tables: the
 // raw SQL claim-and-delete (DELETE … WHERE id IN (SELECT … ORDER BY id
 // LIMIT 1000 FOR UPDATE SKIP LOCKED) RETURNING …, the limit any outbox on
-// this database meets) and ClaimOwned + AckClaim over all 64 shards, and
+// this database meets) and Claim + AckClaim over all 64 shards, and
 // reports each rate and the ratio to raw SQL. No broker: this is the store's cost alone.
 func BenchmarkClaimOwnedDrain(b *testing.B) {
 	const n, batch = 50_000, 1000
@@ -58,12 +58,12 @@ func BenchmarkClaimOwnedDrain(b *testing.B) {
 				drains := []func(){
 					func() { raw += rawDrain(b, pool, rt, n, batch) },
 					func() {
-						own, err := ost.Balance(ctx, store.BalanceRequest{Owner: "bench", LeaseFor: time.Minute})
+						own, err := ost.Balance(ctx, driver.BalanceParams{Owner: "bench", LeaseFor: time.Minute})
 						if err != nil {
 							b.Fatal(err)
 						}
-						owned += pipelinedDrain(b, ost, n, func(l store.Lease) (store.Claim, error) {
-							return ost.ClaimOwned(ctx, store.OwnedClaimRequest{ClaimRequest: store.ClaimRequest{Lease: l, Limit: batch, LeaseFor: time.Minute}, Shards: own.Held})
+						owned += pipelinedDrain(b, ost, n, func(l driver.Lease) (driver.Claim, error) {
+							return ost.Claim(ctx, driver.ClaimParams{Lease: l, Limit: batch, LeaseFor: time.Minute, Shards: own.Held})
 						})
 					},
 				}
@@ -156,18 +156,18 @@ func rawDrain(b *testing.B, pool *pgxpool.Pool, table string, n, batch int) time
 // claims in flight, as a relay overlaps the next claim with the current
 // publish: the next claim is made before the previous one is acked. It
 // returns how long it took.
-func pipelinedDrain(b *testing.B, st *pgstore.Store, n int, claim func(store.Lease) (store.Claim, error)) time.Duration {
+func pipelinedDrain(b *testing.B, st *pgstore.Store, n int, claim func(driver.Lease) (driver.Claim, error)) time.Duration {
 	ctx := context.Background()
 	start := time.Now()
 	got := 0
-	var prev store.Claim
+	var prev driver.Claim
 	for epoch := int64(1); got < n; epoch++ {
-		c, err := claim(store.Lease{Owner: "bench", Epoch: epoch})
+		c, err := claim(driver.Lease{Owner: "bench", Epoch: epoch})
 		if err != nil {
 			b.Fatal(err)
 		}
 		if len(prev.Events) > 0 {
-			if err := st.AckClaim(ctx, prev.Lease, len(prev.Events)); err != nil {
+			if err := st.AckClaim(ctx, driver.AckClaimParams{Lease: prev.Lease, N: len(prev.Events)}); err != nil {
 				b.Fatal(err)
 			}
 		} else if len(c.Events) == 0 {
@@ -177,7 +177,7 @@ func pipelinedDrain(b *testing.B, st *pgstore.Store, n int, claim func(store.Lea
 		prev = c
 	}
 	if len(prev.Events) > 0 {
-		if err := st.AckClaim(ctx, prev.Lease, len(prev.Events)); err != nil {
+		if err := st.AckClaim(ctx, driver.AckClaimParams{Lease: prev.Lease, N: len(prev.Events)}); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -238,7 +238,7 @@ func BenchmarkShardIndexInsertCPU(b *testing.B) {
 // BenchmarkClaimOwnedDrainCPU is BenchmarkClaimOwnedDrain measured as the
 // database backend's own CPU time (every statement of each drain runs on
 // one connection), per 1,000 events drained: raw SQL claim-and-delete,
-// and ClaimOwned + AckClaim, two claims in flight.
+// and Claim + AckClaim, two claims in flight.
 func BenchmarkClaimOwnedDrainCPU(b *testing.B) {
 	const n, batch = 50_000, 1000
 	for _, keys := range []int{1, 1000, 100_000} {
@@ -257,17 +257,17 @@ func BenchmarkClaimOwnedDrainCPU(b *testing.B) {
 				// relay does so once per connection and set of shards, then
 				// claims thousands of times): 64 branches take tens of
 				// milliseconds to plan, which would weigh on 50 claims.
-				own, err := ost.Balance(ctx, store.BalanceRequest{Owner: "bench", LeaseFor: time.Minute})
+				own, err := ost.Balance(ctx, driver.BalanceParams{Owner: "bench", LeaseFor: time.Minute})
 				if err != nil {
 					b.Fatal(err)
 				}
-				warm := store.Lease{Owner: "bench", Epoch: 0} // the drains use epochs from 1
+				warm := driver.Lease{Owner: "bench", Epoch: 0} // the drains use epochs from 1
 				warmups := []struct {
 					st    *pgstore.Store
-					claim func() (store.Claim, error)
+					claim func() (driver.Claim, error)
 				}{
-					{ost, func() (store.Claim, error) {
-						return ost.ClaimOwned(ctx, store.OwnedClaimRequest{ClaimRequest: store.ClaimRequest{Lease: warm, Limit: 1, LeaseFor: time.Minute}, Shards: own.Held})
+					{ost, func() (driver.Claim, error) {
+						return ost.Claim(ctx, driver.ClaimParams{Lease: warm, Limit: 1, LeaseFor: time.Minute, Shards: own.Held})
 					}},
 				}
 				for _, w := range warmups {
@@ -275,7 +275,7 @@ func BenchmarkClaimOwnedDrainCPU(b *testing.B) {
 					if err != nil || len(c.Events) != 1 {
 						b.Fatalf("warm-up claim: %d events, %v", len(c.Events), err)
 					}
-					if err := w.st.Release(ctx, c.Lease, []int64{c.Events[0].ID}); err != nil {
+					if err := w.st.Release(ctx, driver.ReleaseParams{Lease: c.Lease, IDs: []int64{c.Events[0].ID}}); err != nil {
 						b.Fatal(err)
 					}
 				}
@@ -289,8 +289,8 @@ func BenchmarkClaimOwnedDrainCPU(b *testing.B) {
 					func() { measure(&raw, func() { rawDrain(b, one, rt, n, batch) }) },
 					func() {
 						measure(&owned, func() {
-							pipelinedDrain(b, ost, n, func(l store.Lease) (store.Claim, error) {
-								return ost.ClaimOwned(ctx, store.OwnedClaimRequest{ClaimRequest: store.ClaimRequest{Lease: l, Limit: batch, LeaseFor: time.Minute}, Shards: own.Held})
+							pipelinedDrain(b, ost, n, func(l driver.Lease) (driver.Claim, error) {
+								return ost.Claim(ctx, driver.ClaimParams{Lease: l, Limit: batch, LeaseFor: time.Minute, Shards: own.Held})
 							})
 						})
 					},

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	outbox "github.com/outbox-go/outbox"
-	"github.com/outbox-go/outbox/store"
+	"github.com/outbox-go/outbox/store/driver"
 	"github.com/outbox-go/outbox/store/pgstore"
 )
 
@@ -25,7 +25,7 @@ func TestClaimOwnedKeyOrderAcrossClaimStart(t *testing.T) {
 	pool, _ := openPool(t)
 	st, table := migratedStore(t, pool, "ordstart_", pgstore.Config{})
 	const owner = "relay-a"
-	own, err := st.Balance(ctx, store.BalanceRequest{Owner: owner, LeaseFor: 30 * time.Second})
+	own, err := st.Balance(ctx, driver.BalanceParams{Owner: owner, LeaseFor: 30 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -81,14 +81,15 @@ func TestClaimOwnedKeyOrderAcrossClaimStart(t *testing.T) {
 		t.Fatal(err)
 	}
 	type result struct {
-		c   store.Claim
+		c   driver.Claim
 		err error
 	}
 	done := make(chan result, 1)
-	lease := store.Lease{Owner: owner, Epoch: 1}
+	lease := driver.Lease{Owner: owner, Epoch: 1}
 	go func() {
-		req := store.ClaimRequest{Lease: lease, Limit: 10, LeaseFor: 30 * time.Second}
-		c, err := st.ClaimOwned(ctx, store.OwnedClaimRequest{ClaimRequest: req, Shards: own.Held})
+		req := driver.ClaimParams{Lease: lease, Limit: 10, LeaseFor: 30 * time.Second}
+		req.Shards = own.Held
+		c, err := st.Claim(ctx, req)
 		done <- result{c, err}
 	}()
 	// Wait until the claim waits for the lock (its transaction has begun).
@@ -157,7 +158,7 @@ func TestClaimOwnedLeaseLostOnlyWhenNoShardIsHeld(t *testing.T) {
 	ctx := context.Background()
 	pool, _ := openPool(t)
 	st, table := migratedStore(t, pool, "lost_", pgstore.Config{})
-	own, err := st.Balance(ctx, store.BalanceRequest{Owner: "a", LeaseFor: 30 * time.Second})
+	own, err := st.Balance(ctx, driver.BalanceParams{Owner: "a", LeaseFor: 30 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -172,8 +173,8 @@ func TestClaimOwnedLeaseLostOnlyWhenNoShardIsHeld(t *testing.T) {
 	if _, err := pool.Exec(ctx, "UPDATE "+table+"_shards SET owner = 'b', epoch = epoch + 1 WHERE shard = $1", shard); err != nil {
 		t.Fatal(err)
 	}
-	req := store.OwnedClaimRequest{ClaimRequest: store.ClaimRequest{Lease: store.Lease{Owner: "a", Epoch: 1}, Limit: 10, LeaseFor: 30 * time.Second}, Shards: own.Held}
-	c, err := st.ClaimOwned(ctx, req)
+	req := driver.ClaimParams{Lease: driver.Lease{Owner: "a", Epoch: 1}, Limit: 10, LeaseFor: 30 * time.Second, Shards: own.Held}
+	c, err := st.Claim(ctx, req)
 	if err != nil {
 		t.Fatalf("claim over %d shards, one of them lost: %v; want nothing claimed and no error", len(own.Held), err)
 	}
@@ -181,8 +182,8 @@ func TestClaimOwnedLeaseLostOnlyWhenNoShardIsHeld(t *testing.T) {
 		t.Fatalf("claimed %d events from a shard that changed hands", len(c.Events))
 	}
 	// holding none of the shards it names: ErrLeaseLost
-	req.Shards = []store.ShardLease{{Shard: shard, Epoch: own.Held[shard].Epoch}}
-	if _, err := st.ClaimOwned(ctx, req); !errors.Is(err, store.ErrLeaseLost) {
+	req.Shards = []driver.ShardLease{{Shard: shard, Epoch: own.Held[shard].Epoch}}
+	if _, err := st.Claim(ctx, req); !errors.Is(err, driver.ErrLeaseLost) {
 		t.Fatalf("claim over the one lost shard: %v, want ErrLeaseLost", err)
 	}
 }

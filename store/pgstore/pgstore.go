@@ -17,6 +17,7 @@ import (
 
 	outbox "github.com/outbox-go/outbox"
 	"github.com/outbox-go/outbox/store"
+	"github.com/outbox-go/outbox/store/driver"
 )
 
 // Config configures a Store. The zero value is usable.
@@ -92,7 +93,7 @@ type Store struct {
 	// probeEvery is Options.ProbeInterval with its default (<0: off).
 	probeEvery time.Duration
 
-	// busyOwners holds the owners whose last ClaimOwned took or parked at
+	// busyOwners holds the owners whose last Claim took or parked at
 	// least half its Limit (a backlog): their next claim skips the
 	// pending probe (it would most likely name every shard, and cost a
 	// round trip before the claim).
@@ -117,8 +118,8 @@ type Store struct {
 	sweepAfter string
 
 	mu         sync.Mutex
-	wakeups    store.Wakeups
-	rebalance  store.Wakeups // BalanceNotify's
+	wakeups    driver.Wakeups
+	rebalance  driver.Wakeups // BalanceNotify's
 	listening  bool
 	stopListen context.CancelFunc
 	listenDone chan struct{}
@@ -126,7 +127,6 @@ type Store struct {
 }
 
 var _ store.Store = (*Store)(nil)
-var _ store.Notifier = (*Store)(nil)
 
 // New returns a store over pool, which stays the caller's to close.
 func New(pool *pgxpool.Pool, cfg Config) (*Store, error) {
@@ -416,7 +416,7 @@ func (s *Store) buildInsert(msgs []outbox.Message, notify bool) (string, []any) 
 		if !m.AvailableAt.IsZero() {
 			avail = m.AvailableAt
 		}
-		a = append(a, store.EncodeHeaders(m.Headers), avail)
+		a = append(a, driver.EncodeHeaders(m.Headers), avail)
 		b = appendParam(b, n+9)
 		b = append(b, "::jsonb,COALESCE("...)
 		b = appendParam(b, n+10)
@@ -556,7 +556,7 @@ func scanRecord(row pgx.Row) (store.Record, error) {
 	}
 	// A row whose headers break the contract is still shown (its
 	// last_error says why once a claim buried it), without headers.
-	r.Headers, _ = store.DecodeHeaders(headers)
+	r.Headers, _ = driver.DecodeHeaders(headers)
 	return r, nil
 }
 
@@ -579,7 +579,7 @@ const deadFilter = " WHERE status = 'DEAD' AND ($1 = '' OR topic = $1) AND ($2 =
 // ListDead lists DEAD events in id order.
 func (s *Store) ListDead(ctx context.Context, q store.DeadQuery) ([]store.Record, error) {
 	if q.Limit <= 0 {
-		q.Limit = store.DefaultLimit
+		q.Limit = driver.DefaultLimit
 	}
 	rows, err := s.pool.Query(ctx, "SELECT "+recordCols+" FROM "+s.table+deadFilter+" AND id > $4 ORDER BY id LIMIT $5",
 		q.Topic, q.Key, nonNil(q.IDs), q.AfterID, q.Limit)

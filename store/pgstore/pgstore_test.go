@@ -15,6 +15,7 @@ import (
 	outbox "github.com/outbox-go/outbox"
 	"github.com/outbox-go/outbox/internal/testenv"
 	"github.com/outbox-go/outbox/store"
+	"github.com/outbox-go/outbox/store/driver"
 	"github.com/outbox-go/outbox/store/pgstore"
 	"github.com/outbox-go/outbox/store/storetest"
 )
@@ -84,10 +85,10 @@ func TestConformance(t *testing.T) {
 	storetest.Run(t, storetest.Harness{
 		Name:          "postgres",
 		ClaimedStatus: outbox.StatusNew, // claims live in <table>_claims
-		ClaimReads: func(ctx context.Context, st store.Store, req store.OwnedClaimRequest) (store.Claim, int64, error) {
+		ClaimReads: func(ctx context.Context, st driver.Store, req driver.ClaimParams) (driver.Claim, int64, error) {
 			return st.(*pgstore.Store).ClaimOwnedReads(ctx, req)
 		},
-		New: func(opts store.Options) (store.Store, error) {
+		New: func(opts store.Options) (driver.Store, error) {
 			return pgstore.New(pool, pgstore.Config{Options: opts})
 		},
 		Open: func(t *testing.T, opts store.Options) storetest.Fixture {
@@ -116,19 +117,19 @@ func itoa(n int) string {
 
 // A claim that meets only rows of a held key parks them and runs again at
 // once: behind 3,000 rows of a key whose first event is DEAD, one
-// ClaimOwned of 1,000 returns the other keys' events, not an empty claim
+// Claim of 1,000 returns the other keys' events, not an empty claim
 // that a relay would take for "caught up".
 func TestClaimOwnedParksThenClaims(t *testing.T) {
 	pool, _ := openPool(t)
 	ctx := context.Background()
 	st, table := migratedStore(t, pool, "own_", pgstore.Config{})
-	own, err := st.Balance(ctx, store.BalanceRequest{Owner: "a", LeaseFor: time.Minute, HoldDeadKeys: true})
+	own, err := st.Balance(ctx, driver.BalanceParams{Owner: "a", LeaseFor: time.Minute, HoldDeadKeys: true})
 	if err != nil {
 		t.Fatal(err)
 	}
-	claim := func(epoch int64) store.Claim {
+	claim := func(epoch int64) driver.Claim {
 		t.Helper()
-		c, err := st.ClaimOwned(ctx, store.OwnedClaimRequest{ClaimRequest: store.ClaimRequest{Lease: store.Lease{Owner: "a", Epoch: epoch}, Limit: 1000, LeaseFor: time.Minute, HoldDeadKeys: true}, Shards: own.Held})
+		c, err := st.Claim(ctx, driver.ClaimParams{Lease: driver.Lease{Owner: "a", Epoch: epoch}, Limit: 1000, LeaseFor: time.Minute, HoldDeadKeys: true, Shards: own.Held})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -138,7 +139,7 @@ func TestClaimOwnedParksThenClaims(t *testing.T) {
 		t.Fatal(err)
 	}
 	c := claim(1)
-	if err := st.Bury(ctx, c.Lease, []store.Burial{{ID: c.Events[0].ID, Error: "poison"}}); err != nil {
+	if err := st.Bury(ctx, driver.BuryParams{Lease: c.Lease, Burials: []driver.Burial{{ID: c.Events[0].ID, Error: "poison"}}}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := pool.Exec(ctx, "INSERT INTO "+table+" (topic, event_key, event_type) SELECT 'orders', 'HOT', 'T' FROM generate_series(1, 3000)"); err != nil {
@@ -149,7 +150,7 @@ func TestClaimOwnedParksThenClaims(t *testing.T) {
 	}
 	c = claim(2)
 	if len(c.Events) != 5 {
-		t.Fatalf("ClaimOwned behind 3,000 held rows returned %d events; want the 5 of other keys", len(c.Events))
+		t.Fatalf("Claim behind 3,000 held rows returned %d events; want the 5 of other keys", len(c.Events))
 	}
 	var parked int
 	if err := pool.QueryRow(ctx, "SELECT count(*) FROM "+table+" WHERE parked").Scan(&parked); err != nil || parked != 3000 {
@@ -158,14 +159,15 @@ func TestClaimOwnedParksThenClaims(t *testing.T) {
 }
 
 // claimAll claims from every shard as req.Lease.Owner, the only relay.
-func claimAll(t testing.TB, st *pgstore.Store, req store.ClaimRequest) store.Claim {
+func claimAll(t testing.TB, st *pgstore.Store, req driver.ClaimParams) driver.Claim {
 	t.Helper()
 	ctx := context.Background()
-	own, err := st.Balance(ctx, store.BalanceRequest{Owner: req.Lease.Owner, LeaseFor: time.Minute, HoldDeadKeys: req.HoldDeadKeys})
+	own, err := st.Balance(ctx, driver.BalanceParams{Owner: req.Lease.Owner, LeaseFor: time.Minute, HoldDeadKeys: req.HoldDeadKeys})
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := st.ClaimOwned(ctx, store.OwnedClaimRequest{ClaimRequest: req, Shards: own.Held})
+	req.Shards = own.Held
+	c, err := st.Claim(ctx, req)
 	if err != nil {
 		t.Fatal(err)
 	}

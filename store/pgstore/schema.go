@@ -176,7 +176,7 @@ END $$;
 		// shard leases and relay heartbeats are tables of their own, with
 		// the 64 shard rows made here. A claim in flight from an earlier
 		// version gets no shard list (NULL): until it is settled or
-		// expires, ClaimOwned treats it as touching every shard, so an
+		// expires, Claim treats it as touching every shard, so an
 		// upgrade during a drain cannot split a key between an old relay
 		// and a new one. The two indexes are built in the migration's
 		// transaction when the table is small (an index build holds a

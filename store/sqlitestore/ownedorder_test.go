@@ -6,7 +6,7 @@ import (
 	"time"
 
 	outbox "github.com/outbox-go/outbox"
-	"github.com/outbox-go/outbox/store"
+	"github.com/outbox-go/outbox/store/driver"
 	"github.com/outbox-go/outbox/store/sqlitestore"
 )
 
@@ -29,14 +29,15 @@ func TestClaimKeyOrderAcrossClaimStart(t *testing.T) {
 	epoch := int64(0)
 	claim := func() []outbox.Event {
 		epoch++
-		req := store.ClaimRequest{Lease: store.Lease{Owner: "relay-a", Epoch: epoch}, Limit: 10, LeaseFor: time.Minute}
-		own := balance(t, st, store.BalanceRequest{Owner: "relay-a", LeaseFor: time.Minute})
-		c, err := st.ClaimOwned(ctx, store.OwnedClaimRequest{ClaimRequest: req, Shards: own.Held})
+		req := driver.ClaimParams{Lease: driver.Lease{Owner: "relay-a", Epoch: epoch}, Limit: 10, LeaseFor: time.Minute}
+		own := balance(t, st, driver.BalanceParams{Owner: "relay-a", LeaseFor: time.Minute})
+		req.Shards = own.Held
+		c, err := st.Claim(ctx, req)
 		if err != nil {
 			t.Fatal(err)
 		}
 		if len(c.Events) > 0 {
-			if err := st.Release(ctx, c.Lease, ids(c.Events)); err != nil {
+			if err := st.Release(ctx, driver.ReleaseParams{Lease: c.Lease, IDs: ids(c.Events)}); err != nil {
 				t.Fatal(err)
 			}
 		}

@@ -3,7 +3,7 @@ package sqlitestore
 import (
 	"context"
 	"database/sql"
-	"database/sql/driver"
+	sqldriver "database/sql/driver"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -20,6 +20,7 @@ import (
 
 	outbox "github.com/outbox-go/outbox"
 	"github.com/outbox-go/outbox/store"
+	"github.com/outbox-go/outbox/store/driver"
 )
 
 // Config configures a Store. The zero value is usable.
@@ -44,17 +45,14 @@ type Store struct {
 	stmts  map[string]*sql.Stmt // nil after Close
 
 	mu        sync.Mutex
-	wakeups   store.Wakeups
+	wakeups   driver.Wakeups
 	watching  bool
 	stopWatch context.CancelFunc
 	watchDone chan struct{}
 	closed    bool
 }
 
-var (
-	_ store.Store    = (*Store)(nil)
-	_ store.Notifier = (*Store)(nil)
-)
+var _ store.Store = (*Store)(nil)
 
 // New returns a store over db, which stays the caller's to close. db must be
 // a SQLite database/sql handle (modernc.org/sqlite, or any driver that takes
@@ -202,7 +200,7 @@ func (s *Store) immediate(ctx context.Context, op string, fn func(c *sql.Conn) e
 func rollback(c *sql.Conn) {
 	_, err := c.ExecContext(context.Background(), "ROLLBACK")
 	if err != nil && !strings.Contains(err.Error(), "no transaction is active") {
-		_ = c.Raw(func(any) error { return driver.ErrBadConn })
+		_ = c.Raw(func(any) error { return sqldriver.ErrBadConn })
 	}
 }
 
@@ -307,7 +305,7 @@ func (s *Store) buildInsert(msgs []outbox.Message) []insert {
 				b.WriteByte(',')
 			}
 			b.WriteString(row)
-			a = append(a, m.EventID, m.Topic, m.Key, m.Type, m.AggregateType, int64(m.SchemaVersion), m.Payload, m.ContentType, store.EncodeHeaders(m.Headers))
+			a = append(a, m.EventID, m.Topic, m.Key, m.Type, m.AggregateType, int64(m.SchemaVersion), m.Payload, m.ContentType, driver.EncodeHeaders(m.Headers))
 			if delayed {
 				var avail any
 				if !m.AvailableAt.IsZero() {
@@ -470,7 +468,7 @@ func schemaVersion(v any) (int, error) {
 			return int(x), nil
 		}
 	}
-	return 0, store.BadRow("schema_version is not an integer: it holds %q; use 0 or a positive version", fmt.Sprint(v))
+	return 0, driver.BadRow("schema_version is not an integer: it holds %q; use 0 or a positive version", fmt.Sprint(v))
 }
 
 // now reads the database clock once, in µs.
@@ -499,13 +497,14 @@ func (s *Store) leased(op string, res sql.Result, err error, want int) error {
 		return wrap(op, err)
 	}
 	if int(n) < want {
-		return fmt.Errorf("sqlitestore: %s: %d of %d events: %w", op, want-int(n), want, store.ErrLeaseLost)
+		return fmt.Errorf("sqlitestore: %s: %d of %d events: %w", op, want-int(n), want, driver.ErrLeaseLost)
 	}
 	return nil
 }
 
 // Extend renews the lease on ids until now+d (database clock).
-func (s *Store) Extend(ctx context.Context, lease store.Lease, ids []int64, d time.Duration) (time.Time, error) {
+func (s *Store) Extend(ctx context.Context, p driver.ExtendParams) (time.Time, error) {
+	lease, ids, d := p.Lease, p.IDs, p.For
 	if len(ids) == 0 {
 		return time.Time{}, nil
 	}
@@ -520,7 +519,7 @@ func (s *Store) Extend(ctx context.Context, lease store.Lease, ids []int64, d ti
 		return time.Time{}, wrap("extend", err)
 	}
 	if len(until) < len(ids) {
-		return time.Time{}, fmt.Errorf("sqlitestore: extend: %d of %d events: %w", len(ids)-len(until), len(ids), store.ErrLeaseLost)
+		return time.Time{}, fmt.Errorf("sqlitestore: extend: %d of %d events: %w", len(ids)-len(until), len(ids), driver.ErrLeaseLost)
 	}
 	return micros(until[0]), nil
 }
@@ -531,7 +530,8 @@ const archiveCols = "id, event_id, topic, event_key, event_type, aggregate_type,
 // Ack deletes ids, or with KeepSent moves them to the archive as SENT (an
 // INSERT … SELECT and a DELETE in one transaction). Like on
 // PostgreSQL an expired lease may still ack: the broker confirmed.
-func (s *Store) Ack(ctx context.Context, lease store.Lease, ids []int64) error {
+func (s *Store) Ack(ctx context.Context, p driver.AckParams) error {
+	lease, ids := p.Lease, p.IDs
 	if len(ids) == 0 {
 		return nil
 	}
@@ -544,10 +544,11 @@ func (s *Store) Ack(ctx context.Context, lease store.Lease, ids []int64) error {
 	return s.ackToArchive(ctx, "INSERT INTO "+s.archive+" ("+archiveCols+", status, sent_at) SELECT "+archiveCols+", 'SENT', "+nowUS+" FROM "+s.table+where, del, len(ids), args)
 }
 
-// AckClaim acks every event of the claim lease (store.ClaimAcker): one
+// AckClaim acks every event of the claim lease (driver.Driver): one
 // statement finds them by (owner, epoch) through the in-flight index, so no
 // id list is sent. ErrLeaseLost when fewer than n are still held.
-func (s *Store) AckClaim(ctx context.Context, lease store.Lease, n int) error {
+func (s *Store) AckClaim(ctx context.Context, p driver.AckClaimParams) error {
+	lease, n := p.Lease, p.N
 	where := " INDEXED BY " + quote(s.opts.Table+"_sending_idx") + " WHERE status = 'SENDING' AND lease_owner = ?1 AND lease_epoch = ?2"
 	del := "DELETE FROM " + s.table + where + " RETURNING event_key"
 	args := []any{lease.Owner, lease.Epoch}
@@ -567,7 +568,7 @@ func (s *Store) deleteAcked(ctx context.Context, del string, want int, args []an
 	}
 	s.unparkKeys(ctx, k.keys)
 	if k.n < want {
-		return fmt.Errorf("sqlitestore: ack: %d of %d events: %w", want-k.n, want, store.ErrLeaseLost)
+		return fmt.Errorf("sqlitestore: ack: %d of %d events: %w", want-k.n, want, driver.ErrLeaseLost)
 	}
 	return nil
 }
@@ -638,7 +639,7 @@ func (s *Store) ackToArchive(ctx context.Context, copySQL, del string, want int,
 	}
 	var lost error
 	if k.n < want {
-		lost = fmt.Errorf("sqlitestore: ack: %d of %d events: %w", want-k.n, want, store.ErrLeaseLost)
+		lost = fmt.Errorf("sqlitestore: ack: %d of %d events: %w", want-k.n, want, driver.ErrLeaseLost)
 	}
 	if err := s.unpark(ctx, tx, k.keys); err != nil {
 		return wrap("ack", err)
@@ -650,13 +651,14 @@ func (s *Store) ackToArchive(ctx context.Context, copySQL, del string, want int,
 }
 
 // Retry gives events back for a later attempt. The lease must still be live.
-func (s *Store) Retry(ctx context.Context, lease store.Lease, retries []store.Retry) error {
+func (s *Store) Retry(ctx context.Context, p driver.RetryParams) error {
+	lease, retries := p.Lease, p.Retries
 	if len(retries) == 0 {
 		return nil
 	}
 	rows := make([][3]any, len(retries))
 	for i, r := range retries {
-		rows[i] = [3]any{r.ID, max(r.Delay, 0).Microseconds(), store.CleanError(r.Error)}
+		rows[i] = [3]any{r.ID, max(r.Delay, 0).Microseconds(), driver.CleanError(r.Error)}
 	}
 	js, err := json.Marshal(rows)
 	if err != nil {
@@ -670,13 +672,14 @@ func (s *Store) Retry(ctx context.Context, lease store.Lease, retries []store.Re
 }
 
 // Bury marks events DEAD with their reason. The lease must still be live.
-func (s *Store) Bury(ctx context.Context, lease store.Lease, burials []store.Burial) error {
+func (s *Store) Bury(ctx context.Context, p driver.BuryParams) error {
+	lease, burials := p.Lease, p.Burials
 	if len(burials) == 0 {
 		return nil
 	}
 	rows := make([][2]any, len(burials))
 	for i, b := range burials {
-		rows[i] = [2]any{b.ID, store.CleanError(b.Error)}
+		rows[i] = [2]any{b.ID, driver.CleanError(b.Error)}
 	}
 	js, err := json.Marshal(rows)
 	if err != nil {
@@ -694,13 +697,14 @@ func (s *Store) Bury(ctx context.Context, lease store.Lease, burials []store.Bur
 	}
 	s.unparkKeys(ctx, k.keys)
 	if k.n < len(burials) {
-		return fmt.Errorf("sqlitestore: bury: %d of %d events: %w", len(burials)-k.n, len(burials), store.ErrLeaseLost)
+		return fmt.Errorf("sqlitestore: bury: %d of %d events: %w", len(burials)-k.n, len(burials), driver.ErrLeaseLost)
 	}
 	return nil
 }
 
 // Release gives events back untouched. The lease must still be live.
-func (s *Store) Release(ctx context.Context, lease store.Lease, ids []int64) error {
+func (s *Store) Release(ctx context.Context, p driver.ReleaseParams) error {
+	lease, ids := p.Lease, p.IDs
 	if len(ids) == 0 {
 		return nil
 	}
@@ -729,7 +733,7 @@ func scanRecord(row scanner) (store.Record, error) {
 	r.LeaseUntil, r.SentAt = nullMicros(until), nullMicros(sent)
 	// A row whose headers break the contract is still shown (its
 	// last_error says why once a claim buried it), without headers.
-	r.Headers, _ = store.DecodeHeaders(headers)
+	r.Headers, _ = driver.DecodeHeaders(headers)
 	return r, nil
 }
 
@@ -751,7 +755,7 @@ const deadFilter = " WHERE status = 'DEAD' AND (?1 = '' OR topic = ?1) AND (?2 =
 // ListDead lists DEAD events in id order.
 func (s *Store) ListDead(ctx context.Context, q store.DeadQuery) ([]store.Record, error) {
 	if q.Limit <= 0 {
-		q.Limit = store.DefaultLimit
+		q.Limit = driver.DefaultLimit
 	}
 	rows, err := s.db.QueryContext(ctx, "SELECT "+recordCols+" FROM "+s.table+deadFilter+" AND id > ?4 ORDER BY id LIMIT ?5",
 		q.Topic, q.Key, idsJSON(q.IDs), q.AfterID, q.Limit)

@@ -7,6 +7,7 @@ import (
 
 	outbox "github.com/outbox-go/outbox"
 	"github.com/outbox-go/outbox/store"
+	"github.com/outbox-go/outbox/store/driver"
 )
 
 // testPerKeyRetryHolds: an earlier event waiting for its retry holds its key.
@@ -15,7 +16,7 @@ func (s *suite) testPerKeyRetryHolds(t *testing.T) {
 	enqueue(t, fx, msg("k1", "K"), msg("k2", "K"), msg("o1", "other-1"), msg("k3", "K"))
 	a := claim(t, fx, req(s.lease("relay-a"), 1))
 	wantLabels(t, "Claim(Limit 1)", a.Events, "k1")
-	if err := fx.Store.Retry(t.Context(), a.Lease, []store.Retry{{ID: a.Events[0].ID, Delay: time.Hour, Error: "broker down"}}); err != nil {
+	if err := fx.Store.Retry(t.Context(), driver.RetryParams{Lease: a.Lease, Retries: []driver.Retry{{ID: a.Events[0].ID, Delay: time.Hour, Error: "broker down"}}}); err != nil {
 		t.Fatalf("Retry: %v", err)
 	}
 	b := claim(t, fx, req(s.lease("relay-b"), 10))
@@ -37,7 +38,7 @@ func (s *suite) testPerKeyRetryNow(t *testing.T) {
 	enqueue(t, fx, msg("k1", "K"), msg("k2", "K"), msg("o1", "other-1"), msg("k3", "K"))
 	a := claim(t, fx, req(s.lease("relay-a"), 1))
 	wantLabels(t, "Claim(Limit 1)", a.Events, "k1")
-	if err := fx.Store.Retry(t.Context(), a.Lease, []store.Retry{{ID: a.Events[0].ID, Delay: 0, Error: "flaky"}}); err != nil {
+	if err := fx.Store.Retry(t.Context(), driver.RetryParams{Lease: a.Lease, Retries: []driver.Retry{{ID: a.Events[0].ID, Delay: 0, Error: "flaky"}}}); err != nil {
 		t.Fatalf("Retry: %v", err)
 	}
 	all := s.drain(t, fx, "relay-b", true)
@@ -59,7 +60,7 @@ func (s *suite) testPerKeyDead(t *testing.T) {
 	enqueue(t, fx, msg("k1", "K"), msg("k2", "K"), msg("k3", "K"), msg("o1", "other-1"), msg("n1", ""))
 	a := claim(t, fx, req(s.lease("relay-a"), 1))
 	wantLabels(t, "Claim(Limit 1)", a.Events, "k1")
-	if err := fx.Store.Bury(t.Context(), a.Lease, []store.Burial{{ID: a.Events[0].ID, Error: "poison"}}); err != nil {
+	if err := fx.Store.Bury(t.Context(), driver.BuryParams{Lease: a.Lease, Burials: []driver.Burial{{ID: a.Events[0].ID, Error: "poison"}}}); err != nil {
 		t.Fatalf("Bury: %v", err)
 	}
 	held := s.drain(t, fx, "relay-hold", true)
@@ -81,7 +82,7 @@ func (s *suite) testPerKeyDead(t *testing.T) {
 // key; a delayed keyless event holds nothing.
 func (s *suite) testPerKeyAvailableAt(t *testing.T) {
 	fx := s.migrated(t, store.Options{})
-	soon := time.Now().Add(2 * time.Second)
+	soon := time.Now().Add(5 * time.Second) // past the claims below, however slow
 	k1 := msg("k1", "K")
 	k1.AvailableAt = soon
 	later := msg("later", "")
@@ -101,23 +102,23 @@ func (s *suite) testPerKeyAvailableAt(t *testing.T) {
 // testClaimAcker: AckClaim acks a whole claim, and is fenced like Ack.
 func (s *suite) testClaimAcker(t *testing.T) {
 	fx := s.migrated(t, store.Options{})
-	ca, ok := fx.Store.(store.ClaimAcker)
+	ca, ok := fx.Store.(driver.Driver)
 	if !ok {
-		t.Skipf("%s store does not implement store.ClaimAcker", s.h.Name)
+		t.Skipf("%s store does not implement driver.Driver", s.h.Name)
 	}
 	ctx := t.Context()
 	enqueue(t, fx, msg("a1", "A"), msg("k1", ""), msg("a2", "A"))
 	c := claim(t, fx, req(s.lease("relay"), 10))
 	wantLabels(t, "claim", c.Events, "a1", "k1", "a2")
 	enqueue(t, fx, msg("a3", "A"))
-	if err := ca.AckClaim(ctx, c.Lease, len(c.Events)); err != nil {
+	if err := ca.AckClaim(ctx, driver.AckClaimParams{Lease: c.Lease, N: len(c.Events)}); err != nil {
 		t.Fatalf("AckClaim: %v", err)
 	}
 	for _, e := range c.Events {
 		wantNotFound(t, fx, e.ID, "after AckClaim")
 	}
-	if err := ca.AckClaim(ctx, c.Lease, len(c.Events)); !errors.Is(err, store.ErrLeaseLost) {
-		t.Errorf("AckClaim a second time: %v; want store.ErrLeaseLost", err)
+	if err := ca.AckClaim(ctx, driver.AckClaimParams{Lease: c.Lease, N: len(c.Events)}); !errors.Is(err, driver.ErrLeaseLost) {
+		t.Errorf("AckClaim a second time: %v; want driver.ErrLeaseLost", err)
 	}
 	// The key is free again: a3 is claimable at once.
 	next := claim(t, fx, req(s.lease("relay"), 10))
@@ -126,15 +127,15 @@ func (s *suite) testClaimAcker(t *testing.T) {
 	// A stale owner's AckClaim after a takeover changes nothing.
 	r := req(s.lease("stale"), 10)
 	r.LeaseFor = time.Second
-	if err := fx.Store.Release(ctx, next.Lease, ids(next.Events)); err != nil {
+	if err := fx.Store.Release(ctx, driver.ReleaseParams{Lease: next.Lease, IDs: ids(next.Events)}); err != nil {
 		t.Fatalf("Release: %v", err)
 	}
 	old := claim(t, fx, r)
 	wantLabels(t, "claim with a 1s lease", old.Events, "a3")
 	fresh := s.eventually(t, fx, "fresh", 10, 5*time.Second)
 	wantLabels(t, "claim after the lease ran out", fresh.Events, "a3")
-	if err := ca.AckClaim(ctx, old.Lease, 1); !errors.Is(err, store.ErrLeaseLost) {
-		t.Errorf("AckClaim by the stale owner: %v; want store.ErrLeaseLost", err)
+	if err := ca.AckClaim(ctx, driver.AckClaimParams{Lease: old.Lease, N: 1}); !errors.Is(err, driver.ErrLeaseLost) {
+		t.Errorf("AckClaim by the stale owner: %v; want driver.ErrLeaseLost", err)
 	}
 	if rec := get(t, fx, fresh.Events[0].ID); rec.Status != outbox.StatusSending || rec.LeaseOwner != "fresh" {
 		t.Errorf("after a stale AckClaim: %s; want SENDING under owner fresh", describe(rec))
@@ -144,7 +145,7 @@ func (s *suite) testClaimAcker(t *testing.T) {
 	kept := s.migrated(t, store.Options{KeepSent: true})
 	enqueue(t, kept, msg("s1", "S"), msg("s2", ""))
 	kc := claim(t, kept, req(s.lease("relay"), 10))
-	if err := kept.Store.(store.ClaimAcker).AckClaim(ctx, kc.Lease, len(kc.Events)); err != nil {
+	if err := kept.Store.(driver.Driver).AckClaim(ctx, driver.AckClaimParams{Lease: kc.Lease, N: len(kc.Events)}); err != nil {
 		t.Fatalf("AckClaim with KeepSent: %v", err)
 	}
 	for _, e := range kc.Events {
@@ -161,25 +162,25 @@ func (s *suite) testLeaseExpiry(t *testing.T) {
 	enqueue(t, fx, msg("e1", ""), msg("e2", "K"))
 	before := time.Now()
 	r := req(s.lease("stale"), 10)
-	r.LeaseFor = time.Second
+	r.LeaseFor = 3 * time.Second // outlasts a claim on a loaded machine
 	old := claim(t, fx, r)
 	after := time.Now()
-	wantLabels(t, "claim with LeaseFor 1s", old.Events, "e1", "e2")
-	if !within(old.Until, before.Add(time.Second), after.Add(time.Second), time.Second) {
-		t.Errorf("Claim(LeaseFor 1s) Until = %v; want about now+1s (%v): lease times come from the database clock", old.Until, before.Add(time.Second))
+	wantLabels(t, "claim with LeaseFor 3s", old.Events, "e1", "e2")
+	if !within(old.Until, before.Add(r.LeaseFor), after.Add(r.LeaseFor), time.Second) {
+		t.Errorf("Claim(LeaseFor 3s) Until = %v; want about now+3s (%v): lease times come from the database clock", old.Until, before.Add(r.LeaseFor))
 	}
 	rec := get(t, fx, old.Events[0].ID)
 	if rec.Status != outbox.StatusSending || rec.LeaseOwner != "stale" || !near(rec.LeaseUntil, old.Until, 100*time.Millisecond) {
 		t.Errorf("Get of a claimed event: %s; want SENDING, owner stale, lease until %v", describe(rec), old.Until)
 	}
 	if c := claim(t, fx, req(s.lease("fresh"), 10)); len(c.Events) != 0 {
-		t.Fatalf("another owner claimed %v while the 1s lease was live", labels(c.Events))
+		t.Fatalf("another owner claimed %v while the 3s lease was live", labels(c.Events))
 	}
-	fresh := s.eventually(t, fx, "fresh", 10, 5*time.Second)
+	fresh := s.eventually(t, fx, "fresh", 10, 10*time.Second)
 	if got := time.Now(); got.Before(old.Until.Add(-250 * time.Millisecond)) {
 		t.Errorf("another owner took the events at %v, before the lease ran out at %v", got, old.Until)
 	}
-	wantLabels(t, "claim after the 1s lease expired", fresh.Events, "e1", "e2")
+	wantLabels(t, "claim after the 3s lease expired", fresh.Events, "e1", "e2")
 	id1, id2 := fresh.Events[0].ID, fresh.Events[1].ID
 	snap := map[int64]store.Record{id1: get(t, fx, id1), id2: get(t, fx, id2)}
 	for id, rec := range snap {
@@ -199,24 +200,24 @@ func (s *suite) testLeaseExpiry(t *testing.T) {
 	}
 	ctx := t.Context()
 	both := []int64{id1, id2}
-	if err := fx.Store.Ack(ctx, old.Lease, both); !errors.Is(err, store.ErrLeaseLost) {
-		t.Errorf("Ack by the stale owner: %v; want store.ErrLeaseLost", err)
+	if err := fx.Store.Ack(ctx, driver.AckParams{Lease: old.Lease, IDs: both}); !errors.Is(err, driver.ErrLeaseLost) {
+		t.Errorf("Ack by the stale owner: %v; want driver.ErrLeaseLost", err)
 	}
 	unchanged("Ack")
-	if err := fx.Store.Retry(ctx, old.Lease, []store.Retry{{ID: id1, Delay: time.Hour, Error: "stale"}, {ID: id2, Error: "stale"}}); !errors.Is(err, store.ErrLeaseLost) {
-		t.Errorf("Retry by the stale owner: %v; want store.ErrLeaseLost", err)
+	if err := fx.Store.Retry(ctx, driver.RetryParams{Lease: old.Lease, Retries: []driver.Retry{{ID: id1, Delay: time.Hour, Error: "stale"}, {ID: id2, Error: "stale"}}}); !errors.Is(err, driver.ErrLeaseLost) {
+		t.Errorf("Retry by the stale owner: %v; want driver.ErrLeaseLost", err)
 	}
 	unchanged("Retry")
-	if err := fx.Store.Bury(ctx, old.Lease, []store.Burial{{ID: id1, Error: "stale"}, {ID: id2, Error: "stale"}}); !errors.Is(err, store.ErrLeaseLost) {
-		t.Errorf("Bury by the stale owner: %v; want store.ErrLeaseLost", err)
+	if err := fx.Store.Bury(ctx, driver.BuryParams{Lease: old.Lease, Burials: []driver.Burial{{ID: id1, Error: "stale"}, {ID: id2, Error: "stale"}}}); !errors.Is(err, driver.ErrLeaseLost) {
+		t.Errorf("Bury by the stale owner: %v; want driver.ErrLeaseLost", err)
 	}
 	unchanged("Bury")
-	if err := fx.Store.Release(ctx, old.Lease, both); !errors.Is(err, store.ErrLeaseLost) {
-		t.Errorf("Release by the stale owner: %v; want store.ErrLeaseLost", err)
+	if err := fx.Store.Release(ctx, driver.ReleaseParams{Lease: old.Lease, IDs: both}); !errors.Is(err, driver.ErrLeaseLost) {
+		t.Errorf("Release by the stale owner: %v; want driver.ErrLeaseLost", err)
 	}
 	unchanged("Release")
-	if _, err := fx.Store.Extend(ctx, old.Lease, both, time.Hour); !errors.Is(err, store.ErrLeaseLost) {
-		t.Errorf("Extend by the stale owner: %v; want store.ErrLeaseLost", err)
+	if _, err := fx.Store.Extend(ctx, driver.ExtendParams{Lease: old.Lease, IDs: both, For: time.Hour}); !errors.Is(err, driver.ErrLeaseLost) {
+		t.Errorf("Extend by the stale owner: %v; want driver.ErrLeaseLost", err)
 	}
 	unchanged("Extend")
 	if c := claim(t, fx, req(s.lease("third"), 10)); len(c.Events) != 0 {
@@ -225,8 +226,8 @@ func (s *suite) testLeaseExpiry(t *testing.T) {
 	ack(t, fx, fresh)
 	wantNotFound(t, fx, id1, "after the new owner's Ack")
 	wantNotFound(t, fx, id2, "after the new owner's Ack")
-	if err := fx.Store.Ack(ctx, fresh.Lease, both); !errors.Is(err, store.ErrLeaseLost) {
-		t.Errorf("a second Ack of the same events: %v; want store.ErrLeaseLost (they were acked already)", err)
+	if err := fx.Store.Ack(ctx, driver.AckParams{Lease: fresh.Lease, IDs: both}); !errors.Is(err, driver.ErrLeaseLost) {
+		t.Errorf("a second Ack of the same events: %v; want driver.ErrLeaseLost (they were acked already)", err)
 	}
 }
 
@@ -248,20 +249,20 @@ func (s *suite) testLeaseFencingEpoch(t *testing.T) {
 	id := first.Events[0].ID
 	was := get(t, fx, id)
 	ctx := t.Context()
-	_, extendErr := fx.Store.Extend(ctx, first.Lease, []int64{id}, time.Hour)
+	_, extendErr := fx.Store.Extend(ctx, driver.ExtendParams{Lease: first.Lease, IDs: []int64{id}, For: time.Hour})
 	stale := []struct {
 		op  string
 		err error
 	}{
-		{"Ack", fx.Store.Ack(ctx, first.Lease, []int64{id})},
-		{"Retry", fx.Store.Retry(ctx, first.Lease, []store.Retry{{ID: id, Delay: time.Hour, Error: "stale"}})},
-		{"Bury", fx.Store.Bury(ctx, first.Lease, []store.Burial{{ID: id, Error: "stale"}})},
-		{"Release", fx.Store.Release(ctx, first.Lease, []int64{id})},
+		{"Ack", fx.Store.Ack(ctx, driver.AckParams{Lease: first.Lease, IDs: []int64{id}})},
+		{"Retry", fx.Store.Retry(ctx, driver.RetryParams{Lease: first.Lease, Retries: []driver.Retry{{ID: id, Delay: time.Hour, Error: "stale"}}})},
+		{"Bury", fx.Store.Bury(ctx, driver.BuryParams{Lease: first.Lease, Burials: []driver.Burial{{ID: id, Error: "stale"}}})},
+		{"Release", fx.Store.Release(ctx, driver.ReleaseParams{Lease: first.Lease, IDs: []int64{id}})},
 		{"Extend", extendErr},
 	}
 	for _, st := range stale {
-		if !errors.Is(st.err, store.ErrLeaseLost) {
-			t.Errorf("%s with the owner's older epoch: %v; want store.ErrLeaseLost (every change is a compare-and-swap on owner and epoch)", st.op, st.err)
+		if !errors.Is(st.err, driver.ErrLeaseLost) {
+			t.Errorf("%s with the owner's older epoch: %v; want driver.ErrLeaseLost (every change is a compare-and-swap on owner and epoch)", st.op, st.err)
 		}
 	}
 	if now := get(t, fx, id); now.Status != outbox.StatusSending || now.Attempts != was.Attempts || now.LastError != was.LastError || !now.LeaseUntil.Equal(was.LeaseUntil) {
@@ -275,17 +276,17 @@ func (s *suite) testLeaseExtend(t *testing.T) {
 	fx := s.migrated(t, store.Options{})
 	enqueue(t, fx, msg("e1", ""), msg("e2", "K"))
 	r := req(s.lease("relay"), 10)
-	r.LeaseFor = time.Second
+	r.LeaseFor = 3 * time.Second // outlasts a claim on a loaded machine
 	c := claim(t, fx, r)
-	wantLabels(t, "claim with LeaseFor 1s", c.Events, "e1", "e2")
+	wantLabels(t, "claim with LeaseFor 3s", c.Events, "e1", "e2")
 	time.Sleep(300 * time.Millisecond)
 	before := time.Now()
-	until, err := fx.Store.Extend(t.Context(), c.Lease, ids(c.Events), 4*time.Second)
+	until, err := fx.Store.Extend(t.Context(), driver.ExtendParams{Lease: c.Lease, IDs: ids(c.Events), For: 6 * time.Second})
 	if err != nil {
 		t.Fatalf("Extend: %v", err)
 	}
-	if !within(until, before.Add(4*time.Second), time.Now().Add(4*time.Second), time.Second) {
-		t.Errorf("Extend(4s) returned %v; want about now+4s (%v)", until, before.Add(4*time.Second))
+	if !within(until, before.Add(6*time.Second), time.Now().Add(6*time.Second), time.Second) {
+		t.Errorf("Extend(6s) returned %v; want about now+6s (%v)", until, before.Add(6*time.Second))
 	}
 	if rec := get(t, fx, c.Events[0].ID); !near(rec.LeaseUntil, until, 100*time.Millisecond) {
 		t.Errorf("Get after Extend: LeaseUntil %v; want %v as Extend returned", rec.LeaseUntil, until)
@@ -303,15 +304,15 @@ func (s *suite) testLeaseRelease(t *testing.T) {
 	enqueue(t, fx, msg("e1", ""), msg("e2", "K"))
 	a := claim(t, fx, req(s.lease("relay-a"), 10))
 	wantLabels(t, "first claim", a.Events, "e1", "e2")
-	if err := fx.Store.Retry(t.Context(), a.Lease, []store.Retry{{ID: a.Events[0].ID, Delay: 0, Error: "flaky"}}); err != nil {
+	if err := fx.Store.Retry(t.Context(), driver.RetryParams{Lease: a.Lease, Retries: []driver.Retry{{ID: a.Events[0].ID, Delay: 0, Error: "flaky"}}}); err != nil {
 		t.Fatalf("Retry: %v", err)
 	}
-	if err := fx.Store.Release(t.Context(), a.Lease, ids(a.Events[1:])); err != nil {
+	if err := fx.Store.Release(t.Context(), driver.ReleaseParams{Lease: a.Lease, IDs: ids(a.Events[1:])}); err != nil {
 		t.Fatalf("Release: %v", err)
 	}
 	b := claim(t, fx, req(s.lease("relay-b"), 10))
 	wantLabels(t, "claim right after Retry(0) and Release", b.Events, "e1", "e2")
-	if err := fx.Store.Release(t.Context(), b.Lease, ids(b.Events)); err != nil {
+	if err := fx.Store.Release(t.Context(), driver.ReleaseParams{Lease: b.Lease, IDs: ids(b.Events)}); err != nil {
 		t.Fatalf("Release: %v", err)
 	}
 	e1, e2 := get(t, fx, b.Events[0].ID), get(t, fx, b.Events[1].ID)
@@ -338,9 +339,9 @@ func (s *suite) testLeasePartialAck(t *testing.T) {
 	wantLabels(t, "first claim", a.Events, "e1", "e2")
 	b := claim(t, fx, req(s.lease("relay"), 10))
 	wantLabels(t, "second claim", b.Events, "e3")
-	err := fx.Store.Ack(t.Context(), a.Lease, []int64{a.Events[0].ID, a.Events[1].ID, b.Events[0].ID})
-	if !errors.Is(err, store.ErrLeaseLost) {
-		t.Errorf("Ack naming an id held by another lease: %v; want store.ErrLeaseLost", err)
+	err := fx.Store.Ack(t.Context(), driver.AckParams{Lease: a.Lease, IDs: []int64{a.Events[0].ID, a.Events[1].ID, b.Events[0].ID}})
+	if !errors.Is(err, driver.ErrLeaseLost) {
+		t.Errorf("Ack naming an id held by another lease: %v; want driver.ErrLeaseLost", err)
 	}
 	wantNotFound(t, fx, a.Events[0].ID, "after a partial Ack (the held ids must still be acked)")
 	wantNotFound(t, fx, a.Events[1].ID, "after a partial Ack (the held ids must still be acked)")

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/outbox-go/outbox/store"
+	"github.com/outbox-go/outbox/store/driver"
 )
 
 // testMigrateIdempotent: Migrate three times, then again with data in the
@@ -31,7 +32,7 @@ func (s *suite) testMigrateIdempotent(t *testing.T) {
 func (s *suite) testMigrateConcurrent(t *testing.T) {
 	opts := store.Options{Table: newTableName()}
 	fx := s.open(t, opts)
-	stores := []store.Store{fx.Store}
+	stores := []driver.Store{fx.Store}
 	for range 4 {
 		st, err := s.h.New(opts)
 		if err != nil {

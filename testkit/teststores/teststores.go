@@ -20,6 +20,7 @@ import (
 
 	"github.com/outbox-go/outbox/internal/testenv"
 	"github.com/outbox-go/outbox/store"
+	"github.com/outbox-go/outbox/store/driver"
 	"github.com/outbox-go/outbox/store/mysqlstore"
 	"github.com/outbox-go/outbox/store/pgstore"
 	"github.com/outbox-go/outbox/store/sqlitestore"
@@ -30,7 +31,7 @@ var Kinds = []string{"postgres", "mysql", "sqlite"}
 
 // Opened is a migrated store over a fresh table.
 type Opened struct {
-	Store store.Store
+	Store driver.Store
 	URL   string        // the --db URL of the same database
 	Opts  store.Options // Table is the fresh name
 	DB    *sql.DB       // the same database through database/sql, for the caller's transactions
@@ -74,7 +75,7 @@ func OpenAt(t testing.TB, kind, url string, opts store.Options) Opened {
 	}
 	ctx := context.Background()
 	var (
-		st  store.Store
+		st  driver.Store
 		err error
 	)
 	switch kind {
@@ -188,7 +189,7 @@ AND to_regclass(quote_ident(substr(slot_name, 8) || '_parked')) IS NULL`)
 
 // Claim claims from every shard of st's table as req.Lease.Owner, a relay
 // alone on the table (TryClaim), and fails t on an error.
-func Claim(t testing.TB, st store.Store, req store.ClaimRequest) store.Claim {
+func Claim(t testing.TB, st driver.Store, req driver.ClaimParams) driver.Claim {
 	t.Helper()
 	c, err := TryClaim(context.Background(), st, req)
 	if err != nil {
@@ -198,16 +199,17 @@ func Claim(t testing.TB, st store.Store, req store.ClaimRequest) store.Claim {
 }
 
 // TryClaim claims from every shard of st's table as req.Lease.Owner, a
-// relay alone on the table: Balance, then ClaimOwned from the shards it
+// relay alone on the table: Balance, then Claim from the shards it
 // holds.
-func TryClaim(ctx context.Context, st store.Store, req store.ClaimRequest) (store.Claim, error) {
-	own, err := st.Balance(ctx, store.BalanceRequest{Owner: req.Lease.Owner, LeaseFor: time.Minute, HoldDeadKeys: req.HoldDeadKeys})
+func TryClaim(ctx context.Context, st driver.Store, req driver.ClaimParams) (driver.Claim, error) {
+	own, err := st.Balance(ctx, driver.BalanceParams{Owner: req.Lease.Owner, LeaseFor: time.Minute, HoldDeadKeys: req.HoldDeadKeys})
 	if err != nil {
-		return store.Claim{}, fmt.Errorf("balance as %q: %w", req.Lease.Owner, err)
+		return driver.Claim{}, fmt.Errorf("balance as %q: %w", req.Lease.Owner, err)
 	}
-	c, err := st.ClaimOwned(ctx, store.OwnedClaimRequest{ClaimRequest: req, Shards: own.Held})
+	req.Shards = own.Held
+	c, err := st.Claim(ctx, req)
 	if err != nil {
-		return store.Claim{}, fmt.Errorf("claim as %q: %w", req.Lease.Owner, err)
+		return driver.Claim{}, fmt.Errorf("claim as %q: %w", req.Lease.Owner, err)
 	}
 	return c, nil
 }

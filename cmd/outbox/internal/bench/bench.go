@@ -25,6 +25,7 @@ import (
 	"github.com/outbox-go/outbox/internal/redact"
 	"github.com/outbox-go/outbox/relay"
 	"github.com/outbox-go/outbox/store"
+	"github.com/outbox-go/outbox/store/driver"
 	"github.com/outbox-go/outbox/store/pgstore"
 )
 
@@ -75,7 +76,7 @@ type Config struct {
 	Producer string
 	// OpenStore and SQLDB open the database (injected so this package does
 	// not import every store).
-	OpenStore func(ctx context.Context, url string, opts store.Options) (store.Store, error)
+	OpenStore func(ctx context.Context, url string, opts store.Options) (driver.Store, error)
 	SQLDB     func(url string) (*sql.DB, string, error) // db, dialect ("postgres", "mysql", "sqlite")
 }
 
@@ -329,7 +330,7 @@ func makeMessages(c Config, topic string) []outbox.Message {
 	return msgs
 }
 
-func fill(ctx context.Context, st store.Store, msgs []outbox.Message) error {
+func fill(ctx context.Context, st driver.Store, msgs []outbox.Message) error {
 	for i := 0; i < len(msgs); i += 5000 {
 		if err := st.Enqueue(ctx, msgs[i:min(i+5000, len(msgs))]...); err != nil {
 			return err
@@ -441,7 +442,7 @@ func rawPublish(ctx context.Context, br broker.Broker, msgs []outbox.Message, ba
 
 func quietLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
 
-func drain(ctx context.Context, st store.Store, br broker.Broker, c Config) (float64, error) {
+func drain(ctx context.Context, st driver.Store, br broker.Broker, c Config) (float64, error) {
 	r, err := relay.New(st, br, relay.Config{BatchSize: c.Batch, Workers: c.Workers, Logger: quietLogger(), PollInterval: 5 * time.Millisecond})
 	if err != nil {
 		return 0, err
@@ -490,7 +491,7 @@ func (a *ackClock) Publish(ctx context.Context, events []outbox.Event) []error {
 	return res
 }
 
-func latency(ctx context.Context, st store.Store, produce func(context.Context, outbox.Message) error, br broker.Broker, c Config, topic string, res *Result) error {
+func latency(ctx context.Context, st driver.Store, produce func(context.Context, outbox.Message) error, br broker.Broker, c Config, topic string, res *Result) error {
 	res.LatencyAt = "broker ack"
 	clock := &ackClock{Broker: br, acked: map[string]time.Time{}}
 	r, err := relay.New(st, clock, relay.Config{BatchSize: c.Batch, Workers: c.Workers, Logger: quietLogger()})

@@ -30,6 +30,7 @@ import (
 	"github.com/outbox-go/outbox/inbox"
 	"github.com/outbox-go/outbox/relay"
 	"github.com/outbox-go/outbox/store"
+	"github.com/outbox-go/outbox/store/driver"
 )
 
 // runDemo tells the seeds' story on the embedded default: SQLite in a temp
@@ -88,7 +89,7 @@ type demo struct {
 	table, inboxTable string
 	dialect           orders.Dialect
 	db                *sql.DB
-	st                store.Store
+	st                driver.Store
 	in                *inbox.Inbox
 	relay             *exec.Cmd
 	relayDone         chan struct{}

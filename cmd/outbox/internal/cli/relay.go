@@ -18,6 +18,7 @@ import (
 	"github.com/outbox-go/outbox/cmd/outbox/internal/wire"
 	"github.com/outbox-go/outbox/relay"
 	"github.com/outbox-go/outbox/store"
+	"github.com/outbox-go/outbox/store/driver"
 	"github.com/outbox-go/outbox/telemetry"
 )
 
@@ -156,7 +157,7 @@ func runRelay(ctx context.Context, e env, args []string) error {
 	}
 	// Every setting is checked before anything is opened: relay.New
 	// touches neither its store nor its broker, so stand-ins do here.
-	if _, err := relay.New(struct{ store.Store }{}, struct{ broker.Broker }{}, cfg); err != nil {
+	if _, err := relay.New(struct{ driver.Driver }{}, struct{ broker.Broker }{}, cfg); err != nil {
 		return fmt.Errorf("%w: %s", wire.ErrUsage, flagNames(strings.TrimPrefix(err.Error(), "relay: ")))
 	}
 	if path, ok := sqlitePath(f.db); ok && path != ":memory:" {

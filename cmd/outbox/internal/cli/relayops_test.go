@@ -19,6 +19,7 @@ import (
 	outbox "github.com/outbox-go/outbox"
 	"github.com/outbox-go/outbox/internal/testnats"
 	"github.com/outbox-go/outbox/store"
+	"github.com/outbox-go/outbox/store/driver"
 	"github.com/outbox-go/outbox/telemetry"
 	"github.com/outbox-go/outbox/testkit/teststores"
 )
@@ -125,7 +126,7 @@ func (r *runningRelay) notReady(want ...string) string {
 	return body
 }
 
-func enqueueN(t *testing.T, st store.Store, topic string, n int) {
+func enqueueN(t *testing.T, st driver.Store, topic string, n int) {
 	t.Helper()
 	msgs := make([]outbox.Message, n)
 	for i := range msgs {

@@ -91,11 +91,50 @@ type BatchReport struct {
 	LeaseLost bool          // the store refused a write because the lease was gone
 }
 
-func (c Config) normalize() (Config, error) {
+// WithDefaults returns c with the documented default in every zero field.
+func (c Config) WithDefaults() Config {
 	if c.Owner == "" {
 		c.Owner = defaultOwner()
-	} else if len(c.Owner) > 64 {
-		return c, fmt.Errorf("relay: Owner %q is longer than 64 characters", c.Owner)
+	}
+	if c.BatchSize == 0 {
+		c.BatchSize = 500
+	}
+	if c.Workers == 0 {
+		c.Workers = 3
+	}
+	if c.LeaseFor == 0 {
+		c.LeaseFor = 30 * time.Second
+	}
+	if c.PublishTimeout == 0 {
+		c.PublishTimeout = 10 * time.Second
+	}
+	if c.PollInterval == 0 {
+		c.PollInterval = 500 * time.Millisecond
+	}
+	if c.MaxAttempts == 0 {
+		c.MaxAttempts = 25
+	}
+	if c.BackoffBase == 0 {
+		c.BackoffBase = time.Second
+	}
+	if c.BackoffMax == 0 {
+		c.BackoffMax = 10 * time.Minute
+	}
+	if c.DrainTimeout == 0 {
+		c.DrainTimeout = 5 * time.Second
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	return c
+}
+
+// validate refuses what WithDefaults left unusable: a negative value is a
+// mistake, not a request for the default, so it is named rather than run
+// with a setting nobody chose.
+func (c Config) validate() error {
+	if len(c.Owner) > 64 {
+		return fmt.Errorf("relay: Owner %q is longer than 64 characters", c.Owner)
 	}
 	for _, f := range []struct {
 		name string
@@ -107,53 +146,21 @@ func (c Config) normalize() (Config, error) {
 		{"BackoffMax", c.BackoffMax < 0}, {"DrainTimeout", c.DrainTimeout < 0},
 	} {
 		if f.neg {
-			// a negative value is a mistake, not a request for the
-			// default: say so rather than run with a setting nobody chose
-			return c, fmt.Errorf("relay: %s must not be negative (0 means the default)", f.name)
+			return fmt.Errorf("relay: %s must not be negative (0 means the default)", f.name)
 		}
 	}
-	if c.BatchSize == 0 {
-		c.BatchSize = 500
-	}
-	if c.Workers <= 0 {
-		c.Workers = 3
-	}
-	if c.LeaseFor <= 0 {
-		c.LeaseFor = 30 * time.Second
-	}
 	if c.LeaseFor < 100*time.Millisecond {
-		return c, errors.New("relay: LeaseFor must be at least 100ms")
-	}
-	if c.PublishTimeout <= 0 {
-		c.PublishTimeout = 10 * time.Second
-	}
-	if c.PollInterval <= 0 {
-		c.PollInterval = 500 * time.Millisecond
-	}
-	if c.MaxAttempts <= 0 {
-		c.MaxAttempts = 25
-	}
-	if c.BackoffBase <= 0 {
-		c.BackoffBase = time.Second
-	}
-	if c.BackoffMax <= 0 {
-		c.BackoffMax = 10 * time.Minute
+		return errors.New("relay: LeaseFor must be at least 100ms")
 	}
 	if c.BackoffMax < c.BackoffBase {
-		return c, errors.New("relay: BackoffMax must not be below BackoffBase")
-	}
-	if c.DrainTimeout <= 0 {
-		c.DrainTimeout = 5 * time.Second
-	}
-	if c.Logger == nil {
-		c.Logger = slog.Default()
+		return errors.New("relay: BackoffMax must not be below BackoffBase")
 	}
 	for i, h := range c.Hooks {
 		if !knownHook(h) {
-			return c, fmt.Errorf("relay: Hooks[%d] (%T) implements none of the Hook interfaces", i, h)
+			return fmt.Errorf("relay: Hooks[%d] (%T) implements none of the Hook interfaces", i, h)
 		}
 	}
-	return c, nil
+	return nil
 }
 
 // incarnation makes a chosen Owner name unique to this process: name~8

@@ -65,8 +65,8 @@ func New(st driver.Driver, br broker.Broker, cfg Config) (*Relay, error) {
 		return nil, errors.New("relay: New needs a store and a broker")
 	}
 	named := cfg.Owner != ""
-	cfg, err := cfg.normalize()
-	if err != nil {
+	cfg = cfg.WithDefaults()
+	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
 	if named {

@@ -50,21 +50,10 @@ type Options struct {
 // every 5 ms per listening relay, measured in BENCHMARKS.md.
 const DefaultProbeInterval = 5 * time.Millisecond
 
-// Normalize fills defaults and validates names.
-func (o Options) Normalize() (Options, error) {
+// WithDefaults returns o with its defaults filled in.
+func (o Options) WithDefaults() Options {
 	if o.Table == "" {
 		o.Table = DefaultTable
-	}
-	if err := ValidateName("table", o.Table); err != nil {
-		return o, err
-	}
-	if len(o.Table) > 50 {
-		return o, fmt.Errorf("%w: table %q: keep it to 50 characters so the derived names (%s_archive, %s_migrations) fit", ErrInvalidName, o.Table, o.Table, o.Table)
-	}
-	if o.Schema != "" {
-		if err := ValidateName("schema", o.Schema); err != nil {
-			return o, err
-		}
 	}
 	if o.MaxPayload <= 0 {
 		o.MaxPayload = outbox.DefaultMaxPayload
@@ -72,7 +61,24 @@ func (o Options) Normalize() (Options, error) {
 	if o.ProbeInterval == 0 {
 		o.ProbeInterval = DefaultProbeInterval
 	}
-	return o, nil
+	return o
+}
+
+// Validate refuses names a store cannot use (ErrInvalidName); a store calls
+// it on WithDefaults' result.
+func (o Options) Validate() error {
+	if err := ValidateName("table", o.Table); err != nil {
+		return err
+	}
+	if len(o.Table) > 50 {
+		return fmt.Errorf("%w: table %q: keep it to 50 characters so the derived names (%s_archive, %s_migrations) fit", ErrInvalidName, o.Table, o.Table, o.Table)
+	}
+	if o.Schema != "" {
+		if err := ValidateName("schema", o.Schema); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // Prepare is what every store does before writing: validate msgs (the

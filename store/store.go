@@ -92,16 +92,21 @@ type PurgeRequest struct {
 	IDs []int64
 }
 
-// Normalize fills PurgeRequest defaults and refuses a Topic or Key on a
-// SENT purge (the archive is purged by age alone).
-func (r PurgeRequest) Normalize() (PurgeRequest, error) {
+// WithDefaults returns r with its defaults filled in.
+func (r PurgeRequest) WithDefaults() PurgeRequest {
 	if r.BatchSize <= 0 {
 		r.BatchSize = DefaultBatchSize
 	}
+	return r
+}
+
+// Validate refuses a Topic, Key or IDs on a SENT purge (the archive is
+// purged by age alone).
+func (r PurgeRequest) Validate() error {
 	if r.Status == outbox.StatusSent && (r.Topic != "" || r.Key != "" || len(r.IDs) > 0) {
-		return r, errors.New("store: purge: sent events are purged by age only; Topic, Key and IDs apply to DEAD events")
+		return errors.New("store: purge: sent events are purged by age only; Topic, Key and IDs apply to DEAD events")
 	}
-	return r, nil
+	return nil
 }
 
 // Stats summarizes an outbox table.

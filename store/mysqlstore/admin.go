@@ -111,7 +111,8 @@ func (s *Store) RequeueDead(ctx context.Context, q store.DeadQuery) (int64, erro
 // Purge deletes SENT (archived) or DEAD events older than req.OlderThan in
 // autocommitted batches of req.BatchSize.
 func (s *Store) Purge(ctx context.Context, req store.PurgeRequest) (int64, error) {
-	req, err := req.Normalize()
+	req = req.WithDefaults()
+	err := req.Validate()
 	if err != nil {
 		return 0, err
 	}

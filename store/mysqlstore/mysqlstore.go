@@ -53,7 +53,8 @@ func New(db *sql.DB, cfg Config) (*Store, error) {
 	if db == nil {
 		return nil, errors.New("mysqlstore: db is nil")
 	}
-	opts, err := cfg.Options.Normalize()
+	opts := cfg.Options.WithDefaults()
+	err := opts.Validate()
 	if err != nil {
 		return nil, err
 	}
@@ -83,7 +84,7 @@ func quote(name string) string { return "`" + name + "`" }
 // Open connects to url (mysql://user:pass@host:3306/db?param=…, see DSN)
 // with a pool of its own, closed by Close.
 func Open(ctx context.Context, url string, cfg Config) (*Store, error) {
-	if _, err := cfg.Options.Normalize(); err != nil {
+	if err := cfg.Options.WithDefaults().Validate(); err != nil {
 		return nil, err
 	}
 	mc, err := parseURL(url)

@@ -133,7 +133,8 @@ func New(pool *pgxpool.Pool, cfg Config) (*Store, error) {
 	if pool == nil {
 		return nil, errors.New("pgstore: pool is nil")
 	}
-	opts, err := cfg.Options.Normalize()
+	opts := cfg.Options.WithDefaults()
+	err := opts.Validate()
 	if err != nil {
 		return nil, err
 	}
@@ -618,7 +619,8 @@ func (s *Store) RequeueDead(ctx context.Context, q store.DeadQuery) (int64, erro
 // Purge deletes SENT (archived) or DEAD events older than req.OlderThan in
 // batches of req.BatchSize.
 func (s *Store) Purge(ctx context.Context, req store.PurgeRequest) (int64, error) {
-	req, err := req.Normalize()
+	req = req.WithDefaults()
+	err := req.Validate()
 	if err != nil {
 		return 0, err
 	}

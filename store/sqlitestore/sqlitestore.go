@@ -63,7 +63,8 @@ func New(db *sql.DB, cfg Config) (*Store, error) {
 	if db == nil {
 		return nil, errors.New("sqlitestore: db is nil")
 	}
-	opts, err := cfg.Options.Normalize()
+	opts := cfg.Options.WithDefaults()
+	err := opts.Validate()
 	if err != nil {
 		return nil, err
 	}
@@ -794,7 +795,8 @@ func (s *Store) RequeueDead(ctx context.Context, q store.DeadQuery) (int64, erro
 // batches of req.BatchSize, one short write transaction each, so enqueuers
 // and relays get the write lock in between.
 func (s *Store) Purge(ctx context.Context, req store.PurgeRequest) (int64, error) {
-	req, err := req.Normalize()
+	req = req.WithDefaults()
+	err := req.Validate()
 	if err != nil {
 		return 0, err
 	}

@@ -140,7 +140,8 @@ func (r Result) Summary(c Config) string {
 		r.LatencyAt, r.AchievedRate, r.LatencyP50.Round(10*time.Microsecond), r.LatencyP99.Round(10*time.Microsecond), r.LatencyMax.Round(10*time.Microsecond), r.LatencyCount, floor, r.FloorP50.Round(10*time.Microsecond), r.FloorP99.Round(10*time.Microsecond), r.WarmupP99.Round(10*time.Microsecond))
 }
 
-func (c *Config) defaults() error {
+// WithDefaults returns c with the default in every zero field.
+func (c Config) WithDefaults() Config {
 	if c.Events <= 0 {
 		c.Events = 100_000
 	}
@@ -168,6 +169,14 @@ func (c *Config) defaults() error {
 	if c.Producer == "" {
 		c.Producer = "library"
 	}
+	if c.Partitions == 0 {
+		c.Partitions = DefaultPartitions
+	}
+	return c
+}
+
+// validate refuses a run WithDefaults could not complete.
+func (c Config) validate() error {
 	if c.Producer != "library" && c.Producer != "sql" {
 		return fmt.Errorf("bench: the producer must be library or sql, not %q", c.Producer)
 	}
@@ -186,9 +195,6 @@ func (c *Config) defaults() error {
 	if c.Partitions < 0 {
 		return fmt.Errorf("bench: the number of partitions must not be negative, not %d", c.Partitions)
 	}
-	if c.Partitions == 0 {
-		c.Partitions = DefaultPartitions
-	}
 	return nil
 }
 
@@ -196,7 +202,8 @@ func (c *Config) defaults() error {
 // removing both afterwards.
 func Run(ctx context.Context, c Config) (Result, error) {
 	var res Result
-	if err := c.defaults(); err != nil {
+	c = c.WithDefaults()
+	if err := c.validate(); err != nil {
 		return res, err
 	}
 	suffix := fmt.Sprintf("%d", time.Now().UnixNano()%1_000_000_000)

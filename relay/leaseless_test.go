@@ -13,7 +13,7 @@ import (
 
 // A producer writing with plain SQL inserts a row whose status says SENDING
 // and whose lease columns keep their defaults, then its key's next event:
-// a running relay, on every database and both engines, delivers the first
+// a running relay, on every database, delivers the first
 // (an expired lease to take over) and then the second, or the database
 // refused the first at INSERT and the second goes out alone. The key's
 // later event never passes the SENDING row, and nothing stays in flight.

@@ -70,8 +70,7 @@ func TestClaimOwnedKeyOrderAcrossClaimStart(t *testing.T) {
 	time.Sleep(20 * time.Millisecond)
 
 	// Something holds the claim back after its transaction began: a
-	// lock on the shard rows (a Balance holds them) or, for the exclusion
-	// claim, on an expired claim it takes over.
+	// lock on the shard rows (a Balance holds them).
 	blocker, err := pool.Begin(ctx)
 	if err != nil {
 		t.Fatal(err)

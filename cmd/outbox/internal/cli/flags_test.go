@@ -160,7 +160,7 @@ func TestBenchFlagsExitTwo(t *testing.T) {
 // missing, so the exit is 1).
 func TestGoodFlagsPassValidation(t *testing.T) {
 	cfg := filepath.Join(t.TempDir(), "ok.conf")
-	writeFile(t, cfg, "batch = 1\nworkers = 1\nlease = 100ms\npoll = 1ms\nmax-attempts = 1\npublish-timeout = 1ms\nkeep-sent = 0s\nbackoff = 1ms\nbackoff-max = 1ms\nengine = exclusion\nownership = false\n")
+	writeFile(t, cfg, "batch = 1\nworkers = 1\nlease = 100ms\npoll = 1ms\nmax-attempts = 1\npublish-timeout = 1ms\nkeep-sent = 0s\nbackoff = 1ms\nbackoff-max = 1ms\n")
 	missing := "sqlite:" + filepath.Join(t.TempDir(), "missing.db")
 	code, _, stderr := runCLI("relay", "--config", cfg, "--db", missing, "--broker", "nats://127.0.0.1:1")
 	if code != exitFail || !strings.Contains(stderr, "does not exist") {

@@ -2,7 +2,6 @@ package store
 
 import (
 	"fmt"
-	"hash/fnv"
 	"time"
 
 	outbox "github.com/outbox-go/outbox"
@@ -79,56 +78,4 @@ func (o Options) Validate() error {
 		}
 	}
 	return nil
-}
-
-// Prepare is what every store does before writing: validate msgs (the
-// caller's transaction is untouched on an error), fill in defaults (event
-// ids, schema version, content type) and run o.Check. It returns new
-// messages; msgs is not changed.
-func (o Options) Prepare(msgs []outbox.Message) ([]outbox.Message, error) {
-	if err := outbox.Validate(o.Limits(), msgs...); err != nil {
-		return nil, err
-	}
-	out := make([]outbox.Message, len(msgs))
-	for i, m := range msgs {
-		out[i] = m.Normalized()
-	}
-	if err := o.CheckAll(out); err != nil {
-		return nil, err
-	}
-	return out, nil
-}
-
-// CheckAll runs o.Check, if set, on msgs (validated and normalized) in
-// order and returns the first error as a *outbox.ValidationError whose Index
-// is the failing message's position.
-func (o Options) CheckAll(msgs []outbox.Message) error {
-	if o.Check == nil {
-		return nil
-	}
-	for i, m := range msgs {
-		err := o.Check(m)
-		if err == nil {
-			continue
-		}
-		if ve, ok := err.(*outbox.ValidationError); ok {
-			c := *ve // Check's error may be shared; don't write to it
-			c.Index = i
-			return &c
-		}
-		return &outbox.ValidationError{Index: i, Field: "Message", Err: err,
-			Fix: "the store's Options.Check refused it: fix the message, or the check"}
-	}
-	return nil
-}
-
-// Limits returns the validation limits these options imply.
-func (o Options) Limits() outbox.Limits { return outbox.Limits{MaxPayload: o.MaxPayload} }
-
-// LockKey is a stable 63-bit number naming a lock for this table, for
-// databases whose locks are numbered (PostgreSQL advisory locks).
-func (o Options) LockKey(purpose string) int64 {
-	h := fnv.New64a()
-	fmt.Fprintf(h, "outbox:%s:%s.%s", purpose, o.Schema, o.Table)
-	return int64(h.Sum64() >> 1)
 }

@@ -77,7 +77,7 @@ func (s *Store) Enqueue(ctx context.Context, msgs ...outbox.Message) error {
 	if len(msgs) == 0 {
 		return nil
 	}
-	norm, err := s.opts.Prepare(msgs)
+	norm, err := driver.Prepare(s.opts, msgs)
 	if err != nil {
 		return err
 	}
@@ -112,7 +112,7 @@ func (s *Store) EnqueueTx(ctx context.Context, tx store.Execer, msgs ...outbox.M
 	if len(msgs) == 0 {
 		return nil
 	}
-	norm, err := s.opts.Prepare(msgs)
+	norm, err := driver.Prepare(s.opts, msgs)
 	if err != nil {
 		return err
 	}

@@ -154,8 +154,8 @@ func New(pool *pgxpool.Pool, cfg Config) (*Store, error) {
 		archive:     q(opts.Table + "_archive"),
 		migrations:  q(opts.Table + "_migrations"),
 		channel:     opts.Schema + "." + opts.Table + "_events",
-		claimLock:   opts.LockKey("claim"),
-		migrateLock: opts.LockKey("migrate"),
+		claimLock:   driver.LockKey(opts, "claim"),
+		migrateLock: driver.LockKey(opts, "migrate"),
 	}
 	s.probeEvery = opts.ProbeInterval
 	s.vacuumAfter = cfg.VacuumAfter
@@ -442,7 +442,7 @@ func (s *Store) Enqueue(ctx context.Context, msgs ...outbox.Message) error {
 	if len(msgs) == 0 {
 		return nil
 	}
-	norm, err := s.opts.Prepare(msgs)
+	norm, err := driver.Prepare(s.opts, msgs)
 	if err != nil {
 		return err
 	}
@@ -460,7 +460,7 @@ func (s *Store) EnqueuePgxTx(ctx context.Context, tx pgx.Tx, msgs ...outbox.Mess
 	if len(msgs) == 0 {
 		return nil
 	}
-	norm, err := s.opts.Prepare(msgs)
+	norm, err := driver.Prepare(s.opts, msgs)
 	if err != nil {
 		return err
 	}
@@ -486,7 +486,7 @@ func (s *Store) EnqueueInBatch(b *pgx.Batch, msgs ...outbox.Message) error {
 	if len(msgs) == 0 {
 		return nil
 	}
-	norm, err := s.opts.Prepare(msgs)
+	norm, err := driver.Prepare(s.opts, msgs)
 	if err != nil {
 		return err
 	}
@@ -509,7 +509,7 @@ func (s *Store) EnqueueTx(ctx context.Context, tx store.Execer, msgs ...outbox.M
 	if len(msgs) == 0 {
 		return nil
 	}
-	norm, err := s.opts.Prepare(msgs)
+	norm, err := driver.Prepare(s.opts, msgs)
 	if err != nil {
 		return err
 	}

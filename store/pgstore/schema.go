@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/outbox-go/outbox/store/driver"
 )
 
 // migrations are applied in order; each runs once, in its own transaction,
@@ -324,7 +325,7 @@ func (s *Store) ensureIndexes(ctx context.Context) error {
 		return err
 	}
 	defer conn.Release()
-	key := s.opts.LockKey("migrate-index")
+	key := driver.LockKey(s.opts, "migrate-index")
 	var got bool
 	if err := conn.QueryRow(ctx, "SELECT pg_try_advisory_lock($1)", key).Scan(&got); err != nil || !got {
 		return err // another process builds them

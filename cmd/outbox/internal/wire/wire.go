@@ -67,9 +67,10 @@ func OpenStore(ctx context.Context, raw string, opts store.Options) (store.Store
 	default:
 		return nil, WithHint(fmt.Errorf("%w: unknown database scheme %q; use one of", ErrUsage, Mask(scheme)), ": "+DBSchemes)
 	}
-	if errors.Is(err, pgstore.ErrBadURL) || errors.Is(err, mysqlstore.ErrBadURL) {
-		// A URL that cannot be parsed is a typing error (exit 2), not a
-		// database that failed.
+	if errors.Is(err, pgstore.ErrBadURL) || errors.Is(err, mysqlstore.ErrBadURL) || errors.Is(err, store.ErrRefused) {
+		// A URL that cannot be parsed, or that the database refused (the
+		// login, a missing database), is the operator's to fix (exit 2):
+		// waiting for the database would never end.
 		err = fmt.Errorf("%w: %w", ErrUsage, err)
 	}
 	if err != nil {
@@ -103,6 +104,11 @@ func OpenBroker(ctx context.Context, raw string) (broker.Broker, error) {
 		for _, sc := range a.schemes {
 			if sc == scheme {
 				b, err := a.open(ctx, raw, u)
+				if errors.Is(err, broker.ErrRefused) && !errors.Is(err, ErrUsage) {
+					// the broker answered and refused the URL's login:
+					// the operator's to fix (exit 2), not worth waiting for
+					err = fmt.Errorf("%w: %w", ErrUsage, err)
+				}
 				if err != nil {
 					return nil, ScrubError(err, raw)
 				}

@@ -110,11 +110,6 @@ func OpenBroker(ctx context.Context, raw string) (broker.Broker, error) {
 			}
 		}
 	}
-	for _, sc := range plannedSchemes {
-		if sc == scheme {
-			return nil, fmt.Errorf("%w: the %s broker adapter is not built into this version yet; built in: %s", ErrUsage, u.Scheme, BrokerSchemes)
-		}
-	}
 	return nil, fmt.Errorf("%w: unknown broker scheme %q; use one of: %s", ErrUsage, u.Scheme, BrokerSchemes)
 }
 

@@ -116,11 +116,6 @@ func OpenBroker(ctx context.Context, raw string) (broker.Broker, error) {
 			}
 		}
 	}
-	for _, sc := range plannedSchemes {
-		if sc == scheme {
-			return nil, WithHint(fmt.Errorf("%w: the %s broker adapter is not built into this version yet; built in", ErrUsage, u.Scheme), ": "+BrokerSchemes)
-		}
-	}
 	return nil, WithHint(fmt.Errorf("%w: unknown broker scheme %q; use one of", ErrUsage, u.Scheme), ": "+BrokerSchemes)
 }
 

@@ -1,0 +1,2 @@
+// Package binlog is a MySQL/MariaDB binlog source.
+package binlog

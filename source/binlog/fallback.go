@@ -18,6 +18,23 @@ import (
 // read and none after it. Rows handed out and not yet acknowledged are
 // read again (duplicates, with the same event ids); nothing is missed.
 func (s *Source) fallback(ctx context.Context, reason string) (resume, error) {
+	snap, err := s.snapshot(ctx, reason)
+	if err != nil {
+		return resume{}, err
+	}
+	return s.readSnapshot(ctx, snap)
+}
+
+// snapshot is a consistent snapshot of the table, open on its own
+// connection, and the binlog position it matches.
+type snapshot struct {
+	conn *sql.Conn
+	at   resume
+}
+
+// snapshot counts and logs a fallback, reads the table's definition and
+// opens a snapshot.
+func (s *Source) snapshot(ctx context.Context, reason string) (*snapshot, error) {
 	s.fallbacks.Add(1)
 	s.log.Warn("outbox binlog: reading the undelivered rows from the table, then streaming on", "table", s.cfg.Table, "reason", reason)
 	if s.cfg.OnFallback != nil {
@@ -25,31 +42,44 @@ func (s *Source) fallback(ctx context.Context, reason string) (resume, error) {
 	}
 	cols, err := s.readColumns(ctx)
 	if err != nil {
-		return resume{}, err
+		return nil, err
 	}
 	if _, err := layoutOf(cols); err != nil {
-		return resume{}, errFatal{fmt.Errorf("binlog: %s: %w", s.n.table, err)}
+		return nil, errFatal{fmt.Errorf("binlog: %s: %w", s.n.table, err)}
 	}
 	s.columns = cols
 	conn, err := s.db.Conn(ctx)
 	if err != nil {
-		return resume{}, err
+		return nil, err
 	}
-	defer conn.Close()
+	snap := &snapshot{conn: conn}
+	if err := snap.open(ctx); err != nil {
+		snap.close()
+		return nil, err
+	}
+	return snap, nil
+}
+
+func (snap *snapshot) close() {
+	_, _ = snap.conn.ExecContext(context.Background(), "ROLLBACK")
+	snap.conn.Close()
+}
+
+func (snap *snapshot) open(ctx context.Context) error {
+	conn := snap.conn
 	if _, err := conn.ExecContext(ctx, "START TRANSACTION WITH CONSISTENT SNAPSHOT, READ ONLY"); err != nil {
-		return resume{}, fmt.Errorf("binlog: starting the snapshot: %w", err)
+		return fmt.Errorf("binlog: starting the snapshot: %w", err)
 	}
-	defer conn.ExecContext(context.Background(), "ROLLBACK") //nolint:errcheck // read only
-	var r resume
+	r := &snap.at
 	rows, err := conn.QueryContext(ctx, "SHOW STATUS LIKE 'binlog_snapshot_%'")
 	if err != nil {
-		return resume{}, fmt.Errorf("binlog: reading the snapshot's binlog position: %w", err)
+		return fmt.Errorf("binlog: reading the snapshot's binlog position: %w", err)
 	}
 	for rows.Next() {
 		var name, value string
 		if err := rows.Scan(&name, &value); err != nil {
 			rows.Close()
-			return resume{}, err
+			return err
 		}
 		switch strings.ToLower(name) {
 		case "binlog_snapshot_file":
@@ -61,16 +91,23 @@ func (s *Source) fallback(ctx context.Context, reason string) (resume, error) {
 	}
 	rows.Close()
 	if r.File == "" || r.Pos == 0 {
-		return resume{}, errFatal{fmt.Errorf("binlog: the server reports no binlog position for a snapshot (binlog_snapshot_file %q): is log_bin on?", r.File)}
+		return errFatal{fmt.Errorf("binlog: the server reports no binlog position for a snapshot (binlog_snapshot_file %q): is log_bin on?", r.File)}
 	}
 	var g sql.NullString
 	if err := conn.QueryRowContext(ctx, "SELECT BINLOG_GTID_POS(?, ?)", r.File, r.Pos).Scan(&g); err != nil {
-		return resume{}, fmt.Errorf("binlog: reading the GTID position of %s:%d: %w", r.File, r.Pos, err)
+		return fmt.Errorf("binlog: reading the GTID position of %s:%d: %w", r.File, r.Pos, err)
 	}
 	r.GTID = g.String
+	return nil
+}
+
+// readSnapshot hands out the snapshot's NEW rows, closes it, and returns
+// its position.
+func (s *Source) readSnapshot(ctx context.Context, snap *snapshot) (resume, error) {
+	defer snap.close()
 	after, total := int64(0), 0
 	for {
-		page, err := s.readPage(ctx, conn, after)
+		page, err := s.readPage(ctx, snap.conn, after)
 		if err != nil {
 			return resume{}, err
 		}
@@ -83,6 +120,7 @@ func (s *Source) fallback(ctx context.Context, reason string) (resume, error) {
 			return resume{}, err
 		}
 	}
+	r := snap.at
 	if err := s.deliver(ctx, nil, &r, true); err != nil {
 		return resume{}, err
 	}

@@ -164,14 +164,22 @@ func (s *Source) Start(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	var first *snapshot
 	if saved != nil {
 		s.saved, s.streamed = *saved, *saved
+	} else {
+		// taken now, so that what commits after Start returns comes from
+		// the stream, in commit order; read in the background
+		if first, err = s.snapshot(ctx, "no saved position to resume from (first start)"); err != nil {
+			s.releaseLease()
+			return err
+		}
 	}
 	bg, cancel := context.WithCancel(context.Background())
 	s.cancel = cancel
 	s.done.Add(2)
 	go func() { defer s.done.Done(); s.renewLease(bg) }()
-	go func() { defer s.done.Done(); s.stream(bg, saved) }()
+	go func() { defer s.done.Done(); s.stream(bg, saved, first) }()
 	return nil
 }
 

@@ -27,17 +27,25 @@ type errUntrusted struct{ reason string }
 func (e errUntrusted) Error() string { return e.reason }
 
 // stream keeps the binlog streaming until ctx ends or a fatal error:
-// from saved, or, when nil, after a read of the table. A lost connection
+// from saved, or, when nil, after reading first (the snapshot Start took). A lost connection
 // reconnects (with backoff) after the last whole transaction read; a log
 // that cannot be trusted (its position purged, a statement-format write
 // to the table, …) makes it read the table again.
-func (s *Source) stream(ctx context.Context, saved *resume) {
+func (s *Source) stream(ctx context.Context, saved *resume, first *snapshot) {
 	from := saved
-	reason := "no saved position to resume from (first start)"
+	reason := ""
 	delay := 200 * time.Millisecond
 	for {
 		if from == nil {
-			r, err := s.fallback(ctx, reason)
+			var r resume
+			var err error
+			if first != nil {
+				r, err = s.readSnapshot(ctx, first)
+				first = nil
+				reason = "the first read failed"
+			} else {
+				r, err = s.fallback(ctx, reason)
+			}
 			if err != nil {
 				if ctx.Err() != nil {
 					return

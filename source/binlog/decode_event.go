@@ -44,11 +44,11 @@ const (
 )
 
 const (
-	headerLen        = 19
-	flagArtificial   = 0x20 // LOG_EVENT_ARTIFICIAL_F: made up by the server for this stream
-	checksumCRC32    = 1
-	maxUncompressed  = 1 << 30 // a compressed event announcing more is malformed
-	gtidFlStandalone = 1
+	headerLen         = 19
+	flagArtificial    = 0x20 // LOG_EVENT_ARTIFICIAL_F: made up by the server for this stream
+	checksumCRC32     = 1
+	maxUncompressed   = 1 << 30 // a compressed event announcing more is malformed
+	gtidFlStandalone  = 1
 	gtidFlGroupCommit = 2
 )
 
@@ -77,15 +77,15 @@ type (
 		Schema string
 		Text   string
 	}
-	xid        struct{ XID uint64 }
-	mariaGTID  struct {
+	xid       struct{ XID uint64 }
+	mariaGTID struct {
 		Domain, Server uint32
 		Seq            uint64
 		Standalone     bool // a statement outside a transaction (DDL): no XID follows
 	}
-	gtidList   struct{ GTIDs []gtid }
-	heartbeat  struct{ File string }
-	skipped    struct{}
+	gtidList  struct{ GTIDs []gtid }
+	heartbeat struct{ File string }
+	skipped   struct{}
 )
 
 // gtid is one MariaDB GTID, domain-server-seq.

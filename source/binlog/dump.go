@@ -22,7 +22,9 @@ const (
 // trusted from there: the source falls back to the table.
 type errLogLost struct{ err error }
 
-func (e errLogLost) Error() string { return "the server cannot stream from the saved position: " + e.err.Error() }
+func (e errLogLost) Error() string {
+	return "the server cannot stream from the saved position: " + e.err.Error()
+}
 func (e errLogLost) Unwrap() error { return e.err }
 
 // dumpFrom is where a stream starts: a GTID position (MariaDB), or a file

@@ -136,9 +136,9 @@ func rowOf(l layout, img rowImage) (decodedRow, error) {
 // gives them.
 type rowFields struct {
 	eventID, topic, key, typ, aggregateType, contentType, status string
-	schemaVersion, attempts                                     int
-	payload, headers                                            []byte
-	nextAttemptAt, createdAt                                    time.Time
+	schemaVersion, attempts                                      int
+	payload, headers                                             []byte
+	nextAttemptAt, createdAt                                     time.Time
 }
 
 // row builds the event of row id, checking it against the table contract

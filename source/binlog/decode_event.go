@@ -374,8 +374,7 @@ func uncompress(b []byte) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	out := make([]byte, 0, size)
-	buf := bytes.NewBuffer(out)
+	buf := bytes.NewBuffer(make([]byte, 0, min(size, 1<<20)))
 	if _, err := io.Copy(buf, io.LimitReader(zr, int64(size)+1)); err != nil {
 		return nil, err
 	}

@@ -201,6 +201,7 @@ func decodeRows(tm *tableMapEvent, ev *rowsEv) ([]rowImage, error) {
 		images = append(images, ev.After)
 	}
 	for len(r.b) > 0 && r.err == nil {
+		left := len(r.b)
 		for _, present := range images {
 			n := 0
 			for i := range ev.Columns {
@@ -230,6 +231,9 @@ func decodeRows(tm *tableMapEvent, ev *rowsEv) ([]rowImage, error) {
 				return nil, fmt.Errorf("binlog: a row image of %s.%s is cut short", tm.Schema, tm.Table)
 			}
 			out = append(out, row)
+		}
+		if len(r.b) == left {
+			return nil, fmt.Errorf("binlog: a rows event of %s.%s holds %d bytes that are no row", tm.Schema, tm.Table, left)
 		}
 	}
 	return out, nil

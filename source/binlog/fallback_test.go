@@ -55,6 +55,9 @@ func TestPurgedWhileDown(t *testing.T) {
 	cfg := f.cfg
 	cfg.OnFallback = why.add
 	src = f.start(t, cfg)
+	if lag, err := src.Lag(context.Background()); err != nil || lag <= 0 {
+		t.Fatalf("Lag with the saved position purged: %d, %v; want every binlog byte since", lag, err)
+	}
 	c := collect(src)
 	c.until(t, 30*time.Second, down...)
 	why.has(t, "cannot stream from the saved position")

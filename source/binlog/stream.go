@@ -128,6 +128,10 @@ func (s *Source) streamFrom(ctx context.Context, from resume) error {
 	}
 	c, err := dial(ctx, s.dial)
 	if err != nil {
+		var se *serverError
+		if errors.As(err, &se) && (se.Code == 1045 || se.Code == 1044) {
+			return errFatal{fmt.Errorf("%w: check the user and password of the database URL", err)}
+		}
 		return err
 	}
 	defer c.Close()

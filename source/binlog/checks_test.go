@@ -23,7 +23,7 @@ func TestPasswordUserAndGrants(t *testing.T) {
 	b := make([]byte, 4)
 	_, _ = rand.Read(b)
 	user, pass := "bl_"+hex.EncodeToString(b), "pw-"+hex.EncodeToString(b)+"'\\x"
-	f.exec("CREATE USER '" + user + "'@'%' IDENTIFIED BY ?", pass)
+	f.exec("CREATE USER '"+user+"'@'%' IDENTIFIED BY ?", pass)
 	t.Cleanup(func() { _, _ = f.db.Exec("DROP USER '" + user + "'@'%'") })
 	f.exec("GRANT ALL PRIVILEGES ON `" + f.conn.DBName + "`.* TO '" + user + "'@'%'")
 	conn := f.conn.Clone()

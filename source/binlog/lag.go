@@ -2,9 +2,12 @@ package binlog
 
 import (
 	"context"
+	"database/sql"
+	"errors"
 	"fmt"
 	"time"
 
+	"github.com/go-sql-driver/mysql"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -16,7 +19,45 @@ func (s *Source) Lag(ctx context.Context) (int64, error) {
 	s.mu.Lock()
 	saved := s.saved
 	s.mu.Unlock()
-	rows, err := s.db.QueryContext(ctx, "SHOW BINARY LOGS")
+	return lagSince(ctx, s.db, saved)
+}
+
+// Saved is a table's saved resume position and the binlog written since.
+type Saved struct {
+	File     string
+	Pos      uint32
+	GTID     string
+	LagBytes int64
+}
+
+// SavedLag reads the resume position saved for cfg's table (by any
+// process; nothing needs to run) and the binlog bytes written since.
+func SavedLag(ctx context.Context, db *sql.DB, cfg Config) (Saved, error) {
+	cfg, err := cfg.WithDefaults()
+	if err != nil {
+		return Saved{}, err
+	}
+	state := "`" + cfg.Table + "_binlog`"
+	if cfg.Schema != "" {
+		state = "`" + cfg.Schema + "`." + state
+	}
+	var r resume
+	var pos int64
+	err = db.QueryRowContext(ctx, "SELECT file, pos, gtid FROM "+state+" WHERE stream = ?", stateRow).Scan(&r.File, &pos, &r.GTID)
+	var me *mysql.MySQLError
+	if errors.Is(err, sql.ErrNoRows) || err == nil && r.File == "" || errors.As(err, &me) && me.Number == 1146 {
+		return Saved{}, fmt.Errorf("binlog: no position saved in %s yet: start `outbox relay --source binlog` first", state)
+	}
+	if err != nil {
+		return Saved{}, fmt.Errorf("binlog: reading %s: %w", state, err)
+	}
+	r.Pos = uint32(pos)
+	lag, err := lagSince(ctx, db, r)
+	return Saved{File: r.File, Pos: r.Pos, GTID: r.GTID, LagBytes: lag}, err
+}
+
+func lagSince(ctx context.Context, db *sql.DB, saved resume) (int64, error) {
+	rows, err := db.QueryContext(ctx, "SHOW BINARY LOGS")
 	if err != nil {
 		return 0, fmt.Errorf("binlog: reading the binary logs: %w", err)
 	}

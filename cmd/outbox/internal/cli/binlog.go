@@ -119,3 +119,23 @@ func runBinlogRelay(ctx context.Context, f *flags, rc relay.Config, brokerURL st
 	}
 	return runErr
 }
+
+// binlogLag is `outbox cdc lag` on MariaDB: the binlog source's saved
+// resume position and the binlog written since.
+func binlogLag(ctx context.Context, e env, f *flags) error {
+	dsn, err := mysqlstore.DSN(f.db)
+	if err != nil {
+		return fmt.Errorf("%w: %v", wire.ErrUsage, err)
+	}
+	db, err := sql.Open("mysql", dsn)
+	if err != nil {
+		return fmt.Errorf("%w: bad database URL: %v", wire.ErrUsage, err)
+	}
+	defer db.Close()
+	saved, err := binlog.SavedLag(ctx, db, binlog.Config{Table: f.table, Schema: f.schema})
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(e.stdout, "binlog source of %s: saved position %s:%d (GTID %s), lag %d bytes\n", f.qualifiedTable(), saved.File, saved.Pos, saved.GTID, saved.LagBytes)
+	return nil
+}

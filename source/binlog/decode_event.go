@@ -28,6 +28,7 @@ const (
 	evWriteRowsV2        = 30
 	evUpdateRowsV2       = 31
 	evDeleteRowsV2       = 32
+	evXAPrepare          = 38  // MariaDB 10.5+: the end of an XA transaction's prepared group
 	evTransactionPayload = 40  // MySQL 8.0.20+: zstd-compressed transaction
 	evAnnotateRows       = 160 // MariaDB
 	evBinlogCheckpoint   = 161
@@ -85,7 +86,11 @@ type (
 	}
 	gtidList  struct{ GTIDs []gtid }
 	heartbeat struct{ File string }
-	skipped   struct{}
+	xaPrepare struct {
+		OnePhase bool
+		ID       string // as XA statements print it: X'gtrid',X'bqual',formatID (hex upper-case)
+	}
+	skipped struct{}
 )
 
 // gtid is one MariaDB GTID, domain-server-seq.
@@ -178,6 +183,8 @@ func (d *decoder) decode(raw []byte) (event, error) {
 		ev.Body, err = parseGTIDList(h, body)
 	case evHeartbeat:
 		ev.Body = heartbeat{File: string(body)}
+	case evXAPrepare:
+		ev.Body, err = parseXAPrepare(h, body)
 	case evTableMap:
 		var tm *tableMapEvent
 		tm, err = d.parseTableMap(h, body)
@@ -382,4 +389,20 @@ func uncompress(b []byte) ([]byte, error) {
 		return nil, fmt.Errorf("the compressed data holds %d bytes, its header says %d", buf.Len(), size)
 	}
 	return buf.Bytes(), nil
+}
+
+func parseXAPrepare(h header, body []byte) (xaPrepare, error) {
+	r := reader{b: body}
+	one := r.u8() != 0
+	format := r.u32()
+	gl, bl := r.u32(), r.u32()
+	if r.err == nil && uint64(gl)+uint64(bl) > uint64(len(r.b)) {
+		return xaPrepare{}, malformed(h, "XA prepare: an xid of %d+%d bytes in %d", gl, bl, len(r.b))
+	}
+	g := r.bytes(int(gl))
+	b := r.bytes(int(bl))
+	if r.err != nil {
+		return xaPrepare{}, malformed(h, "XA prepare: %v", r.err)
+	}
+	return xaPrepare{OnePhase: one, ID: fmt.Sprintf("X'%X',X'%X',%d", g, b, format)}, nil
 }

@@ -23,7 +23,7 @@
 // The decoder reads: the format description (checksum algorithm,
 // post-header lengths), rotate (with the artificial one sent at each
 // connect), query (BEGIN/COMMIT, and statements naming the outbox table),
-// XID, table map (with column names under binlog_row_metadata=FULL), write,
+// XID, XA prepare, table map (with column names under binlog_row_metadata=FULL), write,
 // update and delete rows v1 and v2 and MariaDB's zlib-compressed variants
 // (and compressed query events), MariaDB's GTID, GTID list, binlog
 // checkpoint and annotate-rows events, and heartbeats; CRC32 checksums are
@@ -85,7 +85,10 @@
 // arrived as text (an INSERT from a session whose binlog_format is
 // STATEMENT or MIXED, whose rows are not in the log; or a change of its
 // definition: ALTER, …), a table map that does not match the outbox
-// columns, an incident event, or a malformed event. Rows handed out and not
+// columns, an incident event, a malformed event, or the XA COMMIT of an XA
+// transaction that wrote the outbox table (MariaDB logs its rows at XA
+// PREPARE, before it commits, so they are not delivered then) or that was
+// prepared before the stream started (it may have). Rows handed out and not
 // yet acknowledged are read again (duplicates); nothing is missed, since
 // the snapshot holds every transaction before its binlog position and the
 // stream every one after it. Each fallback is logged with its reason,

@@ -235,3 +235,84 @@ func (f *fixture) purgeSaved(t *testing.T) {
 		return oldest > saved
 	})
 }
+
+// XA transactions: MariaDB logs a prepared one's rows at XA PREPARE and
+// its XA COMMIT apart; the rows are delivered once it committed (the
+// source reads the table then), a prepared one rolled back never, and a
+// one-phase commit streams as any transaction.
+func TestXATransaction(t *testing.T) {
+	f := newFixture(t)
+	var why reasons
+	cfg := f.cfg
+	cfg.OnFallback = why.add
+	src := f.start(t, cfg)
+	c := collect(src)
+	ctx := context.Background()
+	session := func() func(stmts ...any) {
+		t.Helper()
+		conn, err := f.db.Conn(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { conn.Close() })
+		// run runs statements, and inserts each outbox.Message given
+		return func(stmts ...any) {
+			t.Helper()
+			for _, s := range stmts {
+				var err error
+				switch s := s.(type) {
+				case string:
+					_, err = conn.ExecContext(ctx, s)
+				case outbox.Message:
+					_, err = conn.ExecContext(ctx, "INSERT INTO `"+f.cfg.Table+"` (event_id, topic, event_type, payload) VALUES (?, 't', 'XA', ?)", s.EventID, s.Payload)
+				}
+				if err != nil {
+					t.Fatalf("%v: %v", s, err)
+				}
+			}
+		}
+	}
+	two := outbox.Message{EventID: outbox.NewEventID(), Payload: []byte("two-phase")}
+	rolled := outbox.Message{EventID: outbox.NewEventID(), Payload: []byte("rolled-back")}
+	one := outbox.Message{EventID: outbox.NewEventID(), Payload: []byte("one-phase")}
+	x := strings.TrimPrefix(f.cfg.Table, "bl") // xids of this test's own
+	t.Cleanup(func() {
+		for _, id := range []string{"two", "rolled", "one"} {
+			_, _ = f.db.Exec("XA ROLLBACK 'bl-" + x + "-" + id + "'") // one left prepared by a failure
+		}
+	})
+	a := session()
+	a("XA START 'bl-"+x+"-two'", two, "XA END 'bl-"+x+"-two'", "XA PREPARE 'bl-"+x+"-two'")
+	session()("XA START 'bl-"+x+"-rolled'", rolled, "XA END 'bl-"+x+"-rolled'", "XA PREPARE 'bl-"+x+"-rolled'", "XA ROLLBACK 'bl-"+x+"-rolled'")
+	marker, _ := produce(t, f, 1, nil)
+	c.until(t, 30*time.Second, marker...)
+	if c.seen[two.EventID] > 0 {
+		t.Fatal("a prepared XA transaction's event was delivered before it committed")
+	}
+	a("XA COMMIT 'bl-" + x + "-two'")
+	c.until(t, 30*time.Second, two.EventID)
+	why.has(t, "XA transaction that wrote the outbox table committed")
+	session()("XA START 'bl-"+x+"-one'", one, "XA END 'bl-"+x+"-one'", "XA COMMIT 'bl-"+x+"-one' ONE PHASE")
+	c.until(t, 30*time.Second, one.EventID)
+	if c.seen[rolled.EventID] > 0 {
+		t.Fatal("a rolled-back XA transaction's event was delivered")
+	}
+
+	// prepared, streamed past and acknowledged past, then the source
+	// restarts: the new stream never saw the prepare, and its commit
+	// alone makes the source read the table
+	late := outbox.Message{EventID: outbox.NewEventID(), Payload: []byte("across-a-restart")}
+	b := session()
+	b("XA START 'bl-"+x+"-late'", late, "XA END 'bl-"+x+"-late'", "XA PREPARE 'bl-"+x+"-late'")
+	t.Cleanup(func() { _, _ = f.db.Exec("XA ROLLBACK 'bl-" + x + "-late'") })
+	marker, _ = produce(t, f, 1, nil)
+	c.until(t, 30*time.Second, marker...)
+	if err := src.Close(); err != nil {
+		t.Fatal(err)
+	}
+	src = f.start(t, cfg)
+	c = collect(src)
+	b("XA COMMIT 'bl-" + x + "-late'")
+	c.until(t, 30*time.Second, late.EventID)
+	why.has(t, "prepared before the stream started")
+}

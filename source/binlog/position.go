@@ -166,7 +166,9 @@ func (s *Source) releaseLease() {
 
 // fenced runs fn in a transaction that first locks the lease row and
 // checks that this process still holds it; source.ErrFenced when it does
-// not.
+// not. The lock is exclusive: a shared one would deadlock an Ack that
+// saves the position (upgrading its lock) against a lease renewal waiting
+// for the row.
 func (s *Source) fenced(ctx context.Context, fn func(tx *sql.Tx) error) error {
 	tx, err := s.db.BeginTx(ctx, nil)
 	if err != nil {
@@ -174,7 +176,7 @@ func (s *Source) fenced(ctx context.Context, fn func(tx *sql.Tx) error) error {
 	}
 	defer tx.Rollback() //nolint:errcheck // after Commit a no-op
 	var ok bool
-	err = tx.QueryRowContext(ctx, "SELECT lease_until > NOW(6) FROM "+s.n.state+" WHERE stream = ? AND owner = ? AND epoch = ? LOCK IN SHARE MODE",
+	err = tx.QueryRowContext(ctx, "SELECT lease_until > NOW(6) FROM "+s.n.state+" WHERE stream = ? AND owner = ? AND epoch = ? FOR UPDATE",
 		stateRow, s.cfg.Owner, s.epoch).Scan(&ok)
 	if errors.Is(err, sql.ErrNoRows) || err == nil && !ok {
 		s.fail(source.ErrFenced)

@@ -155,6 +155,9 @@ func (s *Source) streamFrom(ctx context.Context, from resume) error {
 	file, pos := from.File, from.Pos
 	gtids := parseGTIDs(from.GTID)
 	ours := map[uint64]layout{}
+	// XA transactions prepared in this stream, by xid: true when they
+	// wrote outbox rows
+	xa := map[string]bool{}
 	var tx *txnBuf
 	silence := max(3*s.cfg.Heartbeat, 5*time.Second)
 	for {
@@ -186,9 +189,32 @@ func (s *Source) streamFrom(ctx context.Context, from resume) error {
 		commit := false
 		switch b := ev.Body.(type) {
 		case mariaGTID:
+			if tx != nil && len(tx.rows) > 0 {
+				return errUntrusted{"a transaction that wrote the outbox table ended without a commit event"}
+			}
 			tx = &txnBuf{gtid: &gtid{Domain: b.Domain, Server: b.Server, Seq: b.Seq}, standalone: b.Standalone}
 		case query:
 			switch q := strings.ToUpper(strings.TrimSpace(b.Text)); {
+			case strings.HasPrefix(q, "XA "):
+				// a prepared XA transaction's rows were logged with its
+				// XA PREPARE (see xaPrepare below); its XA COMMIT, a
+				// group of its own, makes the source read the table
+				verb, id := xaStatement(q)
+				wrote, seen := xa[id]
+				switch verb {
+				case "COMMIT":
+					if wrote {
+						return errUntrusted{"an XA transaction that wrote the outbox table committed (its rows were logged at XA PREPARE)"}
+					}
+					if !seen {
+						return errUntrusted{"an XA transaction prepared before the stream started committed: it may have written the outbox table"}
+					}
+					delete(xa, id)
+					commit = true
+				case "ROLLBACK":
+					delete(xa, id)
+					commit = true
+				}
 			case q == "BEGIN":
 				if tx == nil {
 					tx = &txnBuf{}
@@ -226,6 +252,12 @@ func (s *Source) streamFrom(ctx context.Context, from resume) error {
 			}
 			tx.rows = append(tx.rows, rows...)
 		case xid:
+			commit = true
+		case xaPrepare:
+			if !b.OnePhase && tx != nil {
+				xa[b.ID] = len(tx.rows) > 0 // not committed yet: delivered after its XA COMMIT
+				tx.rows = nil
+			}
 			commit = true
 		}
 		if !commit {
@@ -324,4 +356,18 @@ func (s *Source) deliver(ctx context.Context, rows []decodedRow, r *resume, forc
 		}
 	}
 	return s.push(ctx, source.Txn{Events: events}, ids, r, force)
+}
+
+// xaStatement splits an XA statement (upper-cased) into its verb and the
+// xid it names.
+func xaStatement(q string) (verb, id string) {
+	f := strings.Fields(q)
+	if len(f) < 2 {
+		return "", ""
+	}
+	verb = f[1]
+	if len(f) > 2 {
+		id = strings.TrimSuffix(strings.TrimSuffix(strings.Join(f[2:], " "), " ONE PHASE"), " FOR MIGRATE")
+	}
+	return verb, id
 }

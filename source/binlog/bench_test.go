@@ -96,7 +96,7 @@ func benchDrain(b *testing.B, kind string, n int) {
 	}
 	var r *relay.Relay
 	var stop func()
-	began := time.Now()
+	var began time.Time
 	if kind == "binlog-stream" {
 		r, stop = benchRelay(ctx, b, f, "binlog", memBroker(b))
 		b.StartTimer()

@@ -63,7 +63,7 @@ func newFixture(t testing.TB) *fixture {
 	if err := st.Migrate(ctx); err != nil {
 		t.Fatal(err)
 	}
-	return &fixture{t: t, db: db, conn: conn, store: st, cfg: binlog.Config{Table: table, LeaseFor: 2 * time.Second}}
+	return &fixture{t: t, db: db, conn: conn, store: st, cfg: binlog.Config{Table: table, LeaseFor: 4 * time.Second}}
 }
 
 // start starts a source on the fixture's table, closed when the test ends.

@@ -126,7 +126,10 @@ func (s *Source) renewLease(ctx context.Context) {
 		}
 		sent := time.Now()
 		rctx, cancel := context.WithTimeout(ctx, every)
-		res, err := s.db.ExecContext(rctx, "UPDATE "+s.n.state+" SET lease_until = NOW(6) + INTERVAL ? MICROSECOND WHERE stream = ? AND owner = ? AND epoch = ? AND lease_until > NOW(6)",
+		// owner and epoch, not the expiry: a renewal that comes late
+		// (commits stall while the server rotates its binlog) keeps a
+		// lease nobody took over; a takeover changes the epoch
+		res, err := s.db.ExecContext(rctx, "UPDATE "+s.n.state+" SET lease_until = NOW(6) + INTERVAL ? MICROSECOND WHERE stream = ? AND owner = ? AND epoch = ?",
 			s.cfg.LeaseFor.Microseconds(), stateRow, s.cfg.Owner, s.epoch)
 		cancel()
 		var n int64

@@ -231,6 +231,7 @@ func (s *Source) streamFrom(ctx context.Context, from resume) error {
 			}
 		case *tableMapEvent:
 			if b.Schema != s.n.schema || b.Table != s.cfg.Table {
+				delete(ours, b.ID) // a table id names another table now
 				continue
 			}
 			l, err := s.layoutFor(b)
@@ -263,6 +264,11 @@ func (s *Source) streamFrom(ctx context.Context, from resume) error {
 		if !commit {
 			continue
 		}
+		// table maps are sent again with every statement: forget them,
+		// so that table ids reused for other tables are never mixed up
+		// and the maps do not pile up on a long stream
+		clear(d.tables)
+		clear(ours)
 		if tx != nil && tx.gtid != nil && gtids != nil {
 			gtids[tx.gtid.Domain] = *tx.gtid
 		}

@@ -25,20 +25,10 @@ func (s *Source) check(ctx context.Context) error {
 		}
 		return fmt.Errorf("binlog: reading the server's binlog settings: %w", err)
 	}
-	if !strings.Contains(version.String, "MariaDB") {
-		return fmt.Errorf("binlog: the server is %s; the binlog source needs MariaDB 10.5+ (its consistent-snapshot binlog position makes the fallback read exact); use --source poll on MySQL", version.String)
-	}
-	switch {
-	case logBin.Int64 != 1:
-		return errors.New("binlog: the server's binary log is off: set log_bin in the [mysqld] section of its configuration and restart it")
-	case !strings.EqualFold(format.String, "ROW"):
-		return fmt.Errorf("binlog: binlog_format is %s: SET GLOBAL binlog_format = 'ROW' and set binlog_format=ROW in the server's configuration", format.String)
-	case !strings.EqualFold(image.String, "FULL"):
-		return fmt.Errorf("binlog: binlog_row_image is %s: SET GLOBAL binlog_row_image = 'FULL' and set binlog_row_image=FULL in the server's configuration", image.String)
-	case serverID.Int64 == 0:
-		return errors.New("binlog: the server's server_id is 0: set server_id (any number unique among your servers) in its configuration")
-	case !strings.EqualFold(checksum.String, "CRC32") && !strings.EqualFold(checksum.String, "NONE"):
-		return fmt.Errorf("binlog: binlog_checksum is %s; the source reads CRC32 or NONE: SET GLOBAL binlog_checksum = 'CRC32'", checksum.String)
+	st := settings{Version: version.String, LogBin: logBin.Int64 == 1, Format: format.String, Image: image.String,
+		Metadata: metadata.String, Checksum: checksum.String, ServerID: serverID.Int64}
+	if err := st.check(); err != nil {
+		return err
 	}
 	s.checksum = strings.EqualFold(checksum.String, "CRC32")
 	if !strings.EqualFold(metadata.String, "FULL") {
@@ -82,4 +72,33 @@ func (s *Source) checkGrants(ctx context.Context) error {
 		return nil
 	}
 	return fmt.Errorf("binlog: the user %q lacks the replication grants: GRANT REPLICATION SLAVE, REPLICATION CLIENT ON *.* TO the user", s.dial.User)
+}
+
+// settings are the server's binlog settings the source depends on.
+type settings struct {
+	Version                           string
+	LogBin                            bool
+	Format, Image, Metadata, Checksum string
+	ServerID                          int64
+}
+
+// check refuses settings the source cannot work with, in one line naming
+// the fix.
+func (st settings) check() error {
+	if !strings.Contains(st.Version, "MariaDB") {
+		return fmt.Errorf("binlog: the server is %s; the binlog source needs MariaDB 10.5+ (its consistent-snapshot binlog position makes the fallback read exact); use --source poll on MySQL", st.Version)
+	}
+	switch {
+	case !st.LogBin:
+		return errors.New("binlog: the server's binary log is off: set log_bin in the [mysqld] section of its configuration and restart it")
+	case !strings.EqualFold(st.Format, "ROW"):
+		return fmt.Errorf("binlog: binlog_format is %s: SET GLOBAL binlog_format = 'ROW' and set binlog_format=ROW in the server's configuration", st.Format)
+	case !strings.EqualFold(st.Image, "FULL"):
+		return fmt.Errorf("binlog: binlog_row_image is %s: SET GLOBAL binlog_row_image = 'FULL' and set binlog_row_image=FULL in the server's configuration", st.Image)
+	case st.ServerID == 0:
+		return errors.New("binlog: the server's server_id is 0: set server_id (any number unique among your servers) in its configuration")
+	case !strings.EqualFold(st.Checksum, "CRC32") && !strings.EqualFold(st.Checksum, "NONE"):
+		return fmt.Errorf("binlog: binlog_checksum is %s; the source reads CRC32 or NONE: SET GLOBAL binlog_checksum = 'CRC32'", st.Checksum)
+	}
+	return nil
 }

@@ -316,3 +316,24 @@ func TestXATransaction(t *testing.T) {
 	c.until(t, 30*time.Second, late.EventID)
 	why.has(t, "prepared before the stream started")
 }
+
+// The saved GTID position is not in the server's history (as after a
+// failover to a server whose history diverged): strict mode refuses it,
+// and the source reads the table instead.
+func TestGTIDDiverged(t *testing.T) {
+	f := newFixture(t)
+	src := f.start(t, f.cfg)
+	first, _ := produce(t, f, 2, nil)
+	collect(src).until(t, 30*time.Second, first...)
+	if err := src.Close(); err != nil {
+		t.Fatal(err)
+	}
+	f.exec("UPDATE `" + f.cfg.Table + "_binlog` SET gtid = '0-4242-999999999'")
+	down, _ := produce(t, f, 2, nil)
+	var why reasons
+	cfg := f.cfg
+	cfg.OnFallback = why.add
+	src = f.start(t, cfg)
+	collect(src).until(t, 30*time.Second, down...)
+	why.has(t, "cannot stream from the saved position")
+}

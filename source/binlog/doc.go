@@ -60,8 +60,9 @@
 // contract are parked DEAD with the reason.
 //
 // Positions: source.Position is a counter the source assigns to the
-// transactions it hands out, growing by one per transaction (empty ones
-// coalesced); it means nothing across processes. Each handed-out
+// transactions it hands out, growing by one per transaction (those without
+// outbox rows handed out at most once a second); it means nothing across
+// processes. Each handed-out
 // transaction remembers the binlog place after it: the file and offset,
 // and the MariaDB GTID position there. Ack deletes the delivered rows in
 // batches of DeleteBatch, fenced by the lease, and with the last batch
@@ -101,7 +102,8 @@
 // expiry on the database clock, renewed every third of LeaseFor. Other
 // processes wait in Start and take over once it expired, resuming from the
 // saved position. Every write (Ack's deletes and position, Park) locks the
-// row and checks owner, epoch and expiry in the same transaction, so a
-// process that stalled past its lease changes nothing and stops with
-// source.ErrFenced.
+// row and checks owner and epoch in the same transaction before it
+// commits, so a process that stalled past its lease and was taken over
+// changes nothing and stops with source.ErrFenced. A renewal that comes
+// late (commits stall under load) keeps a lease nobody took over.
 package binlog

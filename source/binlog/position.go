@@ -15,9 +15,9 @@ import (
 // clock) and the resume position (the binlog file and offset after the
 // last transaction whose events are all settled, and the GTID position
 // there). A process streams only while it holds the lease; every write it
-// makes (deleting delivered rows, parking, saving the position) first
-// locks the row and checks owner, epoch and expiry in the same
-// transaction, so a process that stalled past its lease changes nothing.
+// makes (deleting delivered rows, parking, saving the position) locks the
+// row and checks owner and epoch in the same transaction before it
+// commits, so a process whose lease was taken over changes nothing.
 
 const stateRow = "binlog"
 
@@ -110,9 +110,11 @@ func (s *Source) tryLease(ctx context.Context) (*resume, bool, error) {
 	return &resume{File: file, Pos: uint32(pos), GTID: gtid}, true, nil
 }
 
-// renewLease renews the lease every third of LeaseFor. When the lease is
-// gone (another process took it) or cannot be renewed before it expires,
-// the source fails with source.ErrFenced and stops streaming.
+// renewLease renews the lease every third of LeaseFor. A renewal may take
+// until shortly before the lease would expire (commits stall under load,
+// or while the server rotates its binlog). When the lease is gone
+// (another process took it) or cannot be renewed before it expires, the
+// source fails with source.ErrFenced and stops streaming.
 func (s *Source) renewLease(ctx context.Context) {
 	every := s.cfg.LeaseFor / 3
 	validUntil := time.Now().Add(s.cfg.LeaseFor)
@@ -125,10 +127,9 @@ func (s *Source) renewLease(ctx context.Context) {
 		case <-t.C:
 		}
 		sent := time.Now()
-		rctx, cancel := context.WithTimeout(ctx, every)
+		rctx, cancel := context.WithDeadline(ctx, validUntil.Add(-s.cfg.LeaseFor/10))
 		// owner and epoch, not the expiry: a renewal that comes late
-		// (commits stall while the server rotates its binlog) keeps a
-		// lease nobody took over; a takeover changes the epoch
+		// keeps a lease nobody took over; a takeover changes the epoch
 		res, err := s.db.ExecContext(rctx, "UPDATE "+s.n.state+" SET lease_until = NOW(6) + INTERVAL ? MICROSECOND WHERE stream = ? AND owner = ? AND epoch = ?",
 			s.cfg.LeaseFor.Microseconds(), stateRow, s.cfg.Owner, s.epoch)
 		cancel()
@@ -146,7 +147,7 @@ func (s *Source) renewLease(ctx context.Context) {
 			return
 		case ctx.Err() != nil:
 			return
-		case time.Now().After(validUntil.Add(-every / 2)):
+		case time.Now().After(validUntil.Add(-s.cfg.LeaseFor / 10)):
 			s.log.Error("outbox binlog: could not renew the streaming lease before it expires; stopping", "table", s.cfg.Table, "error", err.Error())
 			s.fail(source.ErrFenced)
 			s.cancel()
@@ -167,28 +168,32 @@ func (s *Source) releaseLease() {
 	_, _ = s.db.ExecContext(ctx, "UPDATE "+s.n.state+" SET lease_until = NULL WHERE stream = ? AND owner = ? AND epoch = ?", stateRow, s.cfg.Owner, s.epoch)
 }
 
-// fenced runs fn in a transaction that first locks the lease row and
-// checks that this process still holds it; source.ErrFenced when it does
-// not. The lock is exclusive: a shared one would deadlock an Ack that
-// saves the position (upgrading its lock) against a lease renewal waiting
-// for the row.
+// fenced runs fn in a transaction that, before it commits, locks the
+// lease row and checks that this process still holds it (its owner and
+// epoch: a takeover changes the epoch, and a lease released by Close has
+// no expiry); when it does not, the transaction is rolled back and the
+// error is source.ErrFenced. A lease that expired while nobody took it
+// over is still this process's: its writes are safe, since a takeover
+// locks the row too and so waits for the commit, or is seen by the check.
+// The row is locked last, so that renewals wait only for the commit, not
+// for fn's writes.
 func (s *Source) fenced(ctx context.Context, fn func(tx *sql.Tx) error) error {
 	tx, err := s.db.BeginTx(ctx, nil)
 	if err != nil {
 		return err
 	}
 	defer tx.Rollback() //nolint:errcheck // after Commit a no-op
-	var ok bool
-	err = tx.QueryRowContext(ctx, "SELECT lease_until > NOW(6) FROM "+s.n.state+" WHERE stream = ? AND owner = ? AND epoch = ? FOR UPDATE",
-		stateRow, s.cfg.Owner, s.epoch).Scan(&ok)
-	if errors.Is(err, sql.ErrNoRows) || err == nil && !ok {
+	if err := fn(tx); err != nil {
+		return err
+	}
+	var held bool
+	err = tx.QueryRowContext(ctx, "SELECT lease_until IS NOT NULL FROM "+s.n.state+" WHERE stream = ? AND owner = ? AND epoch = ? FOR UPDATE",
+		stateRow, s.cfg.Owner, s.epoch).Scan(&held)
+	if errors.Is(err, sql.ErrNoRows) || err == nil && !held {
 		s.fail(source.ErrFenced)
 		return source.ErrFenced
 	}
 	if err != nil {
-		return err
-	}
-	if err := fn(tx); err != nil {
 		return err
 	}
 	return tx.Commit()

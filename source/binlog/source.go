@@ -41,7 +41,8 @@ type Source struct {
 	parkedIDs map[int64]bool  // rows parked, not to be deleted
 	saved     resume          // the position last written
 	savedAt   time.Time
-	streamed  resume // where the stream is: after the last whole transaction read
+	streamed  resume    // where the stream is: after the last whole transaction read
+	emptyAt   time.Time // when a transaction without events was last handed out
 	failed    error
 	started   bool
 	closed    bool
@@ -247,9 +248,11 @@ func (s *Source) Next(ctx context.Context) ([]source.Txn, error) {
 	}
 }
 
-// push hands out one transaction, waiting while the buffer is full. An
-// empty transaction after another empty one still waiting only moves its
-// resume position.
+// push hands out one transaction, waiting while the buffer is full.
+// Transactions without events are handed out at most once a second (the
+// others dropped: each later one carries its own resume position), and
+// one after another empty one still waiting only moves its resume
+// position.
 func (s *Source) push(ctx context.Context, t source.Txn, ids []int64, r *resume, force bool) error {
 	for {
 		s.mu.Lock()
@@ -264,6 +267,15 @@ func (s *Source) push(ctx context.Context, t source.Txn, ids []int64, r *resume,
 		}
 	}
 	defer s.mu.Unlock()
+	if len(t.Events) == 0 && !force {
+		// other tables' transactions: reported at most once a second,
+		// enough to move the resume position on an idle outbox, and not
+		// a wake-up of the loop for every commit on a busy server
+		if time.Since(s.emptyAt) < time.Second {
+			return nil
+		}
+		s.emptyAt = time.Now()
+	}
 	if len(t.Events) == 0 && len(s.buf) > 0 && len(s.buf[len(s.buf)-1].Events) == 0 && !force {
 		last := &s.emitted[len(s.emitted)-1]
 		if !last.force {

@@ -134,7 +134,7 @@ func runRelay(ctx context.Context, e env, args []string) error {
 		return err
 	}
 	if f.db == "" {
-		return fmt.Errorf("%w: no database given: pass --db URL or set OUTBOX_DB (%s)", wire.ErrUsage, wire.DBSchemes)
+		return wire.WithHint(fmt.Errorf("%w: no database given: pass --db URL or set OUTBOX_DB", wire.ErrUsage), " ("+wire.DBSchemes+")")
 	}
 	listenAddr, err := metricsListenAddr(*metricsAddr)
 	if err != nil {

@@ -6,7 +6,7 @@ import (
 	"time"
 
 	outbox "github.com/outbox-go/outbox"
-	"github.com/outbox-go/outbox/store"
+	"github.com/outbox-go/outbox/store/driver"
 )
 
 // The outbox table's columns the source reads, by the table contract
@@ -127,7 +127,7 @@ func rowOf(l layout, img rowImage) (decodedRow, error) {
 	}
 	d = f.row(id)
 	if problem != "" && d.bad == nil {
-		d.bad = store.BadRow("%s", problem)
+		d.bad = driver.BadRow("%s", problem)
 	}
 	return d, nil
 }
@@ -162,13 +162,13 @@ func (f rowFields) row(id int64) decodedRow {
 	if !f.nextAttemptAt.IsZero() && f.nextAttemptAt.After(f.createdAt) && f.attempts == 0 {
 		m.AvailableAt = f.nextAttemptAt
 	}
-	h, err := store.DecodeHeaders(f.headers)
+	h, err := driver.DecodeHeaders(f.headers)
 	if err != nil {
 		d.bad = err
 		return d
 	}
 	m.Headers = h
-	if err := store.CheckRow(&d.ev); err != nil {
+	if err := driver.CheckRow(&d.ev); err != nil {
 		d.bad = err
 	}
 	return d

@@ -105,9 +105,6 @@ func TestMatrix(t *testing.T) {
 				DB: teststores.URL(t, cell.Store), Broker: brokerURL(t, cell), BrokerKind: cell.Broker, Source: cell.Source,
 				Faults: cell.Faults, Keys: cell.Keys, Seed: seed(t), Duration: 24 * time.Second, RelayBinary: binary, Progress: logWriter{t},
 			}
-			if cell.Exclusion {
-				cfg.RelayArgs = []string{"--engine", "exclusion"}
-			}
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 			defer cancel()
 			res, err := torture.Run(ctx, cfg)

@@ -99,7 +99,7 @@ func TestSIGKILLMidStream(t *testing.T) {
 	topic := stream.Topic("orders")
 	url := testenv.Require(t, testenv.MySQL)
 	args := []string{"--db", url, "--broker", natsURL, "--source", "binlog", "--table", f.cfg.Table,
-		"--lease", "2s", "--backoff", "20ms", "--backoff-max", "500ms", "--log", "debug"}
+		"--lease", "2s", "--backoff", "20ms", "--backoff-max", "500ms", "--log-level", "debug"}
 	a := startRelayProc(t, append(args, "--owner", "relay-a")...)
 	waitFor(t, "relay a to stream", 120*time.Second, func() bool { return strings.Contains(a.stderr.String(), "outbox relay: started") })
 	b := startRelayProc(t, append(args, "--owner", "relay-b")...)

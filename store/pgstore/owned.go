@@ -497,10 +497,15 @@ func (s *Store) Balance(ctx context.Context, req store.BalanceRequest) (store.Ow
 		if err := br.Close(); err != nil {
 			return store.Ownership{Shards: numShards}, wrap("balance", err)
 		}
+		s.endSession(req.Owner)
 		return own, nil
 	}
-	b.Queue("INSERT INTO "+relays+" (owner, lease_until) VALUES ($1, now() + $2 * interval '1 microsecond') ON CONFLICT (owner) DO UPDATE SET lease_until = EXCLUDED.lease_until RETURNING lease_until", req.Owner, lease)
+	pid := s.session(ctx, req.Owner)
+	b.Queue("INSERT INTO "+relays+" (owner, lease_until, pid) VALUES ($1, now() + $2 * interval '1 microsecond', $3) ON CONFLICT (owner) DO UPDATE SET lease_until = EXCLUDED.lease_until, pid = EXCLUDED.pid RETURNING lease_until", req.Owner, lease, pid)
 	b.Queue("DELETE FROM " + relays + " WHERE owner IN (SELECT owner FROM " + relays + " WHERE lease_until <= now() - interval '1 minute' FOR UPDATE SKIP LOCKED)")
+	// Relays whose session is gone (session.go) lose their leases now,
+	// so the take below moves their shards on at once.
+	b.Queue(s.reapSQL(), req.Owner, s.sessionKey())
 	// Release and renew. A shard whose lease ran out but that nobody took
 	// is still this owner's (same epoch: nobody held it in between).
 	b.Queue("UPDATE "+shards+" s SET owner = CASE WHEN s.shard = ANY($3::int[]) THEN '' ELSE s.owner END, "+
@@ -542,7 +547,7 @@ WHERE shard IN (SELECT shard FROM `+shards+` WHERE (owner = '' OR lease_until <=
 	if err := br.QueryRow().Scan(&own.Until); err != nil {
 		return fail(err)
 	}
-	for range 3 {
+	for range 4 {
 		if _, err := br.Exec(); err != nil {
 			return fail(err)
 		}

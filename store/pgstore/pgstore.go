@@ -123,6 +123,7 @@ type Store struct {
 	stopListen context.CancelFunc
 	listenDone chan struct{}
 	closed     bool
+	sessions   map[string]*relaySession // each owner's own session (session.go)
 }
 
 var _ store.Store = (*Store)(nil)
@@ -282,6 +283,7 @@ func (s *Store) Close() error {
 	}
 	s.cancelBackground()
 	s.background.Wait()
+	s.closeSessions()
 	if s.ownPool {
 		s.pool.Close()
 	}

@@ -39,6 +39,7 @@ type Store struct {
 	sweepAfter string // owned.go: where the next sweep of parked keys starts
 	claimHook  func() // tests: runs in an owned claim before its commit
 	exclusion  string // owned.go: an exclusion-mode relay the last heartbeat saw, or ""
+	sessions   map[string]*relaySession // each owner's own session (session.go)
 }
 
 var _ store.Store = (*Store)(nil)
@@ -143,6 +144,7 @@ func (s *Store) Close() error {
 		stop()
 		<-done
 	}
+	s.closeSessions()
 	if s.ownDB {
 		return s.db.Close()
 	}

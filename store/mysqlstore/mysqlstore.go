@@ -36,9 +36,9 @@ type Store struct {
 	closed  bool
 	watch   watcher // notify.go
 
-	sweepAfter string // owned.go: where the next sweep of parked keys starts
-	claimHook  func() // tests: runs in an owned claim before its commit
-	exclusion  string // owned.go: an exclusion-mode relay the last heartbeat saw, or ""
+	sweepAfter string                   // owned.go: where the next sweep of parked keys starts
+	claimHook  func()                   // tests: runs in an owned claim before its commit
+	exclusion  string                   // owned.go: an exclusion-mode relay the last heartbeat saw, or ""
 	sessions   map[string]*relaySession // each owner's own session (session.go)
 }
 

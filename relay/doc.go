@@ -102,8 +102,12 @@
 //     releases it, and a relay short of its share heartbeats every
 //     LeaseFor/300 (at least 20 ms) until it has it. A stopping relay
 //     settles everything and then gives all its shards up (Leave), so the others take them at once instead of
-//     after a lease period; a relay that died loses them when their lease
-//     runs out. Rebalancing is cooperative, like franz-go's
+//     after a lease period. A relay that died loses them when their lease
+//     runs out, or within about a second where the store sees its
+//     database session end (store.Sessions: PostgreSQL, MariaDB): the
+//     balance loop asks every 500 ms and balances at once, and the
+//     takeover is fenced as after a lease's end; a stopped or cut-off
+//     relay whose session lives keeps the lease as the bound. Rebalancing is cooperative, like franz-go's
 //     cooperative-sticky balancer: a shard changes hands only after its
 //     owner settled its work or its lease expired, and a shard's new
 //     owner cannot claim from it while a claim of the old owner is live.

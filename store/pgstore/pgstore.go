@@ -93,9 +93,9 @@ type Store struct {
 	probeEvery time.Duration
 
 	// busyOwners holds the owners whose last ClaimOwned took or parked at
-	// least half its Limit (a backlog): their next claim skips the
-	// pending probe (it would most likely name every shard, and cost a
-	// round trip before the claim).
+	// least half its Limit (a backlog): their next claim walks one branch
+	// per shard rather than range-scan every pending row of its shards
+	// (see claimOwned).
 	busyOwners sync.Map // owner → struct{}
 
 	// Vacuuming (vacuum.go): rows deleted since the last VACUUM, the end

@@ -76,19 +76,8 @@ type Config struct {
 	MaxMessage int
 }
 
-func (c Config) withDefaults() (Config, error) {
-	switch {
-	case c.Timeout < 0:
-		return c, fmt.Errorf("redisbroker: Config.Timeout is %v; use 0 for the default (%v) or a positive duration", c.Timeout, DefaultTimeout)
-	case c.MaxLen < 0:
-		return c, fmt.Errorf("redisbroker: Config.MaxLen is %d; use 0 (never trim) or a positive number of entries", c.MaxLen)
-	case c.DedupWindow < 0:
-		return c, fmt.Errorf("redisbroker: Config.DedupWindow is %v; use 0 for the default (%v), a positive duration, or NoDedup", c.DedupWindow, DefaultDedupWindow)
-	case c.DedupWindow > 0 && c.DedupWindow < time.Second:
-		return c, fmt.Errorf("redisbroker: Config.DedupWindow is %v; Redis keeps keys for whole seconds, use at least 1s", c.DedupWindow)
-	case c.MaxMessage < 0:
-		return c, fmt.Errorf("redisbroker: Config.MaxMessage is %d; use 0 for the default (%d) or a positive size in bytes", c.MaxMessage, DefaultMaxMessage)
-	}
+// WithDefaults returns c with the default in every zero field.
+func (c Config) WithDefaults() Config {
 	if c.Timeout == 0 {
 		c.Timeout = DefaultTimeout
 	}
@@ -104,10 +93,27 @@ func (c Config) withDefaults() (Config, error) {
 	if c.Source == "" {
 		c.Source = broker.SourceDefault
 	}
-	if err := broker.CheckSource(c.Source); err != nil {
-		return c, fmt.Errorf("redisbroker: Config.Source %q: %w", c.Source, err)
+	return c
+}
+
+// validate refuses what WithDefaults left unusable.
+func (c Config) validate() error {
+	switch {
+	case c.Timeout < 0:
+		return fmt.Errorf("redisbroker: Config.Timeout is %v; use 0 for the default (%v) or a positive duration", c.Timeout, DefaultTimeout)
+	case c.MaxLen < 0:
+		return fmt.Errorf("redisbroker: Config.MaxLen is %d; use 0 (never trim) or a positive number of entries", c.MaxLen)
+	case c.DedupWindow < 0:
+		return fmt.Errorf("redisbroker: Config.DedupWindow is %v; use 0 for the default (%v), a positive duration, or NoDedup", c.DedupWindow, DefaultDedupWindow)
+	case c.DedupWindow > 0 && c.DedupWindow < time.Second:
+		return fmt.Errorf("redisbroker: Config.DedupWindow is %v; Redis keeps keys for whole seconds, use at least 1s", c.DedupWindow)
+	case c.MaxMessage < 0:
+		return fmt.Errorf("redisbroker: Config.MaxMessage is %d; use 0 for the default (%d) or a positive size in bytes", c.MaxMessage, DefaultMaxMessage)
 	}
-	return c, nil
+	if err := broker.CheckSource(c.Source); err != nil {
+		return fmt.Errorf("redisbroker: Config.Source %q: %w", c.Source, err)
+	}
+	return nil
 }
 
 // Broker adds events to Redis streams. It is safe for concurrent use.
@@ -132,7 +138,8 @@ func New(rdb redis.UniversalClient, cfg Config) (*Broker, error) {
 	if rdb == nil {
 		return nil, errors.New("redisbroker: New needs a client; pass one from redis.NewClient or use Dial")
 	}
-	cfg, err := cfg.withDefaults()
+	cfg = cfg.WithDefaults()
+	err := cfg.validate()
 	if err != nil {
 		return nil, err
 	}
@@ -165,7 +172,8 @@ func Dial(rawURL string, cfg Config) (*Broker, error) {
 	if err != nil {
 		return nil, redact.Error(fmt.Errorf("redisbroker: URL %s: %w (%w)", redact.URL(rawURL), err, ErrInvalidURL), rawURL)
 	}
-	cfg, err = cfg.withDefaults()
+	cfg = cfg.WithDefaults()
+	err = cfg.validate()
 	if err != nil {
 		return nil, fmt.Errorf("%w (%w)", err, ErrInvalidURL)
 	}
@@ -174,6 +182,9 @@ func Dial(rawURL string, cfg Config) (*Broker, error) {
 	defer cancel()
 	if err := rdb.Ping(ctx).Err(); err != nil {
 		_ = rdb.Close()
+		if refused(err) {
+			return nil, broker.Refused(redact.Error(fmt.Errorf("redisbroker: connect to %s: %w: check the password (and user) in the URL and the user's ACL", redact.URL(rawURL), err), rawURL))
+		}
 		return nil, redact.Error(fmt.Errorf("redisbroker: connect to %s: %w; check that redis-server runs there and the password is right (%w)", redact.URL(rawURL), err, broker.ErrUnavailable), rawURL)
 	}
 	return newBroker(rdb, cfg, true), nil
@@ -271,4 +282,16 @@ func (b *Broker) Close(ctx context.Context) error {
 		}
 		return nil
 	})
+}
+
+// refused reports whether Redis answered a connection with a refusal no
+// retry fixes: a wrong password (WRONGPASS), none given where one is
+// required (NOAUTH), or an ACL that forbids the commands (NOPERM).
+func refused(err error) bool {
+	var re redis.Error
+	if !errors.As(err, &re) {
+		return false
+	}
+	msg := re.Error()
+	return strings.HasPrefix(msg, "WRONGPASS") || strings.HasPrefix(msg, "NOAUTH") || strings.HasPrefix(msg, "NOPERM")
 }

@@ -3,7 +3,7 @@ package mysqlstore
 import (
 	"context"
 	"database/sql"
-	"database/sql/driver"
+	sqldriver "database/sql/driver"
 	"errors"
 	"fmt"
 	"math"
@@ -15,6 +15,7 @@ import (
 	"github.com/go-sql-driver/mysql"
 
 	"github.com/outbox-go/outbox/store"
+	"github.com/outbox-go/outbox/store/driver"
 )
 
 // Config configures a Store. The zero value is usable.
@@ -31,21 +32,17 @@ type Store struct {
 	table, archive, migrations string // quoted
 	schema                     any    // nil, or the schema name (for lock names)
 
-	claimSQL, claimHoldDeadSQL string
-
 	mu      sync.Mutex
-	wakeups store.Wakeups
+	wakeups driver.Wakeups
 	closed  bool
 	watch   watcher // notify.go
 
 	sweepAfter string                   // owned.go: where the next sweep of parked keys starts
 	claimHook  func()                   // tests: runs in an owned claim before its commit
-	exclusion  string                   // owned.go: an exclusion-mode relay the last heartbeat saw, or ""
 	sessions   map[string]*relaySession // each owner's own session (session.go)
 }
 
 var _ store.Store = (*Store)(nil)
-var _ store.Notifier = (*Store)(nil)
 
 // New returns a store over db, which stays the caller's to close. db may come
 // from any DSN of github.com/go-sql-driver/mysql: times are read as Unix
@@ -59,7 +56,8 @@ func New(db *sql.DB, cfg Config) (*Store, error) {
 	if db == nil {
 		return nil, errors.New("mysqlstore: db is nil")
 	}
-	opts, err := cfg.Options.Normalize()
+	opts := cfg.Options.WithDefaults()
+	err := opts.Validate()
 	if err != nil {
 		return nil, err
 	}
@@ -80,8 +78,6 @@ func New(db *sql.DB, cfg Config) (*Store, error) {
 		s.schema = opts.Schema
 	}
 	s.watch.every = opts.ProbeInterval
-	s.claimSQL = s.buildClaimSQL(false)
-	s.claimHoldDeadSQL = s.buildClaimSQL(true)
 	return s, nil
 }
 
@@ -91,7 +87,7 @@ func quote(name string) string { return "`" + name + "`" }
 // Open connects to url (mysql://user:pass@host:3306/db?param=…, see DSN)
 // with a pool of its own, closed by Close.
 func Open(ctx context.Context, url string, cfg Config) (*Store, error) {
-	if _, err := cfg.Options.Normalize(); err != nil {
+	if err := cfg.Options.WithDefaults().Validate(); err != nil {
 		return nil, err
 	}
 	mc, err := parseURL(url)
@@ -111,7 +107,9 @@ func Open(ctx context.Context, url string, cfg Config) (*Store, error) {
 		var me *mysql.MySQLError
 		switch {
 		case errors.As(err, &me) && me.Number == errBadDB:
-			return nil, fmt.Errorf("mysqlstore: database %q does not exist on %s: create it (CREATE DATABASE %s) or fix the URL", mc.DBName, mc.Addr, quote(mc.DBName))
+			return nil, store.Refused(fmt.Errorf("mysqlstore: database %q does not exist on %s: create it (CREATE DATABASE %s) or fix the URL", mc.DBName, mc.Addr, quote(mc.DBName)))
+		case errors.As(err, &me) && refused(me.Number):
+			return nil, store.Refused(fmt.Errorf("mysqlstore: %s refused the connection: %w; check the user and password in the URL and the user's grants (SHOW GRANTS FOR user)", mc.Addr, err))
 		case errors.As(err, &me):
 			return nil, fmt.Errorf("mysqlstore: %s refused the connection: %w", mc.Addr, err)
 		}
@@ -199,12 +197,9 @@ func (s *Store) Close() error {
 // Hashed because MySQL refuses names longer than 64 characters.
 const lockName = "CONCAT('outbox:', SHA1(CONCAT_WS('.', COALESCE(?, DATABASE()), ?, ?)))"
 
-// How long GET_LOCK waits when ctx has no deadline. A claim holds its lock
-// for two short statements; a migration for its DDL.
-const (
-	claimLockWait   = 30 * time.Second
-	migrateLockWait = 5 * time.Minute
-)
+// migrateLockWait is how long GET_LOCK waits for another migration's DDL
+// when ctx has no deadline.
+const migrateLockWait = 5 * time.Minute
 
 // heldLock is a GET_LOCK held by a dedicated connection.
 type heldLock struct {
@@ -241,7 +236,7 @@ func (s *Store) lock(ctx context.Context, purpose string, wait time.Duration) (*
 // discard closes the connection instead of pooling it: a pooled connection
 // must never hold the lock.
 func (l *heldLock) discard() {
-	_ = l.conn.Raw(func(any) error { return driver.ErrBadConn })
+	_ = l.conn.Raw(func(any) error { return sqldriver.ErrBadConn })
 	_ = l.conn.Close()
 }
 
@@ -347,4 +342,12 @@ func wrap(op string, err error) error {
 		return fmt.Errorf("mysqlstore: %s: %w", op, store.ErrNotFound)
 	}
 	return fmt.Errorf("mysqlstore: %s: %w", op, err)
+}
+
+// refused reports whether a MySQL error met at connect is the server
+// refusing for good: access denied (1044 to the database, 1045 for the
+// password, 1698 without one). Too many connections (1040) or a server
+// shutting down is worth waiting for.
+func refused(number uint16) bool {
+	return number == 1044 || number == 1045 || number == 1698
 }

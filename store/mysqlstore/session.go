@@ -7,10 +7,10 @@ import (
 	"strings"
 	"sync"
 
-	"github.com/outbox-go/outbox/store"
+	storedriver "github.com/outbox-go/outbox/store/driver"
 )
 
-// Relay sessions (store.Sessions): how a crash costs a second, not a lease.
+// Relay sessions (driver.Sessions): how a crash costs a second, not a lease.
 //
 // Balance takes, for each owner it heartbeats, a GET_LOCK named after the
 // table and the owner (sessionLockSQL) on a connection of its own, held
@@ -37,7 +37,7 @@ type relaySession struct {
 	id   int64
 }
 
-var _ store.Sessions = (*Store)(nil)
+var _ storedriver.Sessions = (*Store)(nil)
 
 // sessionLockSQL is the name of owner's session lock, for the owner
 // expression owner: as lockName with purpose "session/" + owner; its
@@ -135,7 +135,7 @@ func (s *Store) closeSessions() {
 }
 
 // Orphans reports whether a live relay other than owner has lost its
-// session (see store.Sessions). It asks over owner's own session when it
+// session (see storedriver.Sessions). It asks over owner's own session when it
 // has one, which also finds that session dead (the next Balance opens it
 // again), and over the pool otherwise.
 func (s *Store) Orphans(ctx context.Context, owner string) (bool, error) {

@@ -17,6 +17,7 @@ import (
 
 	outbox "github.com/outbox-go/outbox"
 	"github.com/outbox-go/outbox/store"
+	"github.com/outbox-go/outbox/store/driver"
 )
 
 // Config configures a Store. The zero value is usable.
@@ -117,8 +118,8 @@ type Store struct {
 	sweepAfter string
 
 	mu         sync.Mutex
-	wakeups    store.Wakeups
-	rebalance  store.Wakeups // BalanceNotify's
+	wakeups    driver.Wakeups
+	rebalance  driver.Wakeups // BalanceNotify's
 	listening  bool
 	stopListen context.CancelFunc
 	listenDone chan struct{}
@@ -127,14 +128,14 @@ type Store struct {
 }
 
 var _ store.Store = (*Store)(nil)
-var _ store.Notifier = (*Store)(nil)
 
 // New returns a store over pool, which stays the caller's to close.
 func New(pool *pgxpool.Pool, cfg Config) (*Store, error) {
 	if pool == nil {
 		return nil, errors.New("pgstore: pool is nil")
 	}
-	opts, err := cfg.Options.Normalize()
+	opts := cfg.Options.WithDefaults()
+	err := opts.Validate()
 	if err != nil {
 		return nil, err
 	}
@@ -154,8 +155,8 @@ func New(pool *pgxpool.Pool, cfg Config) (*Store, error) {
 		archive:     q(opts.Table + "_archive"),
 		migrations:  q(opts.Table + "_migrations"),
 		channel:     opts.Schema + "." + opts.Table + "_events",
-		claimLock:   opts.LockKey("claim"),
-		migrateLock: opts.LockKey("migrate"),
+		claimLock:   driver.LockKey(opts, "claim"),
+		migrateLock: driver.LockKey(opts, "migrate"),
 	}
 	s.probeEvery = opts.ProbeInterval
 	s.vacuumAfter = cfg.VacuumAfter
@@ -203,13 +204,14 @@ func Open(ctx context.Context, url string, cfg Config) (*Store, error) {
 		pool.Close()
 		var pgErr *pgconn.PgError
 		if errors.As(err, &pgErr) && pgErr.Code == "3D000" {
-			return nil, fmt.Errorf("pgstore: database %q does not exist on %s: create it (createdb %s) or fix the URL", pc.ConnConfig.Database, pc.ConnConfig.Host, pc.ConnConfig.Database)
+			return nil, store.Refused(fmt.Errorf("pgstore: database %q does not exist on %s: create it (createdb %s) or fix the URL", pc.ConnConfig.Database, pc.ConnConfig.Host, pc.ConnConfig.Database))
 		}
-		what := "cannot reach"
-		if errors.As(err, &pgErr) { // the server answered: a role, password or pg_hba.conf refusal
-			what = "refused by"
+		if errors.As(err, &pgErr) && refusal(pgErr.Code) {
+			// the server answered: a role, password, privilege or
+			// pg_hba.conf refusal, which no retry fixes
+			return nil, store.Refused(connectError{fmt.Sprintf("pgstore: refused by %s:%d: %s: check the user and password in the URL, the role's CONNECT privilege and pg_hba.conf", pc.ConnConfig.Host, pc.ConnConfig.Port, connectReason(err)), err})
 		}
-		return nil, connectError{fmt.Sprintf("pgstore: %s %s:%d: %s", what, pc.ConnConfig.Host, pc.ConnConfig.Port, connectReason(err)), err}
+		return nil, connectError{fmt.Sprintf("pgstore: cannot reach %s:%d: %s", pc.ConnConfig.Host, pc.ConnConfig.Port, connectReason(err)), err}
 	}
 	s, err := New(pool, cfg)
 	if err != nil {
@@ -218,6 +220,15 @@ func Open(ctx context.Context, url string, cfg Config) (*Store, error) {
 	}
 	s.ownPool = true
 	return s, nil
+}
+
+// refusal reports whether a SQLSTATE met at connect is the server refusing
+// for good: class 28 (invalid authorization: an unknown role, a wrong
+// password, no pg_hba.conf entry) or 42501 (no CONNECT privilege). A server
+// starting up, shutting down or out of connections (57P03, 57P01, 53300)
+// is worth waiting for.
+func refusal(code string) bool {
+	return strings.HasPrefix(code, "28") || code == "42501"
 }
 
 // connectError is a failed first connection told in one line; it unwraps
@@ -418,7 +429,7 @@ func (s *Store) buildInsert(msgs []outbox.Message, notify bool) (string, []any) 
 		if !m.AvailableAt.IsZero() {
 			avail = m.AvailableAt
 		}
-		a = append(a, store.EncodeHeaders(m.Headers), avail)
+		a = append(a, driver.EncodeHeaders(m.Headers), avail)
 		b = appendParam(b, n+9)
 		b = append(b, "::jsonb,COALESCE("...)
 		b = appendParam(b, n+10)
@@ -443,7 +454,7 @@ func (s *Store) Enqueue(ctx context.Context, msgs ...outbox.Message) error {
 	if len(msgs) == 0 {
 		return nil
 	}
-	norm, err := s.opts.Prepare(msgs)
+	norm, err := driver.Prepare(s.opts, msgs)
 	if err != nil {
 		return err
 	}
@@ -461,7 +472,7 @@ func (s *Store) EnqueuePgxTx(ctx context.Context, tx pgx.Tx, msgs ...outbox.Mess
 	if len(msgs) == 0 {
 		return nil
 	}
-	norm, err := s.opts.Prepare(msgs)
+	norm, err := driver.Prepare(s.opts, msgs)
 	if err != nil {
 		return err
 	}
@@ -487,7 +498,7 @@ func (s *Store) EnqueueInBatch(b *pgx.Batch, msgs ...outbox.Message) error {
 	if len(msgs) == 0 {
 		return nil
 	}
-	norm, err := s.opts.Prepare(msgs)
+	norm, err := driver.Prepare(s.opts, msgs)
 	if err != nil {
 		return err
 	}
@@ -510,7 +521,7 @@ func (s *Store) EnqueueTx(ctx context.Context, tx store.Execer, msgs ...outbox.M
 	if len(msgs) == 0 {
 		return nil
 	}
-	norm, err := s.opts.Prepare(msgs)
+	norm, err := driver.Prepare(s.opts, msgs)
 	if err != nil {
 		return err
 	}
@@ -558,7 +569,7 @@ func scanRecord(row pgx.Row) (store.Record, error) {
 	}
 	// A row whose headers break the contract is still shown (its
 	// last_error says why once a claim buried it), without headers.
-	r.Headers, _ = store.DecodeHeaders(headers)
+	r.Headers, _ = driver.DecodeHeaders(headers)
 	return r, nil
 }
 
@@ -581,7 +592,7 @@ const deadFilter = " WHERE status = 'DEAD' AND ($1 = '' OR topic = $1) AND ($2 =
 // ListDead lists DEAD events in id order.
 func (s *Store) ListDead(ctx context.Context, q store.DeadQuery) ([]store.Record, error) {
 	if q.Limit <= 0 {
-		q.Limit = store.DefaultLimit
+		q.Limit = driver.DefaultLimit
 	}
 	rows, err := s.pool.Query(ctx, "SELECT "+recordCols+" FROM "+s.table+deadFilter+" AND id > $4 ORDER BY id LIMIT $5",
 		q.Topic, q.Key, nonNil(q.IDs), q.AfterID, q.Limit)
@@ -620,7 +631,8 @@ func (s *Store) RequeueDead(ctx context.Context, q store.DeadQuery) (int64, erro
 // Purge deletes SENT (archived) or DEAD events older than req.OlderThan in
 // batches of req.BatchSize.
 func (s *Store) Purge(ctx context.Context, req store.PurgeRequest) (int64, error) {
-	req, err := req.Normalize()
+	req = req.WithDefaults()
+	err := req.Validate()
 	if err != nil {
 		return 0, err
 	}

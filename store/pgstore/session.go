@@ -6,10 +6,10 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/outbox-go/outbox/store"
+	"github.com/outbox-go/outbox/store/driver"
 )
 
-// Relay sessions (store.Sessions): how a crash costs a second, not a lease.
+// Relay sessions (driver.Sessions): how a crash costs a second, not a lease.
 //
 // Balance opens, for each owner it heartbeats, a connection of its own
 // (outside the pool, whose connections come and go) that takes the
@@ -38,7 +38,7 @@ type relaySession struct {
 	pid  int32
 }
 
-var _ store.Sessions = (*Store)(nil)
+var _ driver.Sessions = (*Store)(nil)
 
 // sessionAliveSQL is the condition that the relays row aliased r is held
 // by a live session: its pid holds the owner's advisory lock in this
@@ -76,7 +76,7 @@ UPDATE ` + s.claimsTable() + ` c SET lease_until = LEAST(c.lease_until, now()) W
 }
 
 // sessionKey is the first key of the owners' session locks.
-func (s *Store) sessionKey() int32 { return int32(s.opts.LockKey("session")) }
+func (s *Store) sessionKey() int32 { return int32(driver.LockKey(s.opts, "session")) }
 
 // session returns the pid of owner's own session, opening it (and taking
 // its lock) when it has none or lost it; nil when it cannot be had, and
@@ -154,7 +154,7 @@ func (s *Store) closeSessions() {
 }
 
 // Orphans reports whether a live relay other than owner has lost its
-// session (see store.Sessions). It asks over owner's own session when it
+// session (see driver.Sessions). It asks over owner's own session when it
 // has one, which also finds that session dead (it is opened again by the
 // next Balance), and over the pool otherwise.
 func (s *Store) Orphans(ctx context.Context, owner string) (bool, error) {

@@ -52,7 +52,7 @@
 //     into schema_version as text: the claim reads it as it is and buries
 //     the row rather than failing.
 //
-// Ordering by ownership (store.Owned, engine v2) has one shard here, where
+// Ordering by ownership (store/driver) has one shard here, where
 // PostgreSQL and MariaDB have 64: SQLite has one writer and is embedded,
 // so spreading keys over shards would buy no concurrency. Balance gives
 // the shard to one relay at a time; the others wait and take it over when
@@ -60,7 +60,7 @@
 // a dead holder here: SQLite has no sessions for another process to see
 // end (a file lock would be held by every connection of the process, and
 // one process may run several relays), so it does not implement
-// store.Sessions, and a SIGKILLed relay's shard waits out its lease (a
+// driver.Sessions, and a SIGKILLed relay's shard waits out its lease (a
 // shorter --lease shortens it). The claim runs in one write
 // transaction (shard and epoch checked, the previous holder's live claims
 // waited out, parking, the update); see owned.go for the rules.

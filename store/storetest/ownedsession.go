@@ -7,9 +7,10 @@ import (
 	"time"
 
 	"github.com/outbox-go/outbox/store"
+	"github.com/outbox-go/outbox/store/driver"
 )
 
-// testOwnedSessionLost (stores with store.Sessions): relay a, in a store
+// testOwnedSessionLost (stores with driver.Sessions): relay a, in a store
 // of its own (a process of its own), holds half the shards and has a
 // claim in flight. While its store is open a does not heartbeat (as if
 // stopped): b takes none of its shards, and Orphans says nothing. Then
@@ -20,7 +21,7 @@ import (
 func (s *suite) testOwnedSessionLost(t *testing.T) {
 	opts := store.Options{Table: newTableName()}
 	fx := s.migrated(t, opts)
-	b := store.OwnedFor(fx.Store)
+	b := fx.Store
 	st, err := s.h.New(opts)
 	if err != nil {
 		t.Fatalf("New (relay a's store): %v", err)
@@ -31,11 +32,11 @@ func (s *suite) testOwnedSessionLost(t *testing.T) {
 			st.Close()
 		}
 	}()
-	a := store.OwnedFor(st)
+	a := st
 	enqueue(t, fx, msg("k1", "K1"), msg("k2", "K2"), msg("k3", "K3"), msg("k4", "K4"), msg("k5", "K5"), msg("k6", "K6"))
 	// a alone holds every shard and claims everything, under leases far
 	// longer than the test.
-	ownA := balance(t, a, store.BalanceRequest{Owner: "a", LeaseFor: shardLease, HoldDeadKeys: true})
+	ownA := balance(t, a, driver.BalanceParams{Owner: "a", LeaseFor: shardLease, HoldDeadKeys: true})
 	if len(ownA.Held) != ownA.Shards {
 		t.Fatalf("a alone holds %d of %d shards", len(ownA.Held), ownA.Shards)
 	}
@@ -44,14 +45,14 @@ func (s *suite) testOwnedSessionLost(t *testing.T) {
 	wantLabels(t, "a's claim", ca.Events, "k1", "k2", "k3", "k4", "k5", "k6")
 
 	// a's session lives (its store is open): b gets nothing of a's.
-	sb, ok := fx.Store.(store.Sessions)
+	sb, ok := fx.Store.(driver.Sessions)
 	if !ok {
 		t.Fatalf("%s: the store does not implement store.Sessions", s.h.Name)
 	}
 	if orphans, err := sb.Orphans(t.Context(), "b"); err != nil || orphans {
 		t.Fatalf("Orphans while a's session lives: %v, %v; want false", orphans, err)
 	}
-	ownB := balance(t, b, store.BalanceRequest{Owner: "b", LeaseFor: shardLease, HoldDeadKeys: true})
+	ownB := balance(t, b, driver.BalanceParams{Owner: "b", LeaseFor: shardLease, HoldDeadKeys: true})
 	if len(ownB.Held) != 0 {
 		t.Fatalf("b took %d shards while a, whose session lives, holds them all under a live lease", len(ownB.Held))
 	}
@@ -76,12 +77,12 @@ func (s *suite) testOwnedSessionLost(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 	t.Logf("b saw a's session gone after %s", time.Since(died).Round(time.Millisecond))
-	ownB = balance(t, b, store.BalanceRequest{Owner: "b", LeaseFor: shardLease, HoldDeadKeys: true})
+	ownB = balance(t, b, driver.BalanceParams{Owner: "b", LeaseFor: shardLease, HoldDeadKeys: true})
 	if len(ownB.Held) != ownB.Shards || ownB.Relays != 1 {
 		t.Fatalf("b after a's session closed: holds %d of %d shards, %d live relays; want all, 1", len(ownB.Held), ownB.Shards, ownB.Relays)
 	}
 	for _, l := range ownB.Held {
-		i := slices.IndexFunc(ownA.Held, func(x store.ShardLease) bool { return x.Shard == l.Shard })
+		i := slices.IndexFunc(ownA.Held, func(x driver.ShardLease) bool { return x.Shard == l.Shard })
 		if i >= 0 && l.Epoch <= ownA.Held[i].Epoch {
 			t.Errorf("b holds shard %d at epoch %d; want more than a's %d", l.Shard, l.Epoch, ownA.Held[i].Epoch)
 		}
@@ -91,7 +92,7 @@ func (s *suite) testOwnedSessionLost(t *testing.T) {
 	}
 	cb := claimOwned(t, b, s.ownedReq("b", claimable(ownB), 10, true))
 	wantLabels(t, "b's claim of a's claimed events", cb.Events, "k1", "k2", "k3", "k4", "k5", "k6")
-	if err := fx.Store.Ack(t.Context(), ca.Lease, ids(ca.Events)); !errors.Is(err, store.ErrLeaseLost) {
+	if err := fx.Store.Ack(t.Context(), driver.AckParams{Lease: ca.Lease, IDs: ids(ca.Events)}); !errors.Is(err, driver.ErrLeaseLost) {
 		t.Errorf("a's Ack after b took its claim over: %v; want ErrLeaseLost", err)
 	}
 	ack(t, fx, cb)
@@ -100,7 +101,7 @@ func (s *suite) testOwnedSessionLost(t *testing.T) {
 	}
 }
 
-func isSessions(st store.Store) bool {
-	_, ok := st.(store.Sessions)
+func isSessions(st driver.Store) bool {
+	_, ok := st.(driver.Sessions)
 	return ok
 }

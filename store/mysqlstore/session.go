@@ -90,6 +90,13 @@ func (s *Store) session(ctx context.Context, owner string) *int64 {
 		return nil
 	}
 	rs.conn, rs.id = conn, id
+	s.mu.Lock()
+	gone := s.closed || s.sessions[owner] != rs // closed, or Left, meanwhile
+	s.mu.Unlock()
+	if gone {
+		rs.drop()
+		return nil
+	}
 	return &rs.id
 }
 

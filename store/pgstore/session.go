@@ -116,6 +116,13 @@ func (s *Store) session(ctx context.Context, owner string) *int32 {
 		return nil
 	}
 	rs.conn, rs.pid = conn, pid
+	s.mu.Lock()
+	gone := s.closed || s.sessions[owner] != rs // closed, or Left, meanwhile
+	s.mu.Unlock()
+	if gone {
+		rs.drop()
+		return nil
+	}
 	return &rs.pid
 }
 

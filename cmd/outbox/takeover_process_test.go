@@ -156,7 +156,7 @@ func newTakeover(t *testing.T, kind, lease string) *takeover {
 	if err := nc.Flush(); err != nil {
 		t.Fatal(err)
 	}
-	args := append(relayArgs(o, natsURL), "--lease", lease, "--log", "info")
+	args := append(relayArgs(o, natsURL), "--lease", lease, "--log-level", "info")
 	h.a = startRelay(t, append(args, "--owner", "a")...)
 	h.b = startRelay(t, append(args, "--owner", "b")...)
 	ctx, cancel := context.WithCancel(context.Background())

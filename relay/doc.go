@@ -61,16 +61,16 @@
 //     batch claimed from it is settled, the next heartbeat (at once)
 //     releases it, and a relay short of its share heartbeats every
 //     LeaseFor/300 (at least 20 ms) until it has it. A stopping relay
-//     settles everything and then gives all its shards up (Leave), so the
-//     others take them at once instead of after a lease period; a relay
-//     that died loses them when their lease runs out. Rebalancing is
-//     cooperative, like franz-go's cooperative-sticky balancer: a shard
-//     changes hands only after its owner settled its work or its lease
-//     expired, and a shard's new owner cannot claim from it while a claim
-//     of the old owner is live. The heartbeat waits for no claim, with a
-//     deadline of half the lease; while it is slow or failing the relay
-//     keeps claiming from the shards it holds, each claim checking its
-//     lease in the database.
+//     settles everything and then gives all its shards up (Leave), so the others take them at once instead of
+//     after a lease period. A relay that died loses them when their lease
+//     runs out, or within about a second where the store sees its
+//     database session end (driver.Sessions: PostgreSQL, MariaDB): the
+//     balance loop asks every 500 ms and balances at once, and the
+//     takeover is fenced as after a lease's end; a stopped or cut-off
+//     relay whose session lives keeps the lease as the bound. Rebalancing is cooperative, like franz-go's
+//     cooperative-sticky balancer: a shard changes hands only after its
+//     owner settled its work or its lease expired, and a shard's new
+//     owner cannot claim from it while a claim of the old owner is live.
 //   - Claims. One relay's claims are serialized (one at a time, whatever
 //     Workers is), so claim order is each key's order. A claim reads only
 //     the relay's non-revoked shards, and is not held back by the relay's

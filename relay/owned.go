@@ -393,6 +393,18 @@ func (o *ownership) balanceLoop(ctx context.Context) {
 	if bn, ok := o.st.(balanceNotifier); ok {
 		asked = bn.BalanceNotify(ctx)
 	}
+	// Where the store can tell that a relay's session has ended (its
+	// process died), the relay asks often, and cheaply, whether one has:
+	// a Balance then takes the dead relay's shards at once, so a crash
+	// costs about this period rather than a lease. A relay whose session
+	// lives on (stopped, cut off) keeps its shards until its lease ends.
+	var watch <-chan time.Time
+	sessions, _ := o.st.(driver.Sessions)
+	if sessions != nil {
+		tick := time.NewTicker(min(every, sessionWatch))
+		defer tick.Stop()
+		watch = tick.C
+	}
 	failures := 0
 	for {
 		wait := every
@@ -412,16 +424,37 @@ func (o *ownership) balanceLoop(ctx context.Context) {
 			ask = nil
 		}
 		t := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return
-		case <-o.kick:
-		case <-ask:
-		case <-t.C:
+	waiting:
+		for {
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return
+			case <-o.kick:
+			case <-ask:
+			case <-t.C:
+			case <-watch:
+				if !o.orphans(ctx, sessions) {
+					continue
+				}
+			}
+			break waiting
 		}
 		t.Stop()
 	}
+}
+
+// sessionWatch is how often a relay asks a driver.Sessions whether another
+// relay's session has ended.
+const sessionWatch = 500 * time.Millisecond
+
+// orphans asks whether another relay's session has ended. An error is no
+// news: the heartbeats go on, and report the store's health.
+func (o *ownership) orphans(ctx context.Context, st driver.Sessions) bool {
+	octx, cancel := context.WithTimeout(ctx, 2*sessionWatch)
+	defer cancel()
+	found, err := st.Orphans(octx, o.r.cfg.Owner)
+	return err == nil && found
 }
 
 // balanceNotifier is a driver.Driver that can tell a relay when another one

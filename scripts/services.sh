@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Makes sure the local servers the tests need answer (README.md, "Two
-# commands": PostgreSQL on 5432 with wal_level = logical and 300 connections, MariaDB on 3306,
+# commands": PostgreSQL on 5432 with wal_level = logical and 300 connections, MariaDB on 3306
+# with its binlog on (ROW format, FULL row images and metadata),
 # NATS JetStream on 4222, Redis on 6379, RabbitMQ on 5672, Mosquitto on 1883),
 # starting any that is installed (Debian packages) but down, and waits for
 # them. Idempotent. Exits non-zero, naming the server, when one cannot be
@@ -101,4 +102,73 @@ pg_replication() {
 	echo "services: PostgreSQL accepts replication connections"
 }
 pg_replication || status=1
+# The binlog source (source/binlog) tails MariaDB's binary log, which must
+# be on, row-based with full row images and column names. Add each setting
+# under [mysqld] in /etc/mysql/my.cnf when missing; then, if the running
+# server's settings differ, restart it once (clean shutdown, start, wait
+# until it answers). Left running as it is when anything fails.
+mariadb_binlog() {
+	local cnf=/etc/mysql/my.cnf key line want got
+	local -a settings=(
+		"log_bin=mariadb-bin"
+		"server_id=1"
+		"binlog_format=ROW"
+		"binlog_row_image=FULL"
+		"binlog_row_metadata=FULL"
+		"binlog_expire_logs_seconds=86400"
+	)
+	[ -w "$cnf" ] && grep -q '^\[mysqld\]' "$cnf" || {
+		echo "services: $cnf has no [mysqld] section to enable MariaDB's binlog in" >&2
+		return 1
+	}
+	for line in "${settings[@]}"; do
+		key=${line%%=*}
+		grep -Eq "^[[:space:]]*(${key}|${key//_/-})[[:space:]]*(=|$)" "$cnf" && continue
+		echo "services: adding $line to $cnf"
+		sed -i "/^\[mysqld\]/a $line" "$cnf" || return 1
+	done
+	want="log_bin=ON server_id=1 binlog_format=ROW binlog_row_image=FULL binlog_row_metadata=FULL binlog_expire_logs_seconds=86400"
+	got=$(mariadb_binlog_settings) || {
+		echo "services: MariaDB does not answer; cannot check its binlog settings" >&2
+		return 1
+	}
+	if [ "$got" = "$want" ]; then
+		echo "services: MariaDB binlog is on (ROW, FULL images and metadata)"
+		return 0
+	fi
+	echo "services: restarting MariaDB to enable its binlog (was: $got)"
+	mariadb-admin -uroot shutdown || return 1
+	local i
+	for ((i = 0; i < 300; i++)); do
+		pgrep -x mariadbd >/dev/null || break
+		sleep 0.2
+	done
+	start-stop-daemon --start --oknodo --background --exec /usr/sbin/mariadbd >/dev/null 2>&1 || return 1
+	for ((i = 0; i < 300; i++)); do
+		mariadb -uroot -e 'select 1' >/dev/null 2>&1 && break
+		sleep 0.2
+	done
+	got=$(mariadb_binlog_settings) || {
+		echo "services: MariaDB does not answer after the restart" >&2
+		return 1
+	}
+	if [ "$got" != "$want" ]; then
+		echo "services: MariaDB binlog settings are '$got' after the restart, want '$want'" >&2
+		return 1
+	fi
+	echo "services: MariaDB binlog is on (ROW, FULL images and metadata)"
+}
+
+# Prints the running server's binlog settings as name=value words, in the
+# order mariadb_binlog compares them.
+mariadb_binlog_settings() {
+	mariadb -uroot -N -B -e "SELECT CONCAT_WS(' ',
+		CONCAT('log_bin=', IF(@@log_bin, 'ON', 'OFF')),
+		CONCAT('server_id=', @@server_id),
+		CONCAT('binlog_format=', @@global.binlog_format),
+		CONCAT('binlog_row_image=', @@global.binlog_row_image),
+		CONCAT('binlog_row_metadata=', @@global.binlog_row_metadata),
+		CONCAT('binlog_expire_logs_seconds=', @@global.binlog_expire_logs_seconds))" 2>/dev/null
+}
+mariadb_binlog || status=1
 exit $status

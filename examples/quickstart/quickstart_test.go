@@ -18,6 +18,7 @@ import (
 
 	_ "github.com/go-sql-driver/mysql"
 	"github.com/jackc/pgx/v5"
+	amqp "github.com/rabbitmq/amqp091-go"
 	_ "modernc.org/sqlite"
 
 	"github.com/outbox-go/outbox/internal/testenv"
@@ -32,7 +33,9 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	bin = dir
-	out, err := exec.Command("go", "build", "-o", dir+"/", "./producer", "./producersql", "./relay", "./consumer").CombinedOutput()
+	// The outbox command too (a module of its own, found through go.work),
+	// for the Quick start's brokers other than NATS.
+	out, err := exec.Command("go", "build", "-o", dir+"/", "./producer", "./producersql", "./relay", "./consumer", "github.com/outbox-go/outbox/cmd/outbox").CombinedOutput()
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "build the quick start programs: %v\n%s", err, out)
 		os.Exit(1)
@@ -58,20 +61,7 @@ func TestQuickStartPrograms(t *testing.T) {
 	run(t, "producer", "--db", pgURL, "--order", "8")
 
 	consumer.wait(t, 60*time.Second)
-	for _, want := range []string{"OrderPaid order-7 ", "OrderPaid order-8 "} {
-		if !strings.Contains(consumer.out.String(), want) || !strings.Contains(consumer.out.String(), ": processed") {
-			t.Errorf("the consumer did not process %q:\n%s", want, consumer.out.String())
-		}
-	}
-	conn, err := pgx.Connect(context.Background(), pgURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(context.Background())
-	var balance int
-	if err := conn.QueryRow(context.Background(), `SELECT balance FROM points WHERE customer = 'alice'`).Scan(&balance); err != nil || balance != 24 {
-		t.Errorf("points of alice: %d, %v; want 24 (two events of 120, a tenth each, applied once)", balance, err)
-	}
+	checkConsumed(t, consumer, pgURL)
 	_ = relay.cmd.Process.Signal(os.Interrupt)
 	relay.wait(t, 15*time.Second)
 }
@@ -88,6 +78,127 @@ func TestQuickStartProducerSQL(t *testing.T) {
 			t.Errorf("%s: %d OrderPaid events, %v; want 2", db, n, err)
 		}
 	}
+}
+
+// The Quick start with MariaDB and RabbitMQ, as the README says: outbox
+// migrate, outbox broker setup (which declares the exchange and binds the
+// queue), the database/sql producer, outbox relay, the consumer.
+func TestQuickStartMariaDBRabbitMQ(t *testing.T) {
+	amqpURL := testenv.Require(t, testenv.RabbitMQ)
+	myURL := freshMariaDB(t)
+	pgURL := freshPostgres(t)
+	dropRabbitMQ(t, amqpURL)
+	t.Cleanup(func() { dropRabbitMQ(t, amqpURL) })
+	exchangeURL := amqpURL + "?exchange=orders"
+
+	outbox(t, "migrate", "--db", myURL)
+	outbox(t, "broker", "setup", "--broker", exchangeURL, "--queue", "points", "--topics", "orders.#")
+	consumer := start(t, "consumer", "--db", pgURL, "--broker", amqpURL, "--count", "2")
+	waitFor(t, "the consumer", func() bool { return consumer.printed("waiting for OrderPaid") })
+	run(t, "producersql", "--db", myURL, "--order", "7")
+	relay := start(t, "outbox", "relay", "--db", myURL, "--broker", exchangeURL)
+	run(t, "producersql", "--db", myURL, "--order", "8")
+	consumer.wait(t, 60*time.Second)
+	checkConsumed(t, consumer, pgURL)
+	_ = relay.cmd.Process.Signal(os.Interrupt)
+	relay.wait(t, 15*time.Second)
+}
+
+// The Quick start with SQLite and Redis Streams: nothing to set up on
+// Redis (a stream per topic).
+func TestQuickStartSQLiteRedis(t *testing.T) {
+	redisURL := privateRedis(t)
+	db := "sqlite:" + filepath.Join(t.TempDir(), "app.db")
+	pgURL := freshPostgres(t)
+
+	outbox(t, "migrate", "--db", db)
+	consumer := start(t, "consumer", "--db", pgURL, "--broker", redisURL, "--count", "2")
+	waitFor(t, "the consumer", func() bool { return consumer.printed("waiting for OrderPaid") })
+	run(t, "producersql", "--db", db, "--order", "7")
+	relay := start(t, "outbox", "relay", "--db", db, "--broker", redisURL)
+	run(t, "producersql", "--db", db, "--order", "8")
+	consumer.wait(t, 60*time.Second)
+	checkConsumed(t, consumer, pgURL)
+	_ = relay.cmd.Process.Signal(os.Interrupt)
+	relay.wait(t, 15*time.Second)
+}
+
+// checkConsumed: the consumer processed orders 7 and 8 once each, and
+// alice has the points of both.
+func checkConsumed(t *testing.T, consumer *proc, pgURL string) {
+	t.Helper()
+	for _, want := range []string{"OrderPaid order-7 ", "OrderPaid order-8 "} {
+		if !strings.Contains(consumer.out.String(), want) || !strings.Contains(consumer.out.String(), ": processed") {
+			t.Errorf("the consumer did not process %q:\n%s", want, consumer.out.String())
+		}
+	}
+	conn, err := pgx.Connect(context.Background(), pgURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	var balance int
+	if err := conn.QueryRow(context.Background(), `SELECT balance FROM points WHERE customer = 'alice'`).Scan(&balance); err != nil || balance != 24 {
+		t.Errorf("points of alice: %d, %v; want 24 (two events of 120, a tenth each, applied once)", balance, err)
+	}
+}
+
+func outbox(t *testing.T, args ...string) {
+	t.Helper()
+	out, err := exec.Command(filepath.Join(bin, "outbox"), args...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("outbox %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+}
+
+// dropRabbitMQ removes the queue and exchange the README names, so that a
+// run starts from what a new user has.
+func dropRabbitMQ(t *testing.T, url string) {
+	t.Helper()
+	conn, err := amqp.Dial(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ch, err := conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ch.Close()
+	_, _ = ch.QueueDelete("points", false, false, false)
+	_ = ch.ExchangeDelete("orders", false, false)
+}
+
+// privateRedis starts a Redis server of the test's own on a free port.
+func privateRedis(t *testing.T) string {
+	t.Helper()
+	port := freePort(t)
+	cmd := exec.Command("redis-server", "--bind", "127.0.0.1", "--port", port, "--save", "", "--appendonly", "no")
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("start redis-server (Debian package redis-server): %v", err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	waitFor(t, "redis-server on "+port, func() bool { return listening("127.0.0.1:" + port) })
+	return "redis://127.0.0.1:" + port + "/0"
+}
+
+func freePort(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	_, port, _ := net.SplitHostPort(ln.Addr().String())
+	return port
+}
+
+func listening(addr string) bool {
+	c, err := net.DialTimeout("tcp", addr, time.Second)
+	if err == nil {
+		c.Close()
+	}
+	return err == nil
 }
 
 // The README quotes the programs: every block marked with
@@ -227,24 +338,13 @@ func openSQL(t *testing.T, raw string) *sql.DB {
 // privateNATS starts a JetStream server of the test's own on a free port.
 func privateNATS(t *testing.T) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, port, _ := net.SplitHostPort(ln.Addr().String())
-	ln.Close()
+	port := freePort(t)
 	cmd := exec.Command("nats-server", "-a", "127.0.0.1", "-p", port, "-js", "-sd", t.TempDir())
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("start nats-server (Debian package nats-server): %v", err)
 	}
 	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	waitFor(t, "nats-server on "+port, func() bool {
-		c, err := net.DialTimeout("tcp", "127.0.0.1:"+port, time.Second)
-		if err == nil {
-			c.Close()
-		}
-		return err == nil
-	})
+	waitFor(t, "nats-server on "+port, func() bool { return listening("127.0.0.1:" + port) })
 	return "nats://127.0.0.1:" + port
 }
 

@@ -79,6 +79,25 @@ type Store interface {
 	Driver
 }
 
+// Sessions is the optional ability of a Driver to see that a relay is
+// gone before its lease ends. Balance keeps a database session of the
+// relay's own open (a connection holding a lock named after the table and
+// the owner) and records it with the relay's heartbeat; when the database
+// has closed that session (the process died: the kernel closed its
+// sockets), any other relay's Balance ends the dead relay's membership,
+// shard leases and claim leases at once and takes its shards, so a crash
+// costs the time to notice it rather than a lease. Fencing is unchanged:
+// the takeover is the one a lease's end allows, and the dead relay's
+// writes, were it alive after all (its session cut by the network), find
+// their claims gone. Where the session lives on (a stopped process, a
+// partition the server has not noticed) the lease stays the bound.
+type Sessions interface {
+	// Orphans reports whether a relay other than owner still holds a
+	// live membership while its session has ended: a Balance now takes
+	// its shards over. It is one cheap read, for a relay to ask often.
+	Orphans(ctx context.Context, owner string) (bool, error)
+}
+
 // Notifier is an optional ability: a channel that receives a value soon after
 // events are committed (LISTEN/NOTIFY, or an in-process signal). Only a hint:
 // the relay still polls.

@@ -64,8 +64,8 @@ func TestMigrateRelayLeases(t *testing.T) {
 	if err := st.Migrate(ctx); err != nil {
 		t.Fatalf("Migrate from version 2: %v", err)
 	}
-	if v := version(); v != 3 {
-		t.Fatalf("schema version %d after Migrate, want 3", v)
+	if v := version(); v != 4 {
+		t.Fatalf("schema version %d after Migrate, want 4 (the latest)", v)
 	}
 	if v := leaseFor("old"); v.Valid {
 		t.Fatalf("the row written before the upgrade records a lease of %dµs; want none", v.Int64)
@@ -98,16 +98,16 @@ func TestMigrateRelayLeases(t *testing.T) {
 		t.Fatalf("a 1 min heartbeat kept the lease-less row ended 11 min ago (%d rows, %v)", n, err)
 	}
 
-	// Interrupted after the ALTER (the column exists, version 3 is not
-	// recorded): Migrate runs again and skips the ALTER.
-	if _, err := db.ExecContext(ctx, "DELETE FROM `"+table+"_migrations` WHERE version = 3"); err != nil {
+	// Interrupted after the ALTERs (the columns exist, versions 3 and 4
+	// are not recorded): Migrate runs again and skips the ALTERs.
+	if _, err := db.ExecContext(ctx, "DELETE FROM `"+table+"_migrations` WHERE version >= 3"); err != nil {
 		t.Fatal(err)
 	}
 	if err := st.Migrate(ctx); err != nil {
 		t.Fatalf("Migrate after an interrupted migration 3: %v", err)
 	}
-	if v := version(); v != 3 {
-		t.Fatalf("schema version %d after re-running migration 3, want 3", v)
+	if v := version(); v != 4 {
+		t.Fatalf("schema version %d after re-running migrations 3 and 4, want 4", v)
 	}
 	if err := st.Migrate(ctx); err != nil {
 		t.Fatalf("Migrate again: %v", err)

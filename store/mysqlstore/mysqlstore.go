@@ -7,6 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -35,8 +37,9 @@ type Store struct {
 	closed  bool
 	watch   watcher // notify.go
 
-	sweepAfter string // owned.go: where the next sweep of parked keys starts
-	claimHook  func() // tests: runs in an owned claim before its commit
+	sweepAfter string                   // owned.go: where the next sweep of parked keys starts
+	claimHook  func()                   // tests: runs in an owned claim before its commit
+	sessions   map[string]*relaySession // each owner's own session (session.go)
 }
 
 var _ store.Store = (*Store)(nil)
@@ -112,6 +115,9 @@ func Open(ctx context.Context, url string, cfg Config) (*Store, error) {
 		}
 		return nil, fmt.Errorf("mysqlstore: cannot reach %s: %w", mc.Addr, err)
 	}
+	if db, err = idleTransactions(ctx, db, mc); err != nil {
+		return nil, err
+	}
 	s, err := New(db, cfg)
 	if err != nil {
 		db.Close()
@@ -119,6 +125,44 @@ func Open(ctx context.Context, url string, cfg Config) (*Store, error) {
 	}
 	s.ownDB = true
 	return s, nil
+}
+
+// idleTxTimeout is the session's idle_transaction_timeout on MariaDB (in
+// seconds): a relay's transactions wait between their statements for one
+// round trip only, so a connection idle that long inside one belongs to a
+// process that stopped (SIGSTOP, a stuck host) and holds its row locks,
+// which keep every other relay from its own shard rows, from the rows it
+// acks and from the stopped relay's shards however long ago its lease
+// ended. The server then ends the connection and rolls back: the lease is
+// the bound again. (PostgreSQL sends a claim's whole transaction in one
+// pipeline, so a stopped client leaves none open.)
+const idleTxTimeout = 5
+
+// idleTransactions returns db, or on MariaDB (MySQL has no such setting) a
+// pool of the same connector whose sessions set idle_transaction_timeout,
+// unless the URL sets it.
+func idleTransactions(ctx context.Context, db *sql.DB, mc *mysql.Config) (*sql.DB, error) {
+	if _, set := mc.Params["idle_transaction_timeout"]; set {
+		return db, nil
+	}
+	var version string
+	if err := db.QueryRowContext(ctx, "SELECT VERSION()").Scan(&version); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("mysqlstore: cannot reach %s: %w", mc.Addr, err)
+	}
+	if !strings.Contains(version, "MariaDB") {
+		return db, nil
+	}
+	db.Close()
+	if mc.Params == nil {
+		mc.Params = map[string]string{}
+	}
+	mc.Params["idle_transaction_timeout"] = strconv.Itoa(idleTxTimeout)
+	connector, err := mysql.NewConnector(mc)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrBadURL, err)
+	}
+	return sql.OpenDB(connector), nil
 }
 
 // DB returns the pool the store uses.
@@ -141,6 +185,7 @@ func (s *Store) Close() error {
 		stop()
 		<-done
 	}
+	s.closeSessions()
 	if s.ownDB {
 		return s.db.Close()
 	}

@@ -122,6 +122,7 @@ func TestEnqueueChunks(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { _ = st.Close() }) // its heartbeat's session connection
 	ctx := t.Context()
 	if err := st.Migrate(ctx); err != nil {
 		t.Fatal(err)

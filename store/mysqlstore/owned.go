@@ -746,6 +746,10 @@ func freeShards(ctx context.Context, tx *sql.Tx, shards, owner string, locked []
 
 func (s *Store) balance(ctx context.Context, req driver.BalanceParams, own *driver.Ownership) error {
 	shards, relays := s.shardsTable(), s.relaysTable()
+	var conn *int64
+	if !req.Leave {
+		conn = s.session(ctx, req.Owner)
+	}
 	lease := req.LeaseFor.Microseconds()
 	tx, err := s.db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
 	if err != nil {
@@ -775,17 +779,26 @@ func (s *Store) balance(ctx context.Context, req driver.BalanceParams, own *driv
 		if err := tx.QueryRowContext(ctx, "SELECT COUNT(*) FROM "+relays+" WHERE lease_until > ?", now).Scan(&own.Relays); err != nil {
 			return err
 		}
-		return tx.Commit()
+		if err := tx.Commit(); err != nil {
+			return err
+		}
+		s.endSession(req.Owner)
+		return nil
 	}
 	// Renew: the owner's membership row is the lease of every shard whose
 	// row names it. A shard whose lease ran out but that nobody took is
 	// still this owner's (same epoch: nobody held it in between).
 	until := now + lease
 	own.Until = time.UnixMicro(until)
-	if _, err := tx.ExecContext(ctx, "INSERT INTO "+relays+" (owner, lease_until, lease_for) VALUES (?, ?, ?) ON DUPLICATE KEY UPDATE lease_until = VALUES(lease_until), lease_for = VALUES(lease_for)", req.Owner, until, lease); err != nil {
+	if _, err := tx.ExecContext(ctx, "INSERT INTO "+relays+" (owner, lease_until, lease_for, conn) VALUES (?, ?, ?, ?) ON DUPLICATE KEY UPDATE lease_until = VALUES(lease_until), lease_for = VALUES(lease_for), conn = VALUES(conn)", req.Owner, until, lease, conn); err != nil {
 		return err
 	}
 	if _, err := tx.ExecContext(ctx, expireRelaysSQL(relays), now, relayRetention.Microseconds(), lease); err != nil {
+		return err
+	}
+	// Relays whose session is gone (session.go) lose their membership
+	// now, so the take below moves their shards on at once.
+	if err := s.reap(ctx, tx, req.Owner, now); err != nil {
 		return err
 	}
 	if len(req.Release) > 0 {

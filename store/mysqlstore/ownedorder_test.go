@@ -86,6 +86,7 @@ func TestClaimKeyOrderAcrossClaimStart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { _ = st.Close() }) // its heartbeat's session connection
 	lease := driver.Lease{Owner: "relay-a", Epoch: 1}
 	req := driver.ClaimParams{Lease: lease, Limit: 10, LeaseFor: time.Hour}
 	own, err := st.Balance(ctx, driver.BalanceParams{Owner: "relay-a", LeaseFor: time.Hour})

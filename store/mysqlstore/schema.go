@@ -103,6 +103,10 @@ func migrations(t, archive, short string) [][]string {
 		// table holds a row per relay, so the ALTER is cheap whatever the
 		// algorithm the server picks.
 		{"?column:_relays.lease_for\nALTER TABLE " + suffixed(t, "_relays") + " ADD COLUMN lease_for BIGINT NULL DEFAULT NULL"},
+		// 4: each relay's row records the id of its own connection, which
+		// holds the owner's session lock (session.go): once that lock is
+		// free, the relay's shards move on at once, not at its lease's end.
+		{"?column:_relays.conn\nALTER TABLE " + suffixed(t, "_relays") + " ADD COLUMN conn BIGINT NULL DEFAULT NULL"},
 	}
 }
 

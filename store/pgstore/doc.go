@@ -60,14 +60,18 @@
 //     flight), whatever the backlog behind it. Most claims of a relay
 //     that keeps up find little or nothing (every commit wakes every
 //     relay, and a relay looks again after each batch), and each branch
-//     of the merge costs about as much as a whole claim of a few rows: so a claim first asks which of its shards have a
-//     takeable row (one index probe per shard, one round trip, no lock)
-//     and claims from those alone, or not at all; at a steady 1,000
-//     events/s that is two or three shards, not 32. The claim statement
-//     names its shards by parameter (branch k walks shard $8[k]), so a
-//     table has seven of them (1, 2, 4 … 64 branches), each planned once
-//     per connection. Only after a claim that filled half its batch (a
-//     backlog) does the next one skip the probe.
+//     of the merge costs about as much as a whole claim
+//     of a few rows: so while its last claim took less than half its
+//     batch, a claim reads its shards by runs of consecutive ones (a
+//     relay's shards are one run or a few), each one range scan of the
+//     shard index in shard and id order, stopped after four batches'
+//     rows, and sorts what it read by id; what it takes of each shard is
+//     still a prefix of its pending rows in id order. Only after a claim
+//     that filled half its batch (a backlog) does the next one walk the
+//     merge. The statements name their shards by parameter (branch k
+//     walks shard $8[k], or the run $8[k] to $9[k]), so a table has at
+//     most fourteen of them (1, 2, 4 … 64 branches, of each shape), each
+//     planned once per connection.
 //   - Parking. A keyed row is not claimable while an earlier row of its
 //     key waits for a retry or a delayed AvailableAt, is DEAD (with
 //     HoldDeadKeys), or is parked. The claim that meets such a row sets its

@@ -110,8 +110,7 @@ func ownedBranches(n int) int {
 // ownedClaimSQL is the claim statement that walks up to branches shards.
 // Parameters: $1 owner, $2 claim epoch, $3 HoldDeadKeys, $4 limit, $5
 // lease in µs, $6 the shards asked for (sorted, distinct), $7 their
-// epochs, $8 the shards to walk (a subsequence of $6, at most branches:
-// those the pending probe named).
+// epochs, $8 the shards to walk (at most branches).
 //
 // held: the shards the owner still holds under those epochs (locked by
 // the statement before, so no takeover runs in between). others: the
@@ -132,8 +131,21 @@ func ownedBranches(n int) int {
 // it; "not due" must be exactly what holdSQL counts as a delayed earlier
 // row, or a key's later row would be claimed without the earlier one. judged: each candidate held or not by an
 // earlier row of its key; held ones are parked, the others claimed.
-func (s *Store) ownedClaimSQL(branches int) string {
-	key := s.table + "#" + strconv.Itoa(branches)
+//
+// Ranged (a relay that keeps up, see claimOwned), branch k reads the
+// shards $8[k] to $9[k] (a run of consecutive shards; NULL past the
+// arrays' end) in one range scan of the shard index, in shard and id
+// order, the ok shards only, and stops after 4 × $4 rows; the rows of all
+// branches are sorted by id and the first $4 taken. What a branch reads of
+// each shard is a prefix of its pending rows in id order, and so is what
+// the claim takes of it: a key lies in one shard, so its events are taken
+// in order. Under a backlog the cap takes the first shards of a run first,
+// and the claim comes back full: the next one walks a branch per shard.
+// ORDER BY id + 0: no index gives that order, so the plan sorts what the
+// range scans return and never walks the primary key in id order through
+// other relays' rows.
+func (s *Store) ownedClaimSQL(branches int, ranged bool) string {
+	key := s.table + "#" + strconv.Itoa(branches) + "#" + strconv.FormatBool(ranged)
 	if q, ok := ownedSQL.Load(key); ok {
 		return q.(string)
 	}
@@ -156,10 +168,21 @@ func (s *Store) ownedClaimSQL(branches int) string {
 			b.WriteString("\n\tUNION ALL ")
 		}
 		n := "($8::int[])[" + strconv.Itoa(i+1) + "]"
+		rest := ` AND o.status = 'NEW' AND NOT o.parked AND (o.next_attempt_at <= now() OR o.next_attempt_at <= o.created_at) AND NOT (o.id <@ (SELECT r FROM mine))`
+		if ranged {
+			hi := "($9::int[])[" + strconv.Itoa(i+1) + "]"
+			b.WriteString(`(SELECT o.id, o.event_key, ` + expr + ` AS shard FROM ` + s.table + ` o WHERE ` + expr + ` BETWEEN ` + n + ` AND ` + hi +
+				` AND ` + expr + ` = ANY((SELECT a FROM ok)::int[])` + rest + ` ORDER BY ` + expr + `, o.id LIMIT 4 * $4)`)
+			continue
+		}
 		b.WriteString(`(SELECT o.id, o.event_key, ` + n + ` AS shard FROM ` + s.table + ` o WHERE ` + expr + ` = ` + n +
-			` AND o.status = 'NEW' AND NOT o.parked AND (o.next_attempt_at <= now() OR o.next_attempt_at <= o.created_at) AND NOT (o.id <@ (SELECT r FROM mine)) AND (SELECT ` + n + ` = ANY(a) FROM ok) ORDER BY o.id)`)
+			rest + ` AND (SELECT ` + n + ` = ANY(a) FROM ok) ORDER BY o.id)`)
 	}
-	b.WriteString(`) u ORDER BY u.id LIMIT $4
+	order := "u.id"
+	if ranged {
+		order = "u.id + 0"
+	}
+	b.WriteString(`) u ORDER BY ` + order + ` LIMIT $4
 ), judged AS (
 	SELECT c.id, c.event_key, c.shard, (` + s.holdSQL("$3::bool") + `) AS held FROM cand c
 ), parking AS (
@@ -174,25 +197,6 @@ func (s *Store) ownedClaimSQL(branches int) string {
 SELECT (SELECT lease_until FROM ins), COALESCE((SELECT n FROM ins), 0), (SELECT count(*) FROM held), (SELECT count(*) FROM parking)`)
 	q, _ := ownedSQL.LoadOrStore(key, b.String())
 	return q.(string)
-}
-
-// ownedPendingSQL returns those of the shards $1 (in their order) that
-// have a row the claim could take: pending, not parked, due, and in no
-// live claim of the owner $2 (an expired one's rows count: the claim takes
-// them over). It makes one probe of the shard index per shard (LIMIT 1
-// in a LATERAL join: a nested loop, never a hash of every pending row),
-// each stopping at the first such row; it reads past the owner's own claimed
-// and the delayed rows of the shard, as the claim does. It may name a
-// shard where the claim takes nothing (rows held by their key, or by
-// another owner's live claim during a handover), never leave out one
-// where the claim would take something: it is the claim's candidate
-// condition without the lease and hold checks.
-func (s *Store) ownedPendingSQL() string {
-	return `SELECT COALESCE(array_agg(g.s ORDER BY g.i), '{}') FROM unnest($1::int[]) WITH ORDINALITY g(s, i)
-	CROSS JOIN LATERAL (SELECT 1 FROM ` + s.table + ` o WHERE ` + shardExpr("o") + ` = g.s
-	AND o.status = 'NEW' AND NOT o.parked AND (o.next_attempt_at <= now() OR o.next_attempt_at <= o.created_at)
-	AND NOT (o.id <@ (SELECT COALESCE(range_agg(c.ids), '{}') FROM ` + s.claimsTable() + ` c WHERE c.owner = $2 AND c.lease_until > now()))
-	LIMIT 1) x`
 }
 
 // Claim takes up to req.Limit ready events from the shards of
@@ -249,60 +253,35 @@ func (s *Store) claimOwned(ctx context.Context, req driver.ClaimParams, explain 
 		shards[i], epochs[i] = l.Shard, l.Epoch
 	}
 	claims := s.claimsTable()
-	branch := shards // the shards the claim walks
-	if _, busy := s.busyOwners.Load(req.Lease.Owner); !explain && !busy {
-		// Most claims of a relay that keeps up find little or nothing:
-		// each wake-up of the commit probe or a notification, and each
-		// look again after a batch, claims, and in ownership mode the
-		// other relays' events wake it too. The claim statement walks
-		// one index branch per shard, and each branch costs about as
-		// much as a claim of a few rows from one walk of the primary
-		// key (over 32 shards: 0.6 ms against 0.25 ms).
-		// So the claim first asks which of its shards have a row it
-		// could take (one index probe per shard, see ownedPendingSQL),
-		// and claims from those alone: none, no claim; at a steady
-		// 1,000 events/s, two or three. After a claim that filled at
-		// least half its batch (a backlog) the next one is likely to
-		// find every shard busy: it goes straight to the claim over
-		// all of them. The probe's snapshot is older than the claim's:
-		// a row committed in between, in a shard the probe did not
-		// name, waits for the next claim (the relay looks again soon
-		// after events, and the commit that wrote it wakes it).
-		var pending []int32
-		b := &pgx.Batch{}
-		b.Queue("BEGIN")
-		b.Queue(claimSettings)
-		b.Queue(s.ownedPendingSQL(), shards, req.Lease.Owner)
-		b.Queue("COMMIT")
-		br := s.pool.SendBatch(ctx, b)
-		_, err := br.Exec()
-		if err == nil {
-			_, err = br.Exec()
+	// A relay that keeps up claims often and finds little: each wake-up
+	// of the commit probe or a notification, and each look again after a
+	// batch, claims. One branch per shard (a merge in id order that reads
+	// only as far as the batch needs, whatever the backlog) costs a walk
+	// of the shard index per shard, several times what the rows cost. So
+	// while its last claim took less than half its batch, a claim reads
+	// its shards by runs of consecutive ones (Balance hands out shards in
+	// order, so a relay's are one run or a few), each run one range scan
+	// of the shard index that stops after four batches' rows, and sorts
+	// what it read by id (see ownedClaimSQL): one round trip, where a
+	// probe for the shards with pending rows and then a claim over those
+	// took two, and little read when little is pending. After a claim
+	// that filled at least half its batch (a backlog) the next one walks
+	// the branches, which read only as far as the batch needs.
+	_, busy := s.busyOwners.Load(req.Lease.Owner)
+	ranged := !explain && !busy
+	var lows, highs []int
+	branches := len(shards)
+	if ranged {
+		for i, sh := range shards {
+			if i > 0 && sh == shards[i-1]+1 {
+				highs[len(highs)-1] = sh
+				continue
+			}
+			lows, highs = append(lows, sh), append(highs, sh)
 		}
-		if err == nil {
-			err = br.QueryRow().Scan(&pending)
-		}
-		if err == nil {
-			_, err = br.Exec()
-		}
-		if cerr := br.Close(); err == nil {
-			err = cerr
-		}
-		if err != nil {
-			// The probe only reads: nothing can have been claimed, so
-			// the relay need not wait out a lease before its next claim.
-			return driver.Claim{}, 0, 0, fmt.Errorf("%w (%w)", wrap("claim: looking for pending events", err), driver.ErrNothingClaimed)
-		}
-		if len(pending) == 0 {
-			s.caughtUp()
-			return c, 0, 0, nil
-		}
-		branch = make([]int, len(pending))
-		for i, sh := range pending {
-			branch[i] = int(sh)
-		}
+		branches = len(lows)
 	}
-	sql := s.ownedClaimSQL(ownedBranches(len(branch)))
+	sql := s.ownedClaimSQL(ownedBranches(branches), ranged)
 	if explain {
 		sql = "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + sql
 	}
@@ -323,7 +302,11 @@ func (s *Store) claimOwned(ctx context.Context, req driver.ClaimParams, explain 
 	// one order, so two claimers cannot deadlock); deleting one waits for
 	// a stale holder's state change in progress, as in Claim.
 	b.Queue("DELETE FROM "+claims+" WHERE (owner, epoch) IN (SELECT owner, epoch FROM "+claims+" WHERE lease_until <= now() AND (shards IS NULL OR shards && $1::int[]) ORDER BY owner, epoch FOR UPDATE)", shards)
-	b.Queue(sql, req.Lease.Owner, req.Lease.Epoch, req.HoldDeadKeys, req.Limit, req.LeaseFor.Microseconds(), shards, epochs, branch)
+	if ranged {
+		b.Queue(sql, req.Lease.Owner, req.Lease.Epoch, req.HoldDeadKeys, req.Limit, req.LeaseFor.Microseconds(), shards, epochs, lows, highs)
+	} else {
+		b.Queue(sql, req.Lease.Owner, req.Lease.Epoch, req.HoldDeadKeys, req.Limit, req.LeaseFor.Microseconds(), shards, epochs, shards)
+	}
 	b.Queue("COMMIT")
 	b.Queue(readSettings)
 	b.Queue("SELECT "+prefixed(eventCols, "o.")+" FROM (SELECT unnest(k.ids) AS r FROM "+claims+" k WHERE k.owner = $1 AND k.epoch = $2) c JOIN "+s.table+" o ON o.id >= lower(c.r) AND o.id < upper(c.r)", req.Lease.Owner, req.Lease.Epoch)
@@ -493,10 +476,15 @@ func (s *Store) Balance(ctx context.Context, req driver.BalanceParams) (driver.O
 		if err := br.Close(); err != nil {
 			return driver.Ownership{Shards: numShards}, wrap("balance", err)
 		}
+		s.endSession(req.Owner)
 		return own, nil
 	}
-	b.Queue("INSERT INTO "+relays+" (owner, lease_until) VALUES ($1, now() + $2 * interval '1 microsecond') ON CONFLICT (owner) DO UPDATE SET lease_until = EXCLUDED.lease_until RETURNING lease_until", req.Owner, lease)
+	pid := s.session(ctx, req.Owner)
+	b.Queue("INSERT INTO "+relays+" (owner, lease_until, pid) VALUES ($1, now() + $2 * interval '1 microsecond', $3) ON CONFLICT (owner) DO UPDATE SET lease_until = EXCLUDED.lease_until, pid = EXCLUDED.pid RETURNING lease_until", req.Owner, lease, pid)
 	b.Queue("DELETE FROM " + relays + " WHERE owner IN (SELECT owner FROM " + relays + " WHERE lease_until <= now() - interval '1 minute' FOR UPDATE SKIP LOCKED)")
+	// Relays whose session is gone (session.go) lose their leases now,
+	// so the take below moves their shards on at once.
+	b.Queue(s.reapSQL(), req.Owner, s.sessionKey())
 	// Release and renew. A shard whose lease ran out but that nobody took
 	// is still this owner's (same epoch: nobody held it in between).
 	b.Queue("UPDATE "+shards+" s SET owner = CASE WHEN s.shard = ANY($3::int[]) THEN '' ELSE s.owner END, "+
@@ -538,7 +526,7 @@ WHERE shard IN (SELECT shard FROM `+shards+` WHERE (owner = '' OR lease_until <=
 	if err := br.QueryRow().Scan(&own.Until); err != nil {
 		return fail(err)
 	}
-	for range 3 {
+	for range 4 {
 		if _, err := br.Exec(); err != nil {
 			return fail(err)
 		}

@@ -37,10 +37,8 @@ func TestClaimOwnedKeyOrderAcrossClaimStart(t *testing.T) {
 	}
 
 	// A row of another key in k's shard, pending before the claim
-	// starts: a claim over shards with nothing to take answers at once,
-	// without a transaction (ownedPendingSQL), and one claims only from
-	// the shards with a pending row, so the claim must begin, wait, and
-	// walk k's shard.
+	// starts, so the claim has something to read in k's shard whatever
+	// its shape: it must begin, wait, and read k's shard.
 	kShard, err := st.ShardOf(ctx, "k", 0)
 	if err != nil {
 		t.Fatal(err)
@@ -151,8 +149,7 @@ func TestClaimOwnedKeyOrderAcrossClaimStart(t *testing.T) {
 // shards; when the only one with a pending row has changed hands, the
 // owner still holds the others, so the claim takes nothing and is no
 // ErrLeaseLost (which says the owner holds none of the shards it names).
-// The claim walks only the shards the pending probe names, and checks
-// the lease of every shard asked for.
+// The claim checks the lease of every shard asked for.
 func TestClaimOwnedLeaseLostOnlyWhenNoShardIsHeld(t *testing.T) {
 	ctx := context.Background()
 	pool, _ := openPool(t)

@@ -93,10 +93,10 @@ type Store struct {
 	// probeEvery is Options.ProbeInterval with its default (<0: off).
 	probeEvery time.Duration
 
-	// busyOwners holds the owners whose last Claim took or parked at
-	// least half its Limit (a backlog): their next claim skips the
-	// pending probe (it would most likely name every shard, and cost a
-	// round trip before the claim).
+	// busyOwners holds the owners whose last ClaimOwned took or parked at
+	// least half its Limit (a backlog): their next claim walks one branch
+	// per shard rather than range-scan every pending row of its shards
+	// (see claimOwned).
 	busyOwners sync.Map // owner → struct{}
 
 	// Vacuuming (vacuum.go): rows deleted since the last VACUUM, the end
@@ -124,6 +124,7 @@ type Store struct {
 	stopListen context.CancelFunc
 	listenDone chan struct{}
 	closed     bool
+	sessions   map[string]*relaySession // each owner's own session (session.go)
 }
 
 var _ store.Store = (*Store)(nil)
@@ -293,6 +294,7 @@ func (s *Store) Close() error {
 	}
 	s.cancelBackground()
 	s.background.Wait()
+	s.closeSessions()
 	if s.ownPool {
 		s.pool.Close()
 	}

@@ -207,6 +207,12 @@ CREATE TABLE IF NOT EXISTS %[4]s (
 ALTER TABLE %[5]s ADD COLUMN IF NOT EXISTS shards INTEGER[];
 `, t, short, q(short+"_shards"), q(short+"_relays"), claims, shardExpr(""), numShards-1, inTxIndexBytes,
 			ownedIndexes(t, short)[0].create(false), ownedIndexes(t, short)[1].create(false)),
+		// 9: each relay's row records the pid of its own session, which
+		// holds the owner's advisory lock (session.go): once that lock is
+		// gone, the relay's shards move on at once, not at its lease's end.
+		fmt.Sprintf(`
+ALTER TABLE %[1]s ADD COLUMN IF NOT EXISTS pid INTEGER;
+`, q(short+"_relays")),
 	}
 }
 

@@ -56,7 +56,12 @@
 // PostgreSQL and MariaDB have 64: SQLite has one writer and is embedded,
 // so spreading keys over shards would buy no concurrency. Balance gives
 // the shard to one relay at a time; the others wait and take it over when
-// the holder leaves or its lease runs out. The claim runs in one write
+// the holder leaves or its lease runs out. The lease is the only bound on
+// a dead holder here: SQLite has no sessions for another process to see
+// end (a file lock would be held by every connection of the process, and
+// one process may run several relays), so it does not implement
+// driver.Sessions, and a SIGKILLed relay's shard waits out its lease (a
+// shorter --lease shortens it). The claim runs in one write
 // transaction (shard and epoch checked, the previous holder's live claims
 // waited out, parking, the update); see owned.go for the rules.
 //

@@ -70,6 +70,8 @@ func (s *suite) ownedTests(t *testing.T) []struct {
 		switch {
 		case probe.Shards < 2 && (tc.name == "Owned/RevokeRelease" || tc.name == "Owned/SkipsShardOfAnotherLiveClaim"):
 			t.Logf("%s: %s does not apply: a table has %d shard (it needs two to share)", s.h.Name, tc.name, probe.Shards)
+		case tc.name == "Owned/SessionLost" && !isSessions(fx.Store):
+			t.Logf("%s: %s does not apply: the store does not implement driver.Sessions (a relay's lease is the bound)", s.h.Name, tc.name)
 		case s.h.ClaimReads == nil && tc.name == "Owned/ClaimReadsBounded":
 			t.Logf("%s: %s does not apply: Harness.ClaimReads is not set", s.h.Name, tc.name)
 		default:
@@ -106,6 +108,7 @@ func (s *suite) allOwnedTests() []struct {
 		{"Owned/BadRows", s.testOwnedBadRows},
 		{"Owned/ConcurrentOwners", s.testOwnedConcurrent},
 		{"Owned/ClaimReadsBounded", s.testOwnedReadsBounded},
+		{"Owned/SessionLost", s.testOwnedSessionLost},
 	}
 }
 

@@ -1,9 +1,13 @@
-// Command consumer adds loyalty points for each OrderPaid event it reads
-// from NATS JetStream, exactly once: the inbox records the event id in the
-// same transaction as the points, so a redelivered event is recognised and
-// only acknowledged.
+// Command consumer adds loyalty points for each OrderPaid event it reads,
+// exactly once: the inbox records the event id in the same transaction as
+// the points, so a redelivered event is recognised and only acknowledged.
+// It reads NATS JetStream (the stream ORDERS), RabbitMQ (the queue points,
+// which `outbox broker setup` binds) or Redis Streams (the stream
+// orders.paid, as the consumer group points).
 //
 //	go run ./examples/quickstart/consumer --db postgres://postgres@127.0.0.1:5432/test --broker nats://127.0.0.1:4222
+//	go run ./examples/quickstart/consumer --broker 'amqp://guest:guest@127.0.0.1:5672/'
+//	go run ./examples/quickstart/consumer --broker redis://127.0.0.1:6379/0
 package main
 
 import (
@@ -14,19 +18,25 @@ import (
 	"fmt"
 	"log"
 	"os/signal"
+	"strings"
 	"syscall"
 
 	_ "github.com/jackc/pgx/v5/stdlib" // database/sql driver "pgx"
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/outbox-go/outbox/inbox"
-	"github.com/outbox-go/outbox/inbox/natsmsg"
 )
+
+// consumer is the points service: its database and its inbox.
+type consumer struct {
+	in    *inbox.Inbox
+	count int           // exit after this many events; 0: never
+	seen  int           // events handled so far
+	done  chan struct{} // closed after count events
+}
 
 func main() {
 	dbURL := flag.String("db", "postgres://postgres@127.0.0.1:5432/test", "PostgreSQL URL of the consumer's own database")
-	natsURL := flag.String("broker", "nats://127.0.0.1:4222", "NATS URL")
+	brokerURL := flag.String("broker", "nats://127.0.0.1:4222", "nats://…, amqp://… or redis://…")
 	count := flag.Int("count", 0, "exit after this many events (0: run until interrupted)")
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
@@ -48,67 +58,55 @@ func main() {
 		log.Fatal(err)
 	}
 
-	nc, err := nats.Connect(*natsURL)
+	c := &consumer{in: in, count: *count, done: make(chan struct{})}
+	switch scheme, _, _ := strings.Cut(*brokerURL, "://"); scheme {
+	case "nats":
+		err = c.fromNATS(ctx, *brokerURL)
+	case "amqp", "amqps":
+		err = c.fromRabbitMQ(ctx, *brokerURL)
+	case "redis", "rediss":
+		err = c.fromRedis(ctx, *brokerURL)
+	default:
+		err = fmt.Errorf("--broker %s: this example reads nats://, amqp:// or redis://", scheme)
+	}
 	if err != nil {
 		log.Fatal(err)
 	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		log.Fatal(err)
-	}
-	// The stream stores what the relay publishes; `outbox broker setup
-	// --broker nats://… --stream ORDERS --subjects 'orders.>'` does the same.
-	stream, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{Name: "ORDERS", Subjects: []string{"orders.>"}})
-	if err != nil {
-		log.Fatal(err)
-	}
-	cons, err := stream.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{
-		Durable: "points", FilterSubject: "orders.paid", AckPolicy: jetstream.AckExplicitPolicy,
-	})
-	if err != nil {
-		log.Fatal(err)
-	}
+}
 
-	done := make(chan struct{})
-	seen := 0
-	cc, err := cons.Consume(func(m jetstream.Msg) {
-		msg, err := natsmsg.FromJetStream(m) // event id, type, key and version from the headers
-		if err != nil {
-			log.Printf("not an outbox event: %v", err)
-			_ = m.Term()
-			return
+// handle applies one event once, in its own transaction with the inbox
+// record. A nil error means done (Processed, or Duplicate: done before):
+// acknowledge it. An error means nothing was recorded: let the broker
+// redeliver it.
+func (c *consumer) handle(ctx context.Context, msg inbox.Message) error {
+	res, err := c.in.Handle(ctx, "points", msg, func(ctx context.Context, tx *sql.Tx) error {
+		var paid struct {
+			Customer string `json:"customer"`
+			Amount   int    `json:"amount"`
 		}
-		res, err := in.Handle(ctx, "points", msg, func(ctx context.Context, tx *sql.Tx) error {
-			var paid struct {
-				Customer string `json:"customer"`
-				Amount   int    `json:"amount"`
-			}
-			if err := json.Unmarshal(msg.Payload, &paid); err != nil {
-				return err
-			}
-			_, err := tx.ExecContext(ctx, `INSERT INTO points (customer, balance) VALUES ($1, $2)
-				ON CONFLICT (customer) DO UPDATE SET balance = points.balance + EXCLUDED.balance`, paid.Customer, paid.Amount/10)
+		if err := json.Unmarshal(msg.Payload, &paid); err != nil {
 			return err
-		})
-		if err != nil {
-			log.Printf("event %s: %v (not acknowledged: NATS redelivers it)", msg.EventID, err)
-			_ = m.Nak()
-			return
 		}
-		_ = m.Ack() // Processed, or Duplicate: done before, only acknowledge
-		fmt.Printf("%s %s %s: %s\n", msg.Type, msg.Key, msg.EventID, res)
-		if seen++; *count > 0 && seen == *count {
-			close(done)
-		}
+		_, err := tx.ExecContext(ctx, `INSERT INTO points (customer, balance) VALUES ($1, $2)
+			ON CONFLICT (customer) DO UPDATE SET balance = points.balance + EXCLUDED.balance`, paid.Customer, paid.Amount/10)
+		return err
 	})
 	if err != nil {
-		log.Fatal(err)
+		return err
 	}
-	defer cc.Stop()
-	log.Println("consumer: waiting for OrderPaid events on", *natsURL)
+	fmt.Printf("%s %s %s: %s\n", msg.Type, msg.Key, msg.EventID, res)
+	if c.seen++; c.count > 0 && c.seen == c.count {
+		close(c.done)
+	}
+	return nil
+}
+
+// waiting says the consumer is ready and blocks until ctx ends or count
+// events were handled.
+func (c *consumer) waiting(ctx context.Context, where string) {
+	log.Println("consumer: waiting for OrderPaid events on", where)
 	select {
 	case <-ctx.Done():
-	case <-done:
+	case <-c.done:
 	}
 }

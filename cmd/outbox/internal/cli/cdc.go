@@ -157,9 +157,10 @@ func runCDCRelay(ctx context.Context, f *flags, c cdcFlags, rc relay.Config, bro
 }
 
 const cdcUsage = `cdc drop-slot --db URL [--table outbox] [--slot NAME] [--table-less] [--force]
-       outbox cdc lag --db URL [--table outbox] [--slot NAME]`
+       outbox cdc lag --db URL [--table outbox] [--slot NAME]   (a mysql:// URL: the binlog source's saved position)`
 
-// runCDC is `outbox cdc`: the pgcdc source's replication slot.
+// runCDC is `outbox cdc`: the pgcdc source's replication slot, or, for
+// lag on MariaDB, the binlog source's saved position.
 func runCDC(ctx context.Context, e env, args []string) error {
 	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" {
 		fmt.Fprintf(e.stdout, "Usage: outbox %s\n", cdcUsage)
@@ -192,6 +193,9 @@ func runCDC(ctx context.Context, e env, args []string) error {
 	cfg := c.config(f).WithDefaults()
 	if err := cfg.Validate(); err != nil {
 		return fmt.Errorf("%w: %s", wire.ErrUsage, strings.TrimPrefix(err.Error(), "pgcdc: "))
+	}
+	if sub == "lag" && (strings.HasPrefix(f.db, "mysql://") || strings.HasPrefix(f.db, "mariadb://")) {
+		return binlogLag(ctx, e, f)
 	}
 	pool, err := cdcPool(ctx, f)
 	if err != nil {

@@ -23,7 +23,8 @@ func TestCDCBadInput(t *testing.T) {
 		code int
 		want string
 	}{
-		{[]string{"relay", "--db", "sqlite::memory:", "--broker", "nats://127.0.0.1:4222", "--source", "binlog"}, exitUsage, "--source must be poll or pgcdc"},
+		{[]string{"relay", "--db", "sqlite::memory:", "--broker", "nats://127.0.0.1:4222", "--source", "canal"}, exitUsage, "--source must be poll, pgcdc or binlog"},
+		{[]string{"relay", "--db", "sqlite::memory:", "--broker", "nats://127.0.0.1:4222", "--source", "binlog"}, exitUsage, "needs a MariaDB --db"},
 		{[]string{"relay", "--db", "sqlite::memory:", "--broker", "nats://127.0.0.1:4222", "--source", "pgcdc"}, exitUsage, "needs a PostgreSQL --db"},
 		{[]string{"cdc"}, exitUsage, "say drop-slot or lag"},
 		{[]string{"cdc", "vacuum"}, exitUsage, `unknown cdc command "vacuum"`},
@@ -116,5 +117,40 @@ func TestRelayPgcdcServesTelemetry(t *testing.T) {
 	}
 	if code := r.stop(); code != exitOK {
 		t.Fatalf("relay exit %d:\n%s", code, r.log())
+	}
+}
+
+// `outbox relay --source binlog` is the relay over the binlog source: its
+// metrics (the relay's and outbox_cdc_lag_bytes), /readyz and the delivery
+// counters work as for the polling relay; `outbox cdc lag` on MariaDB
+// reports the saved position.
+func TestRelayBinlogServesTelemetry(t *testing.T) {
+	o := teststores.Open(t, "mysql", store.Options{})
+	table := o.Opts.Table
+	t.Cleanup(func() { _, _ = o.DB.Exec("DROP TABLE IF EXISTS `" + table + "_binlog`") })
+	if code, _, stderr := runCLI("cdc", "lag", "--db", o.URL, "--table", table); code != exitFail || !strings.Contains(stderr, "no position saved") {
+		t.Fatalf("cdc lag before any binlog relay: exit %d, %s", code, stderr)
+	}
+	natsURL := testnats.Shared(t)
+	stream := testnats.NewStream(t, natsURL)
+	enqueueN(t, o.Store, stream.Topic("orders"), 20)
+	r := startRelayCLI(t, "--db", o.URL, "--table", table, "--broker", natsURL, "--source", "binlog")
+	r.waitFor("the events", 30*time.Second, streamHolds(t, stream, 20))
+	r.waitFor("/readyz 200", 30*time.Second, func() bool { code, _ := r.get("/readyz"); return code == 200 })
+	var m string
+	r.waitFor("the metrics to count the deliveries", 10*time.Second, func() bool {
+		_, m = r.get("/metrics")
+		return strings.Contains(m, `outbox_events_settled_total{outcome="delivered"} 20`)
+	})
+	for _, want := range []string{"outbox_cdc_lag_bytes", `outbox_events_published_total{topic="` + stream.Topic("orders") + `"} 20`, "outbox_in_flight_events 0", "outbox_broker_up 1", "outbox_store_up 1"} {
+		if !strings.Contains(m, want) {
+			t.Errorf("/metrics lacks %s:\n%s", want, m)
+		}
+	}
+	if code := r.stop(); code != exitOK {
+		t.Fatalf("relay exit %d:\n%s", code, r.log())
+	}
+	if code, out, stderr := runCLI("cdc", "lag", "--db", o.URL, "--table", table); code != 0 || !strings.Contains(out, "saved position mariadb-bin.") {
+		t.Fatalf("cdc lag after the binlog relay: exit %d, %s %s", code, out, stderr)
 	}
 }

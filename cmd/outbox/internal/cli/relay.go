@@ -71,7 +71,7 @@ func runRelay(ctx context.Context, e env, args []string) error {
 	dashHosts := f.String("dashboard-host", "", "host names the dashboard answers besides IP addresses and localhost, comma-separated (the name a reverse proxy uses; * for any)")
 	otlpEndpoint := f.String("otlp-endpoint", "", "send traces over OTLP/HTTP to this collector (a base URL, /v1/traces is appended, as for OTEL_EXPORTER_OTLP_ENDPOINT), e.g. http://127.0.0.1:4318; default OTEL_EXPORTER_OTLP_(TRACES_)ENDPOINT; neither: tracing off")
 	traceSpans := f.String("trace-spans", "wave", "with tracing on: one publish span per publish call, linked to the events' traces (wave, the default: next to free), or a span per sampled event, a child in the producer's trace (event: a few µs of CPU per event); the broker message carries the producer's traceparent either way")
-	src := f.String("source", "poll", "where events come from: poll (claim rows) or pgcdc (PostgreSQL logical replication)")
+	src := f.String("source", "poll", "where events come from: poll (claim rows), pgcdc (PostgreSQL logical replication) or binlog (the MariaDB binlog)")
 	var cdc cdcFlags
 	cdc.register(f)
 	if err := f.parse(e, args); err != nil {
@@ -80,8 +80,8 @@ func runRelay(ctx context.Context, e env, args []string) error {
 	if len(f.posArgs()) > 0 {
 		return fmt.Errorf("%w: unexpected argument %q", wire.ErrUsage, f.posArgs()[0])
 	}
-	if *src != "poll" && *src != "pgcdc" {
-		return fmt.Errorf("%w: --source must be poll or pgcdc, not %q", wire.ErrUsage, *src)
+	if *src != "poll" && *src != "pgcdc" && *src != "binlog" {
+		return fmt.Errorf("%w: --source must be poll, pgcdc or binlog, not %q", wire.ErrUsage, *src)
 	}
 	dashListen, err := loopbackAddr("dashboard-addr", *dashAddr)
 	if err != nil {
@@ -172,9 +172,13 @@ func runRelay(ctx context.Context, e env, args []string) error {
 
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if *src == "pgcdc" {
-		return runCDCRelay(ctx, f, cdc, cfg, *brokerURL, cdcServe{listenAddr: listenAddr, metrics: metrics, stallAfter: stallAfter, readyGrace: readyGrace,
-			dashListen: dashListen, dashToken: dashToken, dashHosts: splitList(*dashHosts)}, log)
+	serve := cdcServe{listenAddr: listenAddr, metrics: metrics, stallAfter: stallAfter, readyGrace: readyGrace,
+		dashListen: dashListen, dashToken: dashToken, dashHosts: splitList(*dashHosts)}
+	switch *src {
+	case "pgcdc":
+		return runCDCRelay(ctx, f, cdc, cfg, *brokerURL, serve, log)
+	case "binlog":
+		return runBinlogRelay(ctx, f, cfg, *brokerURL, serve, log)
 	}
 	// The endpoints come first, so that a relay waiting for its database
 	// or broker is seen to be alive and not ready, and why.

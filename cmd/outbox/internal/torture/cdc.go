@@ -14,8 +14,27 @@ import (
 // checks the lease of <table>_cdc instead of claims, and the run ends with
 // the slot check.
 
-// cdc reports whether the relays run the pgcdc source.
-func (r *run) cdc() bool { return r.cfg.Source == "pgcdc" }
+// The source=binlog cell is the same on MariaDB: one relay tails the
+// binlog under the lease of <table>_binlog, the faults aim at it, and the
+// run ends with every row delivered and deleted.
+
+// cdc reports whether the relays run a log source (pgcdc or binlog).
+func (r *run) cdc() bool { return r.cfg.Source == "pgcdc" || r.cfg.Source == "binlog" }
+
+// binlog reports whether the relays run the binlog source.
+func (r *run) binlog() bool { return r.cfg.Source == "binlog" }
+
+// binlogState is the binlog source's lease and position table.
+func (t tables) binlogState() string { return t.outbox + "_binlog" }
+
+// lease is the query of the streaming lease's owner and epoch (when it is
+// held) of the run's source.
+func (r *run) lease() (query string, args []any) {
+	if r.binlog() {
+		return "SELECT owner, epoch FROM " + r.t.binlogState() + " WHERE stream = 'binlog' AND lease_until > NOW(6)", nil
+	}
+	return "SELECT owner, epoch FROM " + r.t.cdcState() + " WHERE slot = $1 AND lease_until > now()", []any{r.t.slot()}
+}
 
 // slot and publication are the run's replication slot and publication,
 // named after its outbox table (unique per run) and dropped by cleanup.
@@ -101,7 +120,8 @@ func (t tables) dropCDC(ctx context.Context, db *sql.DB) {
 func (r *run) streamer(ctx context.Context) (int, int64) {
 	var owner string
 	var epoch int64
-	err := r.admin.QueryRowContext(ctx, "SELECT owner, epoch FROM "+r.t.cdcState()+" WHERE slot = $1 AND lease_until > now()", r.t.slot()).Scan(&owner, &epoch)
+	q, args := r.lease()
+	err := r.admin.QueryRowContext(ctx, q, args...).Scan(&owner, &epoch)
 	if err != nil {
 		return -1, 0
 	}
@@ -131,6 +151,10 @@ func (r *run) waitStreamer(ctx context.Context, d time.Duration, fallback int) (
 // epoch is the lease's epoch now (0 when unknown).
 func (r *run) epoch(ctx context.Context) int64 {
 	var e int64
+	if r.binlog() {
+		_ = r.admin.QueryRowContext(ctx, "SELECT epoch FROM "+r.t.binlogState()).Scan(&e)
+		return e
+	}
 	_ = r.admin.QueryRowContext(ctx, "SELECT epoch FROM "+r.t.cdcState()+" WHERE slot = $1", r.t.slot()).Scan(&e)
 	return e
 }
@@ -176,6 +200,9 @@ func (r *run) applyCDC(ctx context.Context, f Fault, rec *FaultRecord) string {
 // every transaction and then moved past the idle WAL), and no row is left
 // in the outbox table (every delivered row deleted, none undelivered).
 func (r *run) slotCheck(ctx context.Context) (string, error) {
+	if r.binlog() {
+		return r.binlogCheck(ctx)
+	}
 	var target string
 	if err := r.admin.QueryRowContext(ctx, "SELECT pg_current_wal_lsn()::text").Scan(&target); err != nil {
 		return "", fmt.Errorf("CDC slot check: %w", err)
@@ -198,6 +225,29 @@ func (r *run) slotCheck(ctx context.Context) (string, error) {
 		if time.Since(began) > 30*time.Second || ctx.Err() != nil {
 			return "", fmt.Errorf("CDC slot check: 30 s after the final drain the slot %s confirmed %s (wanted >= %s) and %d rows remain in %s (want none; error: %v)",
 				r.t.slot(), confirmed.String, target, rows, r.t.outbox, err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// binlogCheck is the binlog cell's check after the final drain, while the
+// relays still run: within 30 s no row is left in the outbox table (every
+// delivered row deleted, none undelivered) and a resume position is saved.
+func (r *run) binlogCheck(ctx context.Context) (string, error) {
+	began := time.Now()
+	for {
+		var rows int64
+		var file string
+		var pos int64
+		err := r.admin.QueryRowContext(ctx, "SELECT COUNT(*) FROM "+r.t.outbox).Scan(&rows)
+		if err == nil {
+			err = r.admin.QueryRowContext(ctx, "SELECT file, pos FROM "+r.t.binlogState()).Scan(&file, &pos)
+		}
+		if err == nil && rows == 0 && file != "" {
+			return fmt.Sprintf("drained(saved %s:%d in %s)", file, pos, time.Since(began).Round(100*time.Millisecond)), nil
+		}
+		if time.Since(began) > 30*time.Second || ctx.Err() != nil {
+			return "", fmt.Errorf("binlog check: 30 s after the final drain %d rows remain in %s (want none) and the saved position is %q (error: %v)", rows, r.t.outbox, file, err)
 		}
 		time.Sleep(200 * time.Millisecond)
 	}

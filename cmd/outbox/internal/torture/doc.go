@@ -59,6 +59,15 @@
 // reaches the WAL position read once everything was delivered, and no row
 // is left in the outbox table (the summary's cdc_slot).
 //
+// # The source=binlog cell
+//
+// The same on MariaDB with `outbox relay --source binlog`: one relay tails
+// the binlog under the lease of <table>_binlog, Kill and Stop aim at it, and
+// the database resets (the fault proxy) cut its replication connection too.
+// MySQL runs no fencing probe (stale_writes=n/a). After the final drain,
+// within 30 s no row is left in the outbox table and a resume position is
+// saved (the summary's cdc_slot, drained(…)).
+//
 // Each run ends with one summary line holding every figure and the seed;
 // a failed run also writes a JSON history file whose path is in the
 // failure.

@@ -10,7 +10,7 @@ import (
 type Cell struct {
 	Store  string // postgres, mysql, sqlite (internal/teststores kinds)
 	Broker string // a transport name: nats
-	Source string // "" for the poller; pgcdc or binlog once they exist
+	Source string // "" for the poller; pgcdc or binlog
 	// Embedded runs the broker inside the test so that it can be
 	// restarted (broker-restart); otherwise the machine's shared server.
 	Embedded bool
@@ -35,10 +35,10 @@ var Matrix = []Cell{
 	{Store: "postgres", Broker: "nats", Keys: 1, Faults: []Kind{Stop, Leave, Kill, DBLatency, Leave, BrokerReset}},
 	{Store: "mysql", Broker: "nats", Keys: 3, Faults: []Kind{Leave, Kill, Leave, Stop, DBReset, Leave}},
 	// {Store: "postgres", Broker: "kafka"},
-	// CDC: one relay streams the slot, two wait on its lease; the faults
-	// aim at the one that streams.
+	// CDC and binlog tailing: one relay streams, two wait on its lease;
+	// the faults aim at the one that streams.
 	{Store: "postgres", Broker: "nats", Source: "pgcdc", Faults: []Kind{Kill, Stop, PGTerminate, BrokerReset, CommitTimeout, Stop, Kill}},
-	// {Store: "mysql", Broker: "nats", Source: "binlog"},
+	{Store: "mysql", Broker: "nats", Source: "binlog", Faults: []Kind{Kill, Stop, DBReset, BrokerReset, CommitTimeout, Stop, Kill}},
 }
 
 // Name is the cell's test name: store_broker[-embedded]_source, then

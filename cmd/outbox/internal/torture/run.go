@@ -169,7 +169,7 @@ type Result struct {
 	RelayExits  int      // relays that exited by themselves and were restarted
 	Failures    []string // empty when the run passed
 	HistoryFile string   // the JSON history, when written
-	CDCSlot     string   // source=pgcdc: the slot check's outcome
+	CDCSlot     string   // source=pgcdc or binlog: the slot (binlog: drain) check's outcome
 }
 
 // Passed reports whether every check held.
@@ -257,11 +257,14 @@ func (r *run) setup(ctx context.Context) error {
 	if err := r.t.create(octx, r.admin, cfg.Keys); err != nil {
 		return err
 	}
-	if cfg.Source != "" && cfg.Source != "pgcdc" {
-		return fmt.Errorf("torture: unknown source %q (poll or pgcdc)", cfg.Source)
+	if cfg.Source != "" && cfg.Source != "pgcdc" && cfg.Source != "binlog" {
+		return fmt.Errorf("torture: unknown source %q (poll, pgcdc or binlog)", cfg.Source)
 	}
 	if cfg.Source == "pgcdc" && kind != "postgres" {
 		return fmt.Errorf("torture: the pgcdc source needs a PostgreSQL database, not %s", kind)
+	}
+	if cfg.Source == "binlog" && kind != "mysql" {
+		return fmt.Errorf("torture: the binlog source needs a MariaDB database, not %s", kind)
 	}
 	if cfg.Source == "pgcdc" {
 		if err := r.t.installCDCFence(octx, r.admin, r.t.outbox); err != nil {
@@ -358,7 +361,10 @@ func (r *run) cleanup() {
 	if r.admin != nil {
 		if !r.cfg.Keep && r.t.outbox != "" {
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-			if r.cdc() {
+			switch {
+			case r.binlog():
+				_, _ = r.admin.ExecContext(ctx, "DROP TABLE IF EXISTS "+r.t.binlogState())
+			case r.cdc():
 				r.t.dropCDC(ctx, r.admin)
 			}
 			r.t.drop(ctx, r.admin)

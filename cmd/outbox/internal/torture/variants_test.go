@@ -20,13 +20,18 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/go-sql-driver/mysql"
+
 	outbox "github.com/outbox-go/outbox"
 	"github.com/outbox-go/outbox/broker"
 	"github.com/outbox-go/outbox/cmd/outbox/internal/torture"
 	"github.com/outbox-go/outbox/cmd/outbox/internal/wire"
 	"github.com/outbox-go/outbox/relay"
+	"github.com/outbox-go/outbox/source"
+	"github.com/outbox-go/outbox/source/binlog"
 	"github.com/outbox-go/outbox/store"
 	"github.com/outbox-go/outbox/store/driver"
+	"github.com/outbox-go/outbox/store/mysqlstore"
 )
 
 // variantEnv names the broken relay a re-executed test binary runs.
@@ -43,7 +48,7 @@ type variant struct {
 	caught  func(r torture.Report) (bool, string) // what the checker must report
 	// wrap breaks a working relay; hwm replaces it with a poller.
 	wrap func(st driver.Store, br broker.Broker, dbURL, table string) (driver.Store, broker.Broker, error)
-	run  func(ctx context.Context, dbURL, table string, br broker.Broker, poll time.Duration) error
+	run  func(ctx context.Context, dbURL, table string, br broker.Broker, cfg relay.Config) error
 }
 
 // variants: one line (plus its code) per known bug class.
@@ -88,6 +93,21 @@ var variants = []variant{
 	{
 		name: "cdc-flush-before-confirm", bug: "a CDC source that advances the slot's flush LSN before the broker confirmed",
 		pending: "no CDC source exists yet (source/pgcdc); this variant lands with it",
+	},
+	{
+		name: "binlog-save-before-confirm", bug: "a binlog source that saves its position (and deletes the rows) before the broker confirmed",
+		store: "mysql", run: runEarlyAckBinlog,
+		setup: func(c *torture.Config) {
+			c.Source, c.Relays = "binlog", 2
+			c.LinkLatency = 200 * time.Millisecond // each publish call is in flight for a while
+			c.Schedule = []torture.Fault{
+				{At: 2 * time.Second, Kind: torture.Kill, For: 300 * time.Millisecond},
+				{At: 4 * time.Second, Kind: torture.Kill, For: 300 * time.Millisecond},
+				{At: 6 * time.Second, Kind: torture.Kill, For: 300 * time.Millisecond},
+				{At: 8 * time.Second, Kind: torture.Kill, For: 300 * time.Millisecond},
+			}
+		},
+		caught: func(r torture.Report) (bool, string) { return r.Lost > 0, fmt.Sprintf("lost=%d", r.Lost) },
 	},
 }
 
@@ -152,7 +172,7 @@ func variantRelayMain(name string, args []string) int {
 	}
 	defer br.Close(context.Background())
 	if v.run != nil {
-		if err := v.run(ctx, *dbURL, *table, br, cfg.PollInterval); err != nil && ctx.Err() == nil {
+		if err := v.run(ctx, *dbURL, *table, br, cfg); err != nil && ctx.Err() == nil {
 			fmt.Fprintln(os.Stderr, err)
 			return 1
 		}
@@ -175,7 +195,8 @@ func variantRelayMain(name string, args []string) int {
 // runHWMPoller is the classic broken poller: remember the highest id sent
 // and ask only for ids above it. A transaction that took a lower id and
 // commits after a higher one is skipped forever.
-func runHWMPoller(ctx context.Context, dbURL, table string, br broker.Broker, poll time.Duration) error {
+func runHWMPoller(ctx context.Context, dbURL, table string, br broker.Broker, cfg relay.Config) error {
+	poll := cfg.PollInterval
 	db, dialect, err := wire.SQLDB(dbURL)
 	if err != nil {
 		return err
@@ -303,4 +324,52 @@ func (u *unfencedStore) Ack(ctx context.Context, p driver.AckParams) error {
 func (u *unfencedStore) Close() error {
 	u.db.Close()
 	return u.Store.Close()
+}
+
+// runEarlyAckBinlog runs the binlog source with every transaction
+// acknowledged as soon as it is read: its rows are deleted and the resume
+// position saved before the broker confirmed them, so a relay killed in
+// between loses them (its successor resumes past them).
+func runEarlyAckBinlog(ctx context.Context, dbURL, table string, br broker.Broker, cfg relay.Config) error {
+	dsn, err := mysqlstore.DSN(dbURL)
+	if err != nil {
+		return err
+	}
+	conn, err := mysql.ParseDSN(dsn)
+	if err != nil {
+		return err
+	}
+	db, err := sql.Open("mysql", dsn)
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	src, err := binlog.New(db, conn, binlog.Config{Table: table, Owner: cfg.Owner, LeaseFor: cfg.LeaseFor, Logger: cfg.Logger})
+	if err != nil {
+		return err
+	}
+	if err := src.Start(ctx); err != nil {
+		return err
+	}
+	defer src.Close()
+	r, err := relay.NewSource(earlyAck{src}, br, cfg)
+	if err != nil {
+		return err
+	}
+	return r.Run(ctx)
+}
+
+// earlyAck acknowledges what Next returns before handing it out.
+type earlyAck struct{ *binlog.Source }
+
+func (e earlyAck) Next(ctx context.Context) ([]source.Txn, error) {
+	txns, err := e.Source.Next(ctx)
+	if err != nil || len(txns) == 0 {
+		return txns, err
+	}
+	var pos source.Position
+	for _, t := range txns {
+		pos = max(pos, t.Pos)
+	}
+	return txns, e.Source.Ack(ctx, pos)
 }

@@ -82,8 +82,8 @@ func TestRunWithRelayProcesses(t *testing.T) {
 		res.WarmupMax <= 0 || res.WarmupP99 > res.WarmupMax || res.FloorP50 <= 0 || res.FloorP99 < res.FloorP50 {
 		t.Errorf("implausible result %+v", res)
 	}
-	if sum := res.Summary(c); !strings.Contains(sum, "2 relay processes ordering by ownership") {
-		t.Errorf("the summary does not name the default engine: %s", sum)
+	if sum := res.Summary(c); !strings.Contains(sum, "2 relay processes, 10 keys, sql producer") {
+		t.Errorf("the summary does not name the relays, keys and producer: %s", sum)
 	}
 	t.Log(res.Summary(c))
 }

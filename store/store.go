@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"math"
 	"regexp"
 	"time"
 
@@ -135,8 +136,17 @@ type DeadQuery struct {
 	IDs     []int64
 	Topic   string
 	Key     string
-	AfterID int64 // ListDead paging: ids greater than this
+	AfterID int64 // ListDead paging: ids greater than this (0: from the lowest, negative ids included)
 	Limit   int   // ListDead: default 100
+}
+
+// After is the id ListDead lists above: AfterID, or the lowest id when it
+// is 0 (a plain-SQL producer may give an event a negative id).
+func (q DeadQuery) After() int64 {
+	if q.AfterID == 0 {
+		return math.MinInt64
+	}
+	return q.AfterID
 }
 
 // PurgeRequest says what to delete.
@@ -173,6 +183,11 @@ type Stats struct {
 	Retrying      int64 // NEW with attempts > 0
 	ExpiredLeases int64 // SENDING whose lease ran out (a relay died or stalled), or that has none (lease_until NULL: a plain-SQL row)
 	BlockedKeys   int64 // keys held by a DEAD event
+	// HeldForGood counts the NEW events whose next_attempt_at lies a
+	// year or more ahead, or holds no time at all (a plain-SQL
+	// producer's 'infinity', year 9999, or text in SQLite): each holds
+	// its key, most likely for good, until the row is fixed with SQL.
+	HeldForGood int64
 	// OldestPending is the age of the oldest NEW or SENDING event; 0 if none.
 	OldestPending time.Duration
 }

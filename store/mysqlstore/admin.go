@@ -70,7 +70,7 @@ func (s *Store) ListDead(ctx context.Context, q store.DeadQuery) ([]store.Record
 		q.Limit = store.DefaultLimit
 	}
 	where, args := deadFilter(q)
-	rows, err := s.db.QueryContext(ctx, "SELECT "+cols(recordCols, "")+" FROM "+s.table+where+" AND id > ? ORDER BY id LIMIT ?", append(args, q.AfterID, q.Limit)...)
+	rows, err := s.db.QueryContext(ctx, "SELECT "+cols(recordCols, "")+" FROM "+s.table+where+" AND id > ? ORDER BY id LIMIT ?", append(args, q.After(), q.Limit)...)
 	if err != nil {
 		return nil, wrap("list dead", err)
 	}
@@ -169,9 +169,10 @@ func (s *Store) Stats(ctx context.Context) (store.Stats, error) {
 	COALESCE(SUM(CASE WHEN status = 'NEW' AND attempts > 0 THEN 1 ELSE 0 END), 0),
 	COALESCE(SUM(CASE WHEN status = 'SENDING' AND `+leaseExpired("")+` THEN 1 ELSE 0 END), 0),
 	COUNT(DISTINCT CASE WHEN status = 'DEAD' AND event_key <> '' THEN event_key END),
+	COALESCE(SUM(CASE WHEN status = 'NEW' AND next_attempt_at >= NOW(6) + INTERVAL 1 YEAR THEN 1 ELSE 0 END), 0),
 	MIN(CASE WHEN status <> 'DEAD' THEN UNIX_TIMESTAMP(created_at) END),
 	`+dbNow+`
-FROM `+s.table).Scan(&st.New, &st.Sending, &st.Dead, &st.Retrying, &st.ExpiredLeases, &st.BlockedKeys, &oldest, &now)
+FROM `+s.table).Scan(&st.New, &st.Sending, &st.Dead, &st.Retrying, &st.ExpiredLeases, &st.BlockedKeys, &st.HeldForGood, &oldest, &now)
 	if err != nil {
 		return st, wrap("stats", err)
 	}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	outbox "github.com/outbox-go/outbox"
@@ -541,23 +542,28 @@ func scanRecord(row pgx.Row) (store.Record, error) {
 	var r store.Record
 	var headers []byte
 	var status string
-	var until, sent *time.Time
-	err := row.Scan(&r.ID, &r.EventID, &r.Topic, &r.Key, &r.Type, &r.AggregateType, &r.SchemaVersion, &r.Payload, &r.ContentType, &headers, &r.Attempts, &r.CreatedAt,
-		&status, &r.LastError, &r.NextAttemptAt, &r.LeaseOwner, &until, &sent)
+	// pgtype.Timestamptz takes 'infinity' too, which a table migrated
+	// before migration 9 may hold: shown as the zero time.
+	var created, next, until, sent pgtype.Timestamptz
+	err := row.Scan(&r.ID, &r.EventID, &r.Topic, &r.Key, &r.Type, &r.AggregateType, &r.SchemaVersion, &r.Payload, &r.ContentType, &headers, &r.Attempts, &created,
+		&status, &r.LastError, &next, &r.LeaseOwner, &until, &sent)
 	if err != nil {
 		return r, err
 	}
 	r.Status = outbox.Status(status)
-	if until != nil {
-		r.LeaseUntil = *until
-	}
-	if sent != nil {
-		r.SentAt = *sent
-	}
+	r.CreatedAt, r.NextAttemptAt, r.LeaseUntil, r.SentAt = finite(created), finite(next), finite(until), finite(sent)
 	// A row whose headers break the contract is still shown (its
 	// last_error says why once a claim buried it), without headers.
 	r.Headers, _ = store.DecodeHeaders(headers)
 	return r, nil
+}
+
+// finite is t's time, or the zero time when it is NULL or infinite.
+func finite(t pgtype.Timestamptz) time.Time {
+	if !t.Valid || t.InfinityModifier != pgtype.Finite {
+		return time.Time{}
+	}
+	return t.Time
 }
 
 // Get returns one event from the outbox or the archive.
@@ -582,7 +588,7 @@ func (s *Store) ListDead(ctx context.Context, q store.DeadQuery) ([]store.Record
 		q.Limit = store.DefaultLimit
 	}
 	rows, err := s.pool.Query(ctx, "SELECT "+recordCols+" FROM "+s.table+deadFilter+" AND id > $4 ORDER BY id LIMIT $5",
-		q.Topic, q.Key, nonNil(q.IDs), q.AfterID, q.Limit)
+		q.Topic, q.Key, nonNil(q.IDs), q.After(), q.Limit)
 	if err != nil {
 		return nil, wrap("list dead", err)
 	}
@@ -674,12 +680,13 @@ func (s *Store) Stats(ctx context.Context) (store.Stats, error) {
 	count(*) FILTER (WHERE o.status = 'NEW' AND f.id IS NULL AND o.attempts > 0),
 	count(*) FILTER (WHERE o.status = 'NEW' AND f.until <= now()),
 	count(DISTINCT o.event_key) FILTER (WHERE o.status = 'DEAD' AND o.event_key <> ''),
-	COALESCE(EXTRACT(EPOCH FROM now() - min(o.created_at) FILTER (WHERE o.status <> 'DEAD')), 0)::float8
-FROM `+s.table+` o LEFT JOIN (SELECT x AS id, max(lease_until) AS until FROM `+s.claimsTable()+`, unnest(ids) r, generate_series(lower(r), upper(r) - 1) x GROUP BY 1) f ON f.id = o.id`).Scan(&st.New, &st.Sending, &st.Dead, &st.Retrying, &st.ExpiredLeases, &st.BlockedKeys, &oldest)
+	count(*) FILTER (WHERE o.status = 'NEW' AND f.id IS NULL AND o.next_attempt_at >= now() + interval '1 year'),
+	COALESCE(EXTRACT(EPOCH FROM now() - min(o.created_at) FILTER (WHERE o.status <> 'DEAD' AND isfinite(o.created_at))), 0)::float8
+FROM `+s.table+` o LEFT JOIN (SELECT x AS id, max(lease_until) AS until FROM `+s.claimsTable()+`, unnest(ids) r, generate_series(lower(r), upper(r) - 1) x GROUP BY 1) f ON f.id = o.id`).Scan(&st.New, &st.Sending, &st.Dead, &st.Retrying, &st.ExpiredLeases, &st.BlockedKeys, &st.HeldForGood, &oldest)
 	if err != nil {
 		return st, wrap("stats", err)
 	}
-	st.OldestPending = time.Duration(oldest * float64(time.Second))
+	st.OldestPending = store.AgeOf(oldest)
 	if s.opts.KeepSent {
 		if err := s.pool.QueryRow(ctx, "SELECT count(*) FROM "+s.archive).Scan(&st.Sent); err != nil {
 			return st, wrap("stats", err)

@@ -446,6 +446,10 @@ func idsJSON(ids []int64) string {
 
 func micros(us int64) time.Time { return time.UnixMicro(us) }
 
+// yearUS is a year in µs: a NEW row due later than that is held for good
+// (Stats.HeldForGood).
+const yearUS = "31536000000000"
+
 func nullMicros(us sql.NullInt64) time.Time {
 	if !us.Valid {
 		return time.Time{}
@@ -825,7 +829,7 @@ func (s *Store) Retry(ctx context.Context, lease store.Lease, retries []store.Re
 	if err != nil {
 		return fmt.Errorf("sqlitestore: retry: %w", err)
 	}
-	query := "UPDATE " + s.table + " SET status = 'NEW', attempts = attempts + 1, next_attempt_at = " + nowUS + " + u.delay_us, last_error = u.err, lease_owner = '', lease_until = NULL " +
+	query := "UPDATE " + s.table + " SET status = 'NEW', attempts = min(attempts, 2147483646) + 1, next_attempt_at = " + nowUS + " + u.delay_us, last_error = u.err, lease_owner = '', lease_until = NULL " +
 		"FROM (SELECT json_extract(value, '$[0]') AS id, json_extract(value, '$[1]') AS delay_us, json_extract(value, '$[2]') AS err FROM json_each(?1)) AS u " +
 		"WHERE " + s.table + ".id = u.id" + liveLease
 	res, err := s.exec(ctx, query, string(js), lease.Owner, lease.Epoch)
@@ -848,7 +852,7 @@ func (s *Store) Bury(ctx context.Context, lease store.Lease, burials []store.Bur
 	// A buried row no longer holds its key when the relay moves on past
 	// dead keys: its key's parked rows are unparked, and the next claim
 	// parks them again if the relay holds dead keys.
-	query := "UPDATE " + s.table + " SET status = 'DEAD', attempts = attempts + 1, last_error = u.err, lease_owner = '', lease_until = NULL " +
+	query := "UPDATE " + s.table + " SET status = 'DEAD', attempts = min(attempts, 2147483646) + 1, last_error = u.err, lease_owner = '', lease_until = NULL " +
 		"FROM (SELECT json_extract(value, '$[0]') AS id, json_extract(value, '$[1]') AS err FROM json_each(?1)) AS u " +
 		"WHERE " + s.table + ".id = u.id" + liveLease + " RETURNING event_key"
 	var k keyed
@@ -878,18 +882,19 @@ func scanRecord(row scanner) (store.Record, error) {
 	var r store.Record
 	var headers []byte
 	var status string
-	var created, next int64
-	var until, sent sql.NullInt64
-	var version any
-	err := row.Scan(&r.ID, &r.EventID, &r.Topic, &r.Key, &r.Type, &r.AggregateType, &version, &r.Payload, &r.ContentType, &headers, &r.Attempts, &created,
+	// what a producer wrote, whatever its type (values.go): a row is
+	// shown whatever its columns hold
+	var version, attempts, created, next, until, sent any
+	err := row.Scan(&r.ID, &r.EventID, &r.Topic, &r.Key, &r.Type, &r.AggregateType, &version, &r.Payload, &r.ContentType, &headers, &attempts, &created,
 		&status, &r.LastError, &next, &r.LeaseOwner, &until, &sent)
 	if err != nil {
 		return r, err
 	}
 	r.SchemaVersion, _ = schemaVersion(version) // 0 when not a number: the row is still shown
+	r.Attempts = looseInt(attempts)
 	r.Status = outbox.Status(status)
-	r.CreatedAt, r.NextAttemptAt = micros(created), micros(next)
-	r.LeaseUntil, r.SentAt = nullMicros(until), nullMicros(sent)
+	r.CreatedAt, r.NextAttemptAt = looseMicros(created), looseMicros(next)
+	r.LeaseUntil, r.SentAt = looseMicros(until), looseMicros(sent)
 	// A row whose headers break the contract is still shown (its
 	// last_error says why once a claim buried it), without headers.
 	r.Headers, _ = store.DecodeHeaders(headers)
@@ -917,7 +922,7 @@ func (s *Store) ListDead(ctx context.Context, q store.DeadQuery) ([]store.Record
 		q.Limit = store.DefaultLimit
 	}
 	rows, err := s.db.QueryContext(ctx, "SELECT "+recordCols+" FROM "+s.table+deadFilter+" AND id > ?4 ORDER BY id LIMIT ?5",
-		q.Topic, q.Key, idsJSON(q.IDs), q.AfterID, q.Limit)
+		q.Topic, q.Key, idsJSON(q.IDs), q.After(), q.Limit)
 	if err != nil {
 		return nil, wrap("list dead", err)
 	}
@@ -1001,7 +1006,7 @@ func (s *Store) Purge(ctx context.Context, req store.PurgeRequest) (int64, error
 // Stats counts events by state.
 func (s *Store) Stats(ctx context.Context) (store.Stats, error) {
 	var st store.Stats
-	var oldestUS int64
+	var oldestUS float64 // a real when the difference leaves SQLite's integers
 	err := s.db.QueryRowContext(ctx, `SELECT
 	count(*) FILTER (WHERE status = 'NEW'),
 	count(*) FILTER (WHERE status = 'SENDING'),
@@ -1009,12 +1014,13 @@ func (s *Store) Stats(ctx context.Context) (store.Stats, error) {
 	count(*) FILTER (WHERE status = 'NEW' AND attempts > 0),
 	count(*) FILTER (WHERE status = 'SENDING' AND `+leaseExpired("", nowUS)+`),
 	count(DISTINCT event_key) FILTER (WHERE status = 'DEAD' AND event_key <> ''),
-	COALESCE(`+nowUS+` - min(created_at) FILTER (WHERE status <> 'DEAD'), 0)
-FROM `+s.table).Scan(&st.New, &st.Sending, &st.Dead, &st.Retrying, &st.ExpiredLeases, &st.BlockedKeys, &oldestUS)
+	count(*) FILTER (WHERE status = 'NEW' AND (typeof(next_attempt_at) <> 'integer' OR next_attempt_at >= `+nowUS+` + `+yearUS+`)),
+	COALESCE(`+nowUS+` - min(created_at) FILTER (WHERE status <> 'DEAD' AND typeof(created_at) = 'integer'), 0)
+FROM `+s.table).Scan(&st.New, &st.Sending, &st.Dead, &st.Retrying, &st.ExpiredLeases, &st.BlockedKeys, &st.HeldForGood, &oldestUS)
 	if err != nil {
 		return st, wrap("stats", err)
 	}
-	st.OldestPending = time.Duration(max(oldestUS, 0)) * time.Microsecond
+	st.OldestPending = store.AgeOf(oldestUS / 1e6)
 	if s.opts.KeepSent {
 		if err := s.db.QueryRowContext(ctx, "SELECT count(*) FROM "+s.archive).Scan(&st.Sent); err != nil {
 			return st, wrap("stats", err)

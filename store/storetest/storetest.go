@@ -66,6 +66,13 @@ type Harness struct {
 	// group then checks that a claim reads O(batch) rows behind a held
 	// key with 100,000 rows; nil skips that check.
 	ClaimReads func(ctx context.Context, st store.Store, req store.OwnedClaimRequest) (store.Claim, int64, error)
+	// Loosen, for a database that refuses some values of the table
+	// contract at INSERT by rules a table migrated before them lacks
+	// (PostgreSQL's domain constraints), drops those rules on fx's
+	// table: the Hostile case then inserts a refused value again, as
+	// such a table may hold it, and checks that the store survives it.
+	// nil: the refusal is the end of that value's case.
+	Loosen func(t *testing.T, fx Fixture)
 }
 
 // Dollar is the PostgreSQL placeholder: $1, $2, …
@@ -137,6 +144,10 @@ func Run(t *testing.T, h Harness) {
 	}
 	// The Owned group runs for stores that implement store.Owned.
 	tests = append(tests, s.ownedTests(t)...)
+	tests = append(tests, struct {
+		name string
+		fn   func(*testing.T)
+	}{"Hostile", s.testHostile})
 	// The group makes Run wait for its parallel subtests, so a caller's
 	// deferred db.Close runs after them.
 	t.Run(h.Name, func(t *testing.T) {

@@ -13,9 +13,9 @@ import (
 	outbox "github.com/outbox-go/outbox"
 	"github.com/outbox-go/outbox/broker/membroker"
 	"github.com/outbox-go/outbox/dashboard"
-	"github.com/outbox-go/outbox/internal/teststores"
 	"github.com/outbox-go/outbox/relay"
 	"github.com/outbox-go/outbox/store"
+	"github.com/outbox-go/outbox/testkit/teststores"
 )
 
 // BenchmarkDrainWithDashboard: the relay's drain rate over PostgreSQL with

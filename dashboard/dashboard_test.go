@@ -19,9 +19,9 @@ import (
 	"github.com/outbox-go/outbox/broker"
 	"github.com/outbox-go/outbox/broker/membroker"
 	"github.com/outbox-go/outbox/dashboard"
-	"github.com/outbox-go/outbox/internal/teststores"
 	"github.com/outbox-go/outbox/relay"
 	"github.com/outbox-go/outbox/store"
+	"github.com/outbox-go/outbox/testkit/teststores"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }

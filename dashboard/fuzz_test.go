@@ -8,8 +8,8 @@ import (
 	"testing"
 
 	"github.com/outbox-go/outbox/dashboard"
-	"github.com/outbox-go/outbox/internal/teststores"
 	"github.com/outbox-go/outbox/store"
+	"github.com/outbox-go/outbox/testkit/teststores"
 )
 
 // No request, however odd, gets a 500 or panics the handler.

@@ -10,9 +10,9 @@ import (
 
 	outbox "github.com/outbox-go/outbox"
 	"github.com/outbox-go/outbox/broker/membroker"
-	"github.com/outbox-go/outbox/internal/teststores"
 	"github.com/outbox-go/outbox/store"
 	"github.com/outbox-go/outbox/store/storetest"
+	"github.com/outbox-go/outbox/testkit/teststores"
 )
 
 // A producer writing with plain SQL puts one bad row of each kind amid

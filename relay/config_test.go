@@ -6,9 +6,9 @@ import (
 	"time"
 
 	"github.com/outbox-go/outbox/broker/membroker"
-	"github.com/outbox-go/outbox/internal/teststores"
 	"github.com/outbox-go/outbox/relay"
 	"github.com/outbox-go/outbox/store"
+	"github.com/outbox-go/outbox/testkit/teststores"
 )
 
 func TestNegativeSettingsAreRefusedByName(t *testing.T) {

@@ -8,7 +8,7 @@ import (
 
 	outbox "github.com/outbox-go/outbox"
 	"github.com/outbox-go/outbox/broker/membroker"
-	"github.com/outbox-go/outbox/internal/teststores"
+	"github.com/outbox-go/outbox/testkit/teststores"
 )
 
 // slowKeyBroker is a membroker whose calls that carry an event of key

@@ -9,10 +9,10 @@ import (
 
 	outbox "github.com/outbox-go/outbox"
 	"github.com/outbox-go/outbox/broker/membroker"
-	"github.com/outbox-go/outbox/internal/teststores"
 	"github.com/outbox-go/outbox/relay"
 	"github.com/outbox-go/outbox/store"
 	"github.com/outbox-go/outbox/store/pgstore"
+	"github.com/outbox-go/outbox/testkit/teststores"
 )
 
 // shardWatch is a HookShards that keeps a relay's latest heartbeat and

@@ -17,9 +17,9 @@ import (
 	"github.com/outbox-go/outbox/broker/kafkabroker"
 	"github.com/outbox-go/outbox/broker/natsbroker"
 	"github.com/outbox-go/outbox/internal/testnats"
-	"github.com/outbox-go/outbox/internal/teststores"
 	"github.com/outbox-go/outbox/relay"
 	"github.com/outbox-go/outbox/store"
+	"github.com/outbox-go/outbox/testkit/teststores"
 )
 
 // callTimer is a hook that sums the publish calls' sizes and durations.

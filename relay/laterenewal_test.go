@@ -11,8 +11,8 @@ import (
 
 	outbox "github.com/outbox-go/outbox"
 	"github.com/outbox-go/outbox/broker/membroker"
-	"github.com/outbox-go/outbox/internal/teststores"
 	"github.com/outbox-go/outbox/store"
+	"github.com/outbox-go/outbox/testkit/teststores"
 )
 
 // lateRenewals is a real store whose lease renewals of one claim (the

@@ -8,9 +8,9 @@ import (
 
 	outbox "github.com/outbox-go/outbox"
 	"github.com/outbox-go/outbox/broker/membroker"
-	"github.com/outbox-go/outbox/internal/teststores"
 	"github.com/outbox-go/outbox/store"
 	"github.com/outbox-go/outbox/store/pgstore"
+	"github.com/outbox-go/outbox/testkit/teststores"
 )
 
 // A writer in "another process" (a store of its own, no in-process signal)

@@ -14,9 +14,9 @@ import (
 	"github.com/outbox-go/outbox/broker/membroker"
 	"github.com/outbox-go/outbox/broker/natsbroker"
 	"github.com/outbox-go/outbox/internal/testnats"
-	"github.com/outbox-go/outbox/internal/teststores"
 	"github.com/outbox-go/outbox/relay"
 	"github.com/outbox-go/outbox/store"
+	"github.com/outbox-go/outbox/testkit/teststores"
 )
 
 // forOwnedStores runs fn on every store kind that orders by ownership

@@ -10,9 +10,9 @@ import (
 
 	outbox "github.com/outbox-go/outbox"
 	"github.com/outbox-go/outbox/broker/membroker"
-	"github.com/outbox-go/outbox/internal/teststores"
 	"github.com/outbox-go/outbox/relay"
 	"github.com/outbox-go/outbox/store"
+	"github.com/outbox-go/outbox/testkit/teststores"
 )
 
 // hookedClaims is a real store whose ClaimOwned runs before ahead of the

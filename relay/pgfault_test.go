@@ -6,9 +6,9 @@ import (
 	"time"
 
 	"github.com/outbox-go/outbox/broker/membroker"
-	"github.com/outbox-go/outbox/internal/teststores"
 	"github.com/outbox-go/outbox/store"
 	"github.com/outbox-go/outbox/store/pgstore"
+	"github.com/outbox-go/outbox/testkit/teststores"
 )
 
 // PostgreSQL backends of the relay are terminated again and again while it

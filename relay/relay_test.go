@@ -14,9 +14,9 @@ import (
 	outbox "github.com/outbox-go/outbox"
 	"github.com/outbox-go/outbox/broker"
 	"github.com/outbox-go/outbox/broker/membroker"
-	"github.com/outbox-go/outbox/internal/teststores"
 	"github.com/outbox-go/outbox/relay"
 	"github.com/outbox-go/outbox/store"
+	"github.com/outbox-go/outbox/testkit/teststores"
 )
 
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))

@@ -10,10 +10,10 @@ import (
 	outbox "github.com/outbox-go/outbox"
 	"github.com/outbox-go/outbox/broker"
 	"github.com/outbox-go/outbox/broker/membroker"
-	"github.com/outbox-go/outbox/internal/teststores"
 	"github.com/outbox-go/outbox/relay"
 	"github.com/outbox-go/outbox/source/pollsource"
 	"github.com/outbox-go/outbox/store"
+	"github.com/outbox-go/outbox/testkit/teststores"
 )
 
 // A relay over a source.Source (here the poller as one) tells its hooks,

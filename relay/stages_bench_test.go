@@ -15,10 +15,10 @@ import (
 
 	outbox "github.com/outbox-go/outbox"
 	"github.com/outbox-go/outbox/broker/membroker"
-	"github.com/outbox-go/outbox/internal/teststores"
 	"github.com/outbox-go/outbox/relay"
 	"github.com/outbox-go/outbox/store"
 	"github.com/outbox-go/outbox/store/pgstore"
+	"github.com/outbox-go/outbox/testkit/teststores"
 )
 
 // BenchmarkCommitToAckStages traces each event of a plain-SQL producer at a

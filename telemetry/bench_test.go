@@ -27,10 +27,10 @@ import (
 	"github.com/outbox-go/outbox/broker/natsbroker"
 	"github.com/outbox-go/outbox/dashboard"
 	"github.com/outbox-go/outbox/internal/testnats"
-	"github.com/outbox-go/outbox/internal/teststores"
 	"github.com/outbox-go/outbox/relay"
 	"github.com/outbox-go/outbox/store"
 	"github.com/outbox-go/outbox/telemetry"
+	"github.com/outbox-go/outbox/testkit/teststores"
 )
 
 // discard is a span exporter that drops what it is given: the SDK's whole

@@ -23,10 +23,10 @@ import (
 	"github.com/outbox-go/outbox/broker/natsbroker"
 	"github.com/outbox-go/outbox/inbox/natsmsg"
 	"github.com/outbox-go/outbox/internal/testnats"
-	"github.com/outbox-go/outbox/internal/teststores"
 	"github.com/outbox-go/outbox/relay"
 	"github.com/outbox-go/outbox/store"
 	"github.com/outbox-go/outbox/telemetry"
+	"github.com/outbox-go/outbox/testkit/teststores"
 )
 
 func newTracer(t *testing.T) (*tracetest.InMemoryExporter, *sdktrace.TracerProvider) {

@@ -21,8 +21,8 @@ import (
 	"github.com/outbox-go/outbox/broker/amqpbroker"
 	"github.com/outbox-go/outbox/broker/brokertest"
 	"github.com/outbox-go/outbox/inbox/amqpmsg"
+	"github.com/outbox-go/outbox/internal/faultproxy"
 	"github.com/outbox-go/outbox/internal/testenv"
-	"github.com/outbox-go/outbox/internal/torture"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -600,7 +600,7 @@ func TestBlackholeKeepsTheDeadline(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	proxy, err := torture.NewProxy(u.Host)
+	proxy, err := faultproxy.New(u.Host)
 	if err != nil {
 		t.Fatal(err)
 	}

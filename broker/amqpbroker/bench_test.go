@@ -11,8 +11,8 @@ import (
 
 	outbox "github.com/outbox-go/outbox"
 	"github.com/outbox-go/outbox/broker/amqpbroker"
-	"github.com/outbox-go/outbox/internal/drainbench"
 	"github.com/outbox-go/outbox/internal/testenv"
+	"github.com/outbox-go/outbox/testkit/drainbench"
 )
 
 // BenchmarkPublish compares, in one run, the adapter's Publish with the

@@ -9,10 +9,10 @@ import (
 
 	"github.com/outbox-go/outbox/broker/amqpbroker"
 	"github.com/outbox-go/outbox/inbox/amqpmsg"
-	"github.com/outbox-go/outbox/internal/e2echeck"
-	"github.com/outbox-go/outbox/internal/teststores"
 	"github.com/outbox-go/outbox/relay"
 	"github.com/outbox-go/outbox/store"
+	"github.com/outbox-go/outbox/testkit/e2echeck"
+	"github.com/outbox-go/outbox/testkit/teststores"
 )
 
 // TestRelayEndToEnd: events committed in PostgreSQL reach RabbitMQ through

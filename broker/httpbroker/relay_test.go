@@ -17,9 +17,9 @@ import (
 	"github.com/outbox-go/outbox/broker/httpbroker"
 	"github.com/outbox-go/outbox/inbox"
 	"github.com/outbox-go/outbox/inbox/httpmsg"
-	"github.com/outbox-go/outbox/internal/teststores"
 	"github.com/outbox-go/outbox/relay"
 	"github.com/outbox-go/outbox/store"
+	"github.com/outbox-go/outbox/testkit/teststores"
 )
 
 // Events enqueued in SQLite are delivered by the relay to a webhook

@@ -16,7 +16,7 @@ import (
 
 	outbox "github.com/outbox-go/outbox"
 	"github.com/outbox-go/outbox/broker/kafkabroker"
-	"github.com/outbox-go/outbox/internal/drainbench"
+	"github.com/outbox-go/outbox/testkit/drainbench"
 )
 
 // BenchmarkPublish compares, in one run, the adapter's Publish with the

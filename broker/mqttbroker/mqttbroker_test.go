@@ -21,8 +21,8 @@ import (
 	"github.com/outbox-go/outbox/broker/brokertest"
 	"github.com/outbox-go/outbox/broker/mqttbroker"
 	"github.com/outbox-go/outbox/inbox/mqttmsg"
+	"github.com/outbox-go/outbox/internal/faultproxy"
 	"github.com/outbox-go/outbox/internal/testenv"
-	"github.com/outbox-go/outbox/internal/torture"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -270,7 +270,7 @@ func TestBadTopicsArePermanent(t *testing.T) {
 func TestConnectionLostMidStream(t *testing.T) {
 	t.Parallel()
 	_, addr := server(t)
-	proxy, err := torture.NewProxy(addr)
+	proxy, err := faultproxy.New(addr)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -494,7 +494,7 @@ func TestDialErrors(t *testing.T) {
 func TestBlackholedWritesKeepTheDeadline(t *testing.T) {
 	t.Parallel()
 	_, addr := server(t)
-	proxy, err := torture.NewProxy(addr)
+	proxy, err := faultproxy.New(addr)
 	if err != nil {
 		t.Fatal(err)
 	}

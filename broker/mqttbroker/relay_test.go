@@ -9,11 +9,11 @@ import (
 
 	"github.com/outbox-go/outbox/broker/mqttbroker"
 	"github.com/outbox-go/outbox/inbox/mqttmsg"
-	"github.com/outbox-go/outbox/internal/e2echeck"
-	"github.com/outbox-go/outbox/internal/teststores"
-	"github.com/outbox-go/outbox/internal/torture"
+	"github.com/outbox-go/outbox/internal/faultproxy"
 	"github.com/outbox-go/outbox/relay"
 	"github.com/outbox-go/outbox/store"
+	"github.com/outbox-go/outbox/testkit/e2echeck"
+	"github.com/outbox-go/outbox/testkit/teststores"
 )
 
 // TestRelayEndToEnd: events committed in PostgreSQL reach Mosquitto
@@ -24,7 +24,7 @@ import (
 func TestRelayEndToEnd(t *testing.T) {
 	t.Parallel()
 	_, addr := server(t)
-	proxy, err := torture.NewProxy(addr)
+	proxy, err := faultproxy.New(addr)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,8 +12,8 @@ import (
 
 	outbox "github.com/outbox-go/outbox"
 	"github.com/outbox-go/outbox/broker/redisbroker"
-	"github.com/outbox-go/outbox/internal/drainbench"
 	"github.com/outbox-go/outbox/internal/testenv"
+	"github.com/outbox-go/outbox/testkit/drainbench"
 )
 
 // BenchmarkRelayDrain drains a backlog of events from PostgreSQL through

@@ -13,9 +13,9 @@ import (
 	"github.com/outbox-go/outbox/broker/redisbroker"
 	"github.com/outbox-go/outbox/inbox/redismsg"
 	"github.com/outbox-go/outbox/internal/testenv"
-	"github.com/outbox-go/outbox/internal/teststores"
 	"github.com/outbox-go/outbox/relay"
 	"github.com/outbox-go/outbox/store"
+	"github.com/outbox-go/outbox/testkit/teststores"
 )
 
 // Events enqueued in SQLite are delivered by the relay to Redis, and read

@@ -19,8 +19,8 @@ import (
 
 	outbox "github.com/outbox-go/outbox"
 	"github.com/outbox-go/outbox/internal/testenv"
-	"github.com/outbox-go/outbox/internal/teststores"
 	"github.com/outbox-go/outbox/store"
+	"github.com/outbox-go/outbox/testkit/teststores"
 )
 
 // checkFirstDeliveries asserts that payloads (in arrival order) hold every

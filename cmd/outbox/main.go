@@ -6,7 +6,7 @@ import (
 	"context"
 	"os"
 
-	"github.com/outbox-go/outbox/internal/cli"
+	"github.com/outbox-go/outbox/cmd/outbox/internal/cli"
 )
 
 func main() {

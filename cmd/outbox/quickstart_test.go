@@ -16,9 +16,9 @@ import (
 	outbox "github.com/outbox-go/outbox"
 	"github.com/outbox-go/outbox/internal/testenv"
 	"github.com/outbox-go/outbox/internal/testnats"
-	"github.com/outbox-go/outbox/internal/teststores"
 	"github.com/outbox-go/outbox/store"
 	"github.com/outbox-go/outbox/store/pgstore"
+	"github.com/outbox-go/outbox/testkit/teststores"
 )
 
 // The README's Quick start, step by step, with the outbox command: migrate,

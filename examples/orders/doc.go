@@ -6,5 +6,5 @@
 // broker delivers at least once.
 //
 // It runs on SQLite, PostgreSQL or MariaDB, with NATS JetStream as the
-// broker (embedded by default: see cmd/orders and `outbox demo`).
+// broker (embedded by default: see `outbox demo`).
 package orders

@@ -17,9 +17,10 @@ import (
 	outbox "github.com/outbox-go/outbox"
 	"github.com/outbox-go/outbox/broker"
 	"github.com/outbox-go/outbox/broker/membroker"
+	"github.com/outbox-go/outbox/broker/natsbroker"
+	"github.com/outbox-go/outbox/internal/redact"
 	"github.com/outbox-go/outbox/internal/testenv"
 	"github.com/outbox-go/outbox/internal/testnats"
-	"github.com/outbox-go/outbox/internal/wire"
 	"github.com/outbox-go/outbox/source"
 	"github.com/outbox-go/outbox/source/pgcdc"
 )
@@ -37,12 +38,10 @@ func benchBroker(b *testing.B) (broker.Broker, string) {
 		return mb, "bench"
 	}
 	if !strings.HasPrefix(raw, "nats://") {
-		b.Fatalf("PGCDC_BENCH_BROKER: only nats:// URLs are supported, not %s", wire.Mask(raw))
+		b.Fatalf("PGCDC_BENCH_BROKER: only nats:// URLs are supported, not %s", redact.URL(raw))
 	}
 	topic := testnats.NewStream(b, raw).Topic("bench")
-	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
-	defer cancel()
-	br, err := wire.OpenBroker(ctx, raw)
+	br, err := natsbroker.Dial(raw, natsbroker.Config{})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -1,0 +1,109 @@
+package cli
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/outbox-go/outbox/cmd/outbox/internal/bench"
+	"github.com/outbox-go/outbox/cmd/outbox/internal/wire"
+)
+
+func runBench(ctx context.Context, e env, args []string) error {
+	f := newFlags(e, "bench", "bench --db URL --broker nats://…|kafka://…|kfake [--events 100000] [--keys 5000] [--relays N] [--producer library|sql] [--rate 1000] [--duration 10s] [--partitions 16]")
+	brokerURL := f.String("broker", os.Getenv("OUTBOX_BROKER"), "broker (or OUTBOX_BROKER): "+bench.Brokers+"; kfake runs in this process, so its CPU is bench's and every Kafka figure says \"(kfake, in-process)\"")
+	var c bench.Config
+	f.intFlag(&c.Partitions, "partitions", bench.DefaultPartitions, 1, 1<<31-1, "partitions of the Kafka topics the run creates (and deletes after it); Kafka only")
+	f.intFlag(&c.Events, "events", 100_000, 1, noMax, "backlog size for the drain measurement")
+	f.intFlag(&c.Batch, "batch", 1000, 1, noMax, "relay batch size (and raw SQL batch size)")
+	f.intFlag(&c.Workers, "workers", 3, 1, noMax, "relay workers")
+	f.intFlag(&c.Rate, "rate", 1000, 1, noMax, "events/s for the latency measurement")
+	f.durationFlag(&c.Duration, "duration", 10*time.Second, time.Second, "length of the latency measurement")
+	f.durationFlag(&c.Warmup, "warmup", 2*time.Second, 0, "load at --rate before the measured --duration, reported apart (relay start-up, the first rebalance)")
+	f.intFlag(&c.Payload, "payload", 200, 1, noMax, "payload size in bytes")
+	f.intFlag(&c.Keys, "keys", 5000, 1, noMax, "distinct event keys in the backlog and the latency run (try 1, 10, 100, 1000, 100000)")
+	f.intFlag(&c.Relays, "relays", 0, 0, noMax, "run the drain and latency phases with this many separate `outbox relay` processes (0: one relay in this process)")
+	relayArgs := f.String("relay-args", "", "extra flags for each relay process, space-separated (e.g. \"--poll 10ms\")")
+	engine := f.String("engine", "ownership", "the relay engine measured: ownership or exclusion, in this process's relay and in --relays processes")
+	f.StringVar(&c.Producer, "producer", "library", "how the latency run's writers enqueue: library (Store.Enqueue) or sql (a plain INSERT, no notification)")
+	cpuProfile := f.String("cpuprofile", "", "write a pprof CPU profile of the drain phase to this file")
+	if err := f.parse(e, args); err != nil {
+		return err
+	}
+	if len(f.posArgs()) > 0 {
+		return fmt.Errorf("%w: unexpected argument %q", wire.ErrUsage, f.posArgs()[0])
+	}
+	if *brokerURL == "" {
+		return fmt.Errorf("%w: bench needs --broker (or OUTBOX_BROKER): %s", wire.ErrUsage, bench.Brokers)
+	}
+	scheme, _, _ := strings.Cut(*brokerURL, "://")
+	kafka := strings.EqualFold(scheme, "kafka")
+	switch {
+	case strings.EqualFold(*brokerURL, "kfake"):
+		*brokerURL, kafka = "kfake", true
+	case strings.EqualFold(scheme, "nats") || kafka:
+		if err := checkBrokerURL(*brokerURL, true); err != nil {
+			return err
+		}
+	default:
+		return fmt.Errorf("%w: bench measures NATS JetStream and Kafka: --broker %s, not %s", wire.ErrUsage, bench.Brokers, wire.Mask(*brokerURL))
+	}
+	if !kafka && flagSet(f, "partitions") {
+		return fmt.Errorf("%w: --partitions applies to Kafka only (--broker kafka://… or kfake), not to %s", wire.ErrUsage, wire.Mask(*brokerURL))
+	}
+	tuneGC()
+	if *cpuProfile != "" {
+		pf, err := os.Create(*cpuProfile)
+		if err != nil {
+			return fmt.Errorf("%w: --cpuprofile: %v", wire.ErrUsage, err)
+		}
+		defer pf.Close()
+		c.CPUProfile = pf
+	}
+	if f.db == "" {
+		return fmt.Errorf("%w: bench needs --db (a scratch table is created and dropped)", wire.ErrUsage)
+	}
+	c.DBURL, c.BrokerURL, c.Out = f.db, *brokerURL, e.stdout
+	c.OpenStore, c.SQLDB = wire.OpenStore, wire.SQLDB
+	if *engine != "ownership" && *engine != "exclusion" {
+		return fmt.Errorf("%w: --engine must be ownership or exclusion, not %q", wire.ErrUsage, *engine)
+	}
+	c.Exclusion = *engine == "exclusion"
+	if *relayArgs != "" {
+		c.RelayArgs = strings.Fields(*relayArgs)
+	}
+	for _, a := range c.RelayArgs {
+		if name, _, _ := strings.Cut(strings.TrimLeft(a, "-"), "="); strings.HasPrefix(a, "-") && (name == "engine" || name == "ownership") {
+			return fmt.Errorf("%w: --relay-args %q: choose the engine with bench's own --engine, which the report names and the in-process relay follows too", wire.ErrUsage, a)
+		}
+	}
+	if c.Relays > 0 {
+		self, err := os.Executable()
+		if err != nil {
+			return fmt.Errorf("bench: cannot find this program to start relay processes: %w", err)
+		}
+		c.RelayCommand = func(ctx context.Context, args []string) *exec.Cmd { return exec.CommandContext(ctx, self, args...) }
+	}
+	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	res, err := bench.Run(ctx, c)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintln(e.stdout, res.Summary(c))
+	return nil
+}
+
+// flagSet reports whether the flag name was given, on the command line or
+// in --config.
+func flagSet(f *flags, name string) bool {
+	set := false
+	f.Visit(func(fl *flag.Flag) { set = set || fl.Name == name })
+	return set
+}

@@ -1,0 +1,120 @@
+package cli
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/outbox-go/outbox/internal/testenv"
+	"github.com/outbox-go/outbox/internal/testnats"
+	"github.com/outbox-go/outbox/store"
+	"github.com/outbox-go/outbox/testkit/teststores"
+)
+
+func TestCDCBadInput(t *testing.T) {
+	cases := []struct {
+		args []string
+		code int
+		want string
+	}{
+		{[]string{"relay", "--db", "sqlite::memory:", "--broker", "nats://127.0.0.1:4222", "--source", "binlog"}, exitUsage, "--source must be poll or pgcdc"},
+		{[]string{"relay", "--db", "sqlite::memory:", "--broker", "nats://127.0.0.1:4222", "--source", "pgcdc"}, exitUsage, "needs a PostgreSQL --db"},
+		{[]string{"cdc"}, exitUsage, "say drop-slot or lag"},
+		{[]string{"cdc", "vacuum"}, exitUsage, `unknown cdc command "vacuum"`},
+		{[]string{"cdc", "drop-slot"}, exitUsage, "no database given"},
+		{[]string{"cdc", "drop-slot", "--db", "postgres://127.0.0.1:1/x", "--slot", "Bad-Name"}, exitUsage, "slot"},
+		{[]string{"cdc", "lag", "--db", "postgres://u:s3cret@127.0.0.1:1/x"}, exitFail, "cannot reach"},
+	}
+	for _, c := range cases {
+		code, _, stderr := runCLI(c.args...)
+		if code != c.code || !strings.Contains(stderr, c.want) || strings.Count(strings.TrimSpace(stderr), "\n") > 0 || strings.Contains(stderr, "s3cret") {
+			t.Errorf("%v: exit %d, stderr %q; want exit %d and one line with %q", c.args, code, stderr, c.code, c.want)
+		}
+	}
+}
+
+// migrate --cdc sets up the publication; cdc lag and drop-slot speak about
+// the slot.
+func TestMigrateCDCAndDropSlot(t *testing.T) {
+	url := testenv.Require(t, testenv.Postgres)
+	b := make([]byte, 5)
+	_, _ = rand.Read(b)
+	table := "clicdc_" + hex.EncodeToString(b)
+	pool, err := pgxpool.New(context.Background(), url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	t.Cleanup(func() {
+		ctx := context.Background()
+		_, _ = pool.Exec(ctx, "DROP PUBLICATION IF EXISTS outbox_"+table+"_pub")
+		for _, s := range []string{"", "_cdc", "_archive", "_claims", "_migrations"} {
+			_, _ = pool.Exec(ctx, "DROP TABLE IF EXISTS "+pgx.Identifier{table + s}.Sanitize())
+		}
+	})
+	code, out, stderr := runCLI("migrate", "--db", url, "--table", table, "--cdc")
+	if code != 0 || !strings.Contains(out, "publication outbox_"+table+"_pub") {
+		t.Fatalf("migrate --cdc: exit %d, %s %s", code, out, stderr)
+	}
+	var n int
+	if err := pool.QueryRow(context.Background(), "SELECT count(*) FROM pg_publication_tables WHERE pubname = $1 AND tablename = $2", "outbox_"+table+"_pub", table).Scan(&n); err != nil || n != 1 {
+		t.Fatalf("publication tables: %d, %v", n, err)
+	}
+	if code, _, stderr := runCLI("cdc", "lag", "--db", url, "--table", table); code != exitFail || !strings.Contains(stderr, "does not exist") {
+		t.Fatalf("cdc lag without a slot: exit %d, %s", code, stderr)
+	}
+	if code, out, stderr := runCLI("cdc", "drop-slot", "--db", url, "--table", table); code != 0 || !strings.Contains(out, "dropped") {
+		t.Fatalf("cdc drop-slot without a slot: exit %d, %s %s", code, out, stderr)
+	}
+}
+
+// `outbox relay --source pgcdc` is the relay over a Source: its metrics
+// (the relay's and the slot's lag), /readyz and the delivery counters work
+// as for the polling relay.
+func TestRelayPgcdcServesTelemetry(t *testing.T) {
+	o := teststores.Open(t, "postgres", store.Options{})
+	table := o.Opts.Table
+	pool, err := pgxpool.New(context.Background(), o.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	t.Cleanup(func() {
+		ctx := context.Background()
+		slot := "outbox_" + table
+		for range 50 {
+			_, _ = pool.Exec(ctx, "SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots WHERE slot_name = $1 AND active_pid IS NOT NULL", slot)
+			if _, err := pool.Exec(ctx, "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = $1", slot); err == nil {
+				break
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		_, _ = pool.Exec(ctx, "DROP PUBLICATION IF EXISTS outbox_"+table+"_pub")
+		_, _ = pool.Exec(ctx, "DROP TABLE IF EXISTS "+pgx.Identifier{table + "_cdc"}.Sanitize())
+	})
+	natsURL := testnats.Shared(t)
+	stream := testnats.NewStream(t, natsURL)
+	enqueueN(t, o.Store, stream.Topic("orders"), 20)
+	r := startRelayCLI(t, "--db", o.URL, "--table", table, "--broker", natsURL, "--source", "pgcdc")
+	r.waitFor("the events", 30*time.Second, streamHolds(t, stream, 20))
+	r.waitFor("/readyz 200", 30*time.Second, func() bool { code, _ := r.get("/readyz"); return code == 200 })
+	var m string
+	r.waitFor("the metrics to count the deliveries", 10*time.Second, func() bool {
+		_, m = r.get("/metrics")
+		return strings.Contains(m, `outbox_events_settled_total{outcome="delivered"} 20`)
+	})
+	for _, want := range []string{"outbox_cdc_lag_bytes", `outbox_events_published_total{topic="` + stream.Topic("orders") + `"} 20`, "outbox_in_flight_events 0", "outbox_broker_up 1", "outbox_store_up 1"} {
+		if !strings.Contains(m, want) {
+			t.Errorf("/metrics lacks %s:\n%s", want, m)
+		}
+	}
+	if code := r.stop(); code != exitOK {
+		t.Fatalf("relay exit %d:\n%s", code, r.log())
+	}
+}

@@ -15,10 +15,10 @@ import (
 
 	outbox "github.com/outbox-go/outbox"
 	"github.com/outbox-go/outbox/broker/membroker"
-	"github.com/outbox-go/outbox/testkit/teststores"
 	"github.com/outbox-go/outbox/relay"
 	"github.com/outbox-go/outbox/store"
 	"github.com/outbox-go/outbox/telemetry"
+	"github.com/outbox-go/outbox/testkit/teststores"
 )
 
 // failingClaims is a real store whose every claim fails, as every claim

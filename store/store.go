@@ -57,7 +57,8 @@ type Store interface {
 
 	// Get returns one event by id, from the outbox or the archive.
 	Get(ctx context.Context, id int64) (Record, error)
-	// ListDead lists DEAD events in id order.
+	// ListDead lists DEAD events in id order, each with the first
+	// PreviewBytes of its payload (Record.PayloadSize is its length).
 	ListDead(ctx context.Context, q DeadQuery) ([]Record, error)
 	// RequeueDead turns matching DEAD events back into NEW with attempts 0.
 	RequeueDead(ctx context.Context, q DeadQuery) (int64, error)
@@ -123,6 +124,9 @@ type Burial struct {
 // Record is an event with its bookkeeping, for operators.
 type Record struct {
 	outbox.Event
+	// PayloadSize is the payload's length in bytes; Payload holds all of
+	// it (Get) or its first PreviewBytes (ListDead).
+	PayloadSize int
 	Status        outbox.Status
 	LastError     string
 	NextAttemptAt time.Time

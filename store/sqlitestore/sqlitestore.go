@@ -429,7 +429,11 @@ func (s *Store) EnqueueTx(ctx context.Context, tx store.Execer, msgs ...outbox.M
 // eventCols are read back as an outbox.Event; CAST keeps a payload that a
 // producer wrote as TEXT byte for byte.
 const eventCols = "id, event_id, topic, event_key, event_type, aggregate_type, schema_version, CAST(payload AS BLOB), content_type, headers, attempts, created_at"
-const recordCols = eventCols + ", status, last_error, next_attempt_at, lease_owner, lease_until, sent_at"
+const recordCols = eventCols + ", status, last_error, next_attempt_at, lease_owner, lease_until, sent_at, length(CAST(payload AS BLOB))"
+
+// previewCols are recordCols with the payload's first store.PreviewBytes
+// only.
+var previewCols = strings.Replace(recordCols, "CAST(payload AS BLOB),", "substr(CAST(payload AS BLOB), 1, "+strconv.Itoa(store.PreviewBytes)+"),", 1)
 
 // idsJSON encodes ids for json_each: one bound value however many ids.
 func idsJSON(ids []int64) string {
@@ -886,7 +890,7 @@ func scanRecord(row scanner) (store.Record, error) {
 	// shown whatever its columns hold
 	var version, attempts, created, next, until, sent any
 	err := row.Scan(&r.ID, &r.EventID, &r.Topic, &r.Key, &r.Type, &r.AggregateType, &version, &r.Payload, &r.ContentType, &headers, &attempts, &created,
-		&status, &r.LastError, &next, &r.LeaseOwner, &until, &sent)
+		&status, &r.LastError, &next, &r.LeaseOwner, &until, &sent, &r.PayloadSize)
 	if err != nil {
 		return r, err
 	}
@@ -913,6 +917,18 @@ func (s *Store) Get(ctx context.Context, id int64) (store.Record, error) {
 	return r, wrap("get", err)
 }
 
+var _ store.PayloadReader = (*Store)(nil)
+
+// ReadPayload returns n bytes of event id's payload from offset on.
+func (s *Store) ReadPayload(ctx context.Context, id int64, offset, n int) ([]byte, error) {
+	b := []byte{}
+	err := s.db.QueryRowContext(ctx, "SELECT substr(CAST(payload AS BLOB), ?2, ?3) FROM "+s.table+" WHERE id = ?1 UNION ALL SELECT substr(CAST(payload AS BLOB), ?2, ?3) FROM "+s.archive+" WHERE id = ?1 LIMIT 1", id, offset+1, n).Scan(&b)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, fmt.Errorf("sqlitestore: event %d: %w", id, store.ErrNotFound)
+	}
+	return b, wrap("read payload", err)
+}
+
 // deadFilter takes ?1 topic, ?2 key, ?3 a JSON array of ids.
 const deadFilter = " WHERE status = 'DEAD' AND (?1 = '' OR topic = ?1) AND (?2 = '' OR event_key = ?2) AND (?3 = '[]' OR id IN (SELECT value FROM json_each(?3)))"
 
@@ -921,7 +937,7 @@ func (s *Store) ListDead(ctx context.Context, q store.DeadQuery) ([]store.Record
 	if q.Limit <= 0 {
 		q.Limit = store.DefaultLimit
 	}
-	rows, err := s.db.QueryContext(ctx, "SELECT "+recordCols+" FROM "+s.table+deadFilter+" AND id > ?4 ORDER BY id LIMIT ?5",
+	rows, err := s.db.QueryContext(ctx, "SELECT "+previewCols+" FROM "+s.table+deadFilter+" AND id > ?4 ORDER BY id LIMIT ?5",
 		q.Topic, q.Key, idsJSON(q.IDs), q.After(), q.Limit)
 	if err != nil {
 		return nil, wrap("list dead", err)

@@ -148,6 +148,8 @@ func Run(t *testing.T, h Harness) {
 		name string
 		fn   func(*testing.T)
 	}{"Hostile", s.testHostile})
+	// Alone, before the parallel subtests: it measures allocations.
+	t.Run(h.Name+"/PreviewCost", s.testPreviewCost)
 	// The group makes Run wait for its parallel subtests, so a caller's
 	// deferred db.Close runs after them.
 	t.Run(h.Name, func(t *testing.T) {

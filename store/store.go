@@ -126,7 +126,7 @@ type Record struct {
 	outbox.Event
 	// PayloadSize is the payload's length in bytes; Payload holds all of
 	// it (Get) or its first PreviewBytes (ListDead).
-	PayloadSize int
+	PayloadSize   int
 	Status        outbox.Status
 	LastError     string
 	NextAttemptAt time.Time

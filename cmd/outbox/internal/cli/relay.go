@@ -66,6 +66,7 @@ func runRelay(ctx context.Context, e env, args []string) error {
 	f.StringVar(&logLevel, "log", "info", "the same as --log-level (the older name)")
 	logFormat := f.String("log-format", "text", "log lines as text (key=value) or json, on stderr")
 	metricsAddr := f.String("metrics-addr", "", "serve /metrics, /healthz and /readyz on this address (host:port; a bare :port binds 127.0.0.1); empty: off")
+	maxTopics := f.Int("metrics-max-topics", telemetry.DefaultMaxTopics, "how many distinct topics become values of the metrics' topic label; later ones are counted as topic=\"other\"")
 	var stallAfter, readyGrace time.Duration
 	f.durationFlag(&stallAfter, "stall-after", 5*time.Minute, time.Millisecond, "/readyz fails when the oldest pending event is older than this and nothing was delivered for as long")
 	f.durationFlag(&readyGrace, "ready-grace", 30*time.Second, time.Millisecond, "/readyz fails when the store or the broker has been failing for longer than this")
@@ -136,6 +137,9 @@ func runRelay(ctx context.Context, e env, args []string) error {
 	if f.db == "" {
 		return fmt.Errorf("%w: no database given: pass --db URL or set OUTBOX_DB (%s)", wire.ErrUsage, wire.DBSchemes)
 	}
+	if *maxTopics < 1 {
+		return fmt.Errorf("%w: --metrics-max-topics %d: give at least 1", wire.ErrUsage, *maxTopics)
+	}
 	listenAddr, err := metricsListenAddr(*metricsAddr)
 	if err != nil {
 		return err
@@ -150,7 +154,7 @@ func runRelay(ctx context.Context, e env, args []string) error {
 	cfg.Logger = log
 	var metrics *telemetry.Metrics
 	if listenAddr != "" {
-		metrics = telemetry.NewMetrics()
+		metrics = telemetry.NewMetrics(telemetry.MetricsConfig{MaxTopics: *maxTopics})
 		cfg.Hooks = append(cfg.Hooks, metrics)
 	}
 	if endpoint != "" {

@@ -220,7 +220,13 @@ type Notifier interface {
 
 var identRE = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,62}$`)
 
-// ValidateName checks a table or schema name against ^[a-z_][a-z0-9_]{0,62}$.
+// MaxTableName is the longest outbox table name: the names derived from
+// it (Table+"_migrations", the longest) must fit in 63 characters,
+// PostgreSQL's and MySQL's limit.
+const MaxTableName = 50
+
+// ValidateName checks a table or schema name against ^[a-z_][a-z0-9_]{0,62}$
+// (Options.Normalize also keeps a table name to MaxTableName).
 func ValidateName(kind, name string) error {
 	if !identRE.MatchString(name) {
 		return fmt.Errorf("%w: %s %q: use lower-case letters, digits and _ (at most 63, not starting with a digit)", ErrInvalidName, kind, name)

@@ -99,9 +99,9 @@ func runRelay(ctx context.Context, e env, args []string) error {
 			return fmt.Errorf("%w: --dashboard-host %q: give host names without ports or schemes, e.g. outbox.internal", wire.ErrUsage, h)
 		}
 	}
-	var dashToken string
+	var dashToken, tokenWarning string
 	if dashListen != "" {
-		if dashToken, err = dashboardToken(*dashTokenFile); err != nil {
+		if dashToken, tokenWarning, err = dashboardToken(*dashTokenFile); err != nil {
 			return err
 		}
 	}
@@ -136,6 +136,9 @@ func runRelay(ctx context.Context, e env, args []string) error {
 	}
 	if f.db == "" {
 		return fmt.Errorf("%w: no database given: pass --db URL or set OUTBOX_DB (%s)", wire.ErrUsage, wire.DBSchemes)
+	}
+	if keepSent > 0 && keepSent < time.Second {
+		return fmt.Errorf("%w: --keep-sent %s: keep sent events at least 1s (the archive is purged once a minute), or 0 to delete them at once", wire.ErrUsage, keepSent)
 	}
 	if *maxTopics < 1 {
 		return fmt.Errorf("%w: --metrics-max-topics %d: give at least 1", wire.ErrUsage, *maxTopics)
@@ -176,6 +179,9 @@ func runRelay(ctx context.Context, e env, args []string) error {
 		}
 	}
 	tuneGC()
+	if tokenWarning != "" {
+		log.Warn("outbox relay: " + tokenWarning)
+	}
 	for _, w := range f.commandLineSecrets(map[string]string{"db": f.db, "broker": *brokerURL}) {
 		log.Warn("outbox relay: " + w)
 	}

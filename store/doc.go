@@ -16,11 +16,16 @@
 //
 // A row that breaks the table contract (written with plain SQL: headers that
 // are not a JSON object of strings, an empty topic or event_type, control
-// characters, a negative schema_version) never fails a claim: the claim that
-// takes it buries it DEAD with a one-line reason (Screen, CheckRow,
-// DecodeHeaders), so it shows in ListDead and Stats and holds only its own
-// key. The stores
-// refuse the rules they can check cheaply at INSERT.
+// characters, a negative schema_version, a time that is no time such as
+// 'infinity' or SQLite text in an INTEGER column) never fails a claim or a
+// read: the claim that takes it buries it DEAD with a one-line reason naming
+// the column (ScreenClaim, CheckRow, DecodeHeaders), so it shows in ListDead
+// and Stats and holds only its own key; a row due at no time, or a year or
+// more ahead, is counted in Stats.HeldForGood. The stores refuse the rules
+// they can check cheaply at INSERT.
+//
+// Reads cost what they show: ListDead returns a payload's first
+// PreviewBytes and its size; Get the whole; CopyPayload streams it.
 //
 // Ordering by ownership (Owned, owned.go) has the same rules in every
 // dialect; what differs:

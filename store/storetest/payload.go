@@ -2,6 +2,7 @@ package storetest
 
 import (
 	"bytes"
+	"math"
 	"runtime"
 	"strings"
 	"testing"
@@ -15,8 +16,8 @@ const previewPayload = 12 << 20
 
 // testPreviewCost: ListDead of a DEAD row of 12 MiB allocates far less
 // than the payload (it reads its first store.PreviewBytes and its length),
-// and CopyPayload writes the payload whole. It runs alone (before the
-// parallel subtests), as it measures the process's allocations.
+// and CopyPayload writes the payload whole. It runs before the parallel
+// subtests, as it measures the process's allocations.
 func (s *suite) testPreviewCost(t *testing.T) {
 	fx := s.migrated(t, store.Options{})
 	ctx := t.Context()
@@ -27,16 +28,24 @@ func (s *suite) testPreviewCost(t *testing.T) {
 		"orders", "big", "TooLarge", payload, "DEAD"); err != nil {
 		t.Fatalf("inserting a DEAD row of %d bytes: %v", len(payload), err)
 	}
-	var before, after runtime.MemStats
-	runtime.GC()
-	runtime.ReadMemStats(&before)
-	recs, err := fx.Store.ListDead(ctx, store.DeadQuery{})
-	runtime.ReadMemStats(&after)
-	if err != nil {
-		t.Fatalf("ListDead: %v", err)
+	// The process's allocations count other tests' too (a harness may
+	// run beside another): the least of a few tries is ListDead's.
+	var recs []store.Record
+	least := uint64(math.MaxUint64)
+	for range 5 {
+		var before, after runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&before)
+		var err error
+		recs, err = fx.Store.ListDead(ctx, store.DeadQuery{})
+		runtime.ReadMemStats(&after)
+		if err != nil {
+			t.Fatalf("ListDead: %v", err)
+		}
+		least = min(least, after.TotalAlloc-before.TotalAlloc)
 	}
-	if n := after.TotalAlloc - before.TotalAlloc; n > previewPayload/8 {
-		t.Errorf("ListDead of one DEAD row of %d bytes allocated %d bytes; want well below the payload (a preview and its length)", len(payload), n)
+	if least > previewPayload/8 {
+		t.Errorf("ListDead of one DEAD row of %d bytes allocated %d bytes (the least of 5 tries); want well below the payload (a preview and its length)", len(payload), least)
 	}
 	if len(recs) != 1 {
 		t.Fatalf("ListDead: %d records; want 1", len(recs))

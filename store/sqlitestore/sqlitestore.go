@@ -454,12 +454,6 @@ func micros(us int64) time.Time { return time.UnixMicro(us) }
 // (Stats.HeldForGood).
 const yearUS = "31536000000000"
 
-func nullMicros(us sql.NullInt64) time.Time {
-	if !us.Valid {
-		return time.Time{}
-	}
-	return time.UnixMicro(us.Int64)
-}
 
 // claimable is the WHERE clause of a claim over rows "o", with the
 // placeholders hold (HoldDeadKeys) and now (the claim's clock): ready (NEW and due, or SENDING under an expired lease) and

@@ -27,6 +27,20 @@ type Broker interface {
 // outage of any length never makes events DEAD. Adapters wrap it with %w.
 var ErrUnavailable = errors.New("broker unavailable")
 
+// ErrRefused marks a connection the broker answered and refused: wrong
+// credentials, no permission, an unknown vhost. Retrying with the same
+// settings cannot succeed, so `outbox relay` exits at once naming the fix
+// instead of waiting for the broker. Adapters' Dial wraps it with %w.
+var ErrRefused = errors.New("refused by the broker")
+
+// Refused returns err marked with ErrRefused, its message unchanged.
+func Refused(err error) error { return refused{err} }
+
+type refused struct{ err error }
+
+func (r refused) Error() string   { return r.err.Error() }
+func (r refused) Unwrap() []error { return []error{r.err, ErrRefused} }
+
 // ErrNotAttempted marks a result for an event the adapter held back, or
 // that failed only because an earlier event of the same call failed ahead
 // of it in an ordered unit (a Kafka partition whose idempotent producer

@@ -22,9 +22,21 @@ var (
 	ErrNotFound = errors.New("store: no such event")
 	// ErrNotMigrated: the outbox table does not exist.
 	ErrNotMigrated = errors.New("store: the outbox table does not exist; run `outbox migrate --db URL` first")
+	// ErrRefused: the database answered and refused the connection (the
+	// login, the password, a missing database or privilege): retrying with
+	// the same URL cannot succeed. Open wraps it with %w.
+	ErrRefused = errors.New("store: refused by the database")
 	// ErrInvalidName: a table or schema name failed validation.
 	ErrInvalidName = errors.New("store: invalid table or schema name")
 )
+
+// Refused returns err marked with ErrRefused, its message unchanged.
+func Refused(err error) error { return refused{err} }
+
+type refused struct{ err error }
+
+func (r refused) Error() string   { return r.err.Error() }
+func (r refused) Unwrap() []error { return []error{r.err, ErrRefused} }
 
 // Store is what the relay engine and the CLI need from a database.
 type Store interface {

@@ -273,7 +273,7 @@ func (b *Broker) checkExchange(s *session) error {
 	}
 	err = ch.ExchangeDeclarePassive(b.cfg.Exchange, "direct", true, false, false, false, nil)
 	if err != nil {
-		return fmt.Errorf("exchange %q: %w; declare it first (outbox broker setup, or rabbitmqadmin declare exchange name=%s type=direct durable=true), or use the default exchange by leaving exchange= out of the URL", b.cfg.Exchange, err, b.cfg.Exchange)
+		return fmt.Errorf("exchange %q: %w; declare it first (`outbox broker setup --broker URL --queue NAME --topics LIST` declares it as a topic exchange and binds the queue; or rabbitmqadmin declare exchange name=%s type=topic durable=true), or use the default exchange by leaving exchange= out of the URL", b.cfg.Exchange, err, b.cfg.Exchange)
 	}
 	return ch.Close()
 }

@@ -588,6 +588,51 @@ func TestEnsureQueue(t *testing.T) {
 	}
 }
 
+// TestSetupDeclaresTheExchange: Setup creates a missing exchange (a topic
+// exchange, so a binding may use wildcards), the queue and its bindings,
+// idempotently, so that a Broker can then be dialled on that URL and its
+// events land in the queue; an existing exchange of another kind is kept.
+func TestSetupDeclaresTheExchange(t *testing.T) {
+	t.Parallel()
+	url, conn := admin(t)
+	ex, q := uniqueName("setup_new_ex"), uniqueName("setup_new_q")
+	ch, err := conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_, _ = ch.QueueDelete(q, false, false, false)
+		_ = ch.ExchangeDelete(ex, false, false)
+		_ = ch.Close()
+	})
+	if _, err := amqpbroker.Dial(url+"?exchange="+ex, amqpbroker.Config{}); err == nil || !strings.Contains(err.Error(), "outbox broker setup") {
+		t.Fatalf("Dial before the exchange exists: %v", err)
+	}
+	for range 2 {
+		got, err := amqpbroker.Setup(ctxFor(t, 10*time.Second), url+"?exchange="+ex, q, []string{"orders.#"})
+		if err != nil || got != ex {
+			t.Fatalf("Setup: %q, %v", got, err)
+		}
+	}
+	b := dial(t, url+"?exchange="+ex, amqpbroker.Config{})
+	res := b.Publish(ctxFor(t, 10*time.Second), []outbox.Event{event("orders.paid", 0), event("orders.shipped", 1)})
+	if res[0] != nil || res[1] != nil {
+		t.Fatalf("after Setup: %v", res)
+	}
+	if qi, err := ch.QueueDeclarePassive(q, true, false, false, false, nil); err != nil || qi.Messages != 2 {
+		t.Fatalf("queue %s: %+v, %v", q, qi, err)
+	}
+
+	direct, q2 := uniqueName("setup_direct_ex"), uniqueName("setup_direct_q")
+	if err := ch.ExchangeDeclare(direct, "direct", false, true, false, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _, _ = ch.QueueDelete(q2, false, false, false); _ = ch.ExchangeDelete(direct, false, false) })
+	if _, err := amqpbroker.Setup(ctxFor(t, 10*time.Second), url+"?exchange="+direct, q2, []string{"orders"}); err != nil {
+		t.Fatalf("Setup on an existing direct exchange: %v", err)
+	}
+}
+
 // TestBlackholeKeepsTheDeadline: a network that stops carrying bytes (a
 // proxy that holds them) neither confirms anything nor holds a Publish
 // past its deadline, even when the batch is too large for the socket

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/sasl/plain"
 
@@ -235,6 +236,9 @@ func Dial(rawURL string, cfg Config) (*Broker, error) {
 	defer cancel()
 	if err := cl.Ping(ctx); err != nil {
 		cl.Close()
+		if errors.Is(err, kerr.SaslAuthenticationFailed) || errors.Is(err, kerr.UnsupportedSaslMechanism) || errors.Is(err, kerr.ClusterAuthorizationFailed) {
+			return nil, broker.Refused(redact.Error(fmt.Errorf("kafkabroker: connect to %s: %w: check the user and password in the URL (SASL/PLAIN) and the cluster's SASL mechanisms and ACLs", strings.Join(seeds, ","), err), rawURL))
+		}
 		return nil, redact.Error(fmt.Errorf("kafkabroker: connect to %s: %w; check that a Kafka broker listens there", strings.Join(seeds, ","), err), rawURL)
 	}
 	return b, nil

@@ -272,6 +272,9 @@ func (b *Broker) connect() (*link, error) {
 		if ca != nil && ca.Properties != nil && ca.Properties.ReasonString != "" {
 			err = fmt.Errorf("%w (%s)", err, ca.Properties.ReasonString)
 		}
+		if ca != nil && loginRefused(ca.ReasonCode) {
+			err = broker.Refused(fmt.Errorf("%w: check the user name and password in the URL and the broker's ACL", err))
+		}
 		return nil, err
 	}
 	limit := b.cfg.MaxMessage
@@ -463,3 +466,10 @@ func (b *Broker) Check(m outbox.Message) error {
 
 // longestTime formats as the longest time property value.
 var longestTime = time.Date(9999, 12, 31, 23, 59, 59, 999999999, time.UTC)
+
+// loginRefused reports whether a CONNACK reason code is a refusal no retry
+// fixes: bad user name or password (0x86), not authorized (0x87), bad
+// authentication method (0x8C).
+func loginRefused(code byte) bool {
+	return code == 0x86 || code == 0x87 || code == 0x8C
+}

@@ -152,6 +152,9 @@ func Dial(url string, cfg Config) (*Broker, error) {
 	if err != nil {
 		// nats.go's own errors may quote the URL (a parse error does):
 		// redact the whole message, knowing the URL's secrets.
+		if errors.Is(err, nats.ErrAuthorization) || errors.Is(err, nats.ErrAuthExpired) || errors.Is(err, nats.ErrAuthRevoked) {
+			return nil, broker.Refused(redact.Error(fmt.Errorf("natsbroker: connect to %s: %w: check the user and password (or token) in the URL and the server's authorization", redact.URL(url), err), url))
+		}
 		return nil, redact.Error(fmt.Errorf("natsbroker: connect to %s: %w; check that nats-server runs there with JetStream enabled (-js)", redact.URL(url), err), url)
 	}
 	b, err := newBroker(nc, cfg, true)

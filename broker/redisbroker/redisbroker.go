@@ -174,6 +174,9 @@ func Dial(rawURL string, cfg Config) (*Broker, error) {
 	defer cancel()
 	if err := rdb.Ping(ctx).Err(); err != nil {
 		_ = rdb.Close()
+		if refused(err) {
+			return nil, broker.Refused(redact.Error(fmt.Errorf("redisbroker: connect to %s: %w: check the password (and user) in the URL and the user's ACL", redact.URL(rawURL), err), rawURL))
+		}
 		return nil, redact.Error(fmt.Errorf("redisbroker: connect to %s: %w; check that redis-server runs there and the password is right (%w)", redact.URL(rawURL), err, broker.ErrUnavailable), rawURL)
 	}
 	return newBroker(rdb, cfg, true), nil
@@ -271,4 +274,16 @@ func (b *Broker) Close(ctx context.Context) error {
 		}
 		return nil
 	})
+}
+
+// refused reports whether Redis answered a connection with a refusal no
+// retry fixes: a wrong password (WRONGPASS), none given where one is
+// required (NOAUTH), or an ACL that forbids the commands (NOPERM).
+func refused(err error) bool {
+	var re redis.Error
+	if !errors.As(err, &re) {
+		return false
+	}
+	msg := re.Error()
+	return strings.HasPrefix(msg, "WRONGPASS") || strings.HasPrefix(msg, "NOAUTH") || strings.HasPrefix(msg, "NOPERM")
 }

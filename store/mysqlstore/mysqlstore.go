@@ -108,7 +108,9 @@ func Open(ctx context.Context, url string, cfg Config) (*Store, error) {
 		var me *mysql.MySQLError
 		switch {
 		case errors.As(err, &me) && me.Number == errBadDB:
-			return nil, fmt.Errorf("mysqlstore: database %q does not exist on %s: create it (CREATE DATABASE %s) or fix the URL", mc.DBName, mc.Addr, quote(mc.DBName))
+			return nil, store.Refused(fmt.Errorf("mysqlstore: database %q does not exist on %s: create it (CREATE DATABASE %s) or fix the URL", mc.DBName, mc.Addr, quote(mc.DBName)))
+		case errors.As(err, &me) && refused(me.Number):
+			return nil, store.Refused(fmt.Errorf("mysqlstore: %s refused the connection: %w; check the user and password in the URL and the user's grants (SHOW GRANTS FOR user)", mc.Addr, err))
 		case errors.As(err, &me):
 			return nil, fmt.Errorf("mysqlstore: %s refused the connection: %w", mc.Addr, err)
 		}
@@ -302,4 +304,12 @@ func wrap(op string, err error) error {
 		return fmt.Errorf("mysqlstore: %s: %w", op, store.ErrNotFound)
 	}
 	return fmt.Errorf("mysqlstore: %s: %w", op, err)
+}
+
+// refused reports whether a MySQL error met at connect is the server
+// refusing for good: access denied (1044 to the database, 1045 for the
+// password, 1698 without one). Too many connections (1040) or a server
+// shutting down is worth waiting for.
+func refused(number uint16) bool {
+	return number == 1044 || number == 1045 || number == 1698
 }

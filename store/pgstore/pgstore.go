@@ -203,13 +203,14 @@ func Open(ctx context.Context, url string, cfg Config) (*Store, error) {
 		pool.Close()
 		var pgErr *pgconn.PgError
 		if errors.As(err, &pgErr) && pgErr.Code == "3D000" {
-			return nil, fmt.Errorf("pgstore: database %q does not exist on %s: create it (createdb %s) or fix the URL", pc.ConnConfig.Database, pc.ConnConfig.Host, pc.ConnConfig.Database)
+			return nil, store.Refused(fmt.Errorf("pgstore: database %q does not exist on %s: create it (createdb %s) or fix the URL", pc.ConnConfig.Database, pc.ConnConfig.Host, pc.ConnConfig.Database))
 		}
-		what := "cannot reach"
-		if errors.As(err, &pgErr) { // the server answered: a role, password or pg_hba.conf refusal
-			what = "refused by"
+		if errors.As(err, &pgErr) && refusal(pgErr.Code) {
+			// the server answered: a role, password, privilege or
+			// pg_hba.conf refusal, which no retry fixes
+			return nil, store.Refused(connectError{fmt.Sprintf("pgstore: refused by %s:%d: %s: check the user and password in the URL, the role's CONNECT privilege and pg_hba.conf", pc.ConnConfig.Host, pc.ConnConfig.Port, connectReason(err)), err})
 		}
-		return nil, connectError{fmt.Sprintf("pgstore: %s %s:%d: %s", what, pc.ConnConfig.Host, pc.ConnConfig.Port, connectReason(err)), err}
+		return nil, connectError{fmt.Sprintf("pgstore: cannot reach %s:%d: %s", pc.ConnConfig.Host, pc.ConnConfig.Port, connectReason(err)), err}
 	}
 	s, err := New(pool, cfg)
 	if err != nil {
@@ -218,6 +219,15 @@ func Open(ctx context.Context, url string, cfg Config) (*Store, error) {
 	}
 	s.ownPool = true
 	return s, nil
+}
+
+// refusal reports whether a SQLSTATE met at connect is the server refusing
+// for good: class 28 (invalid authorization: an unknown role, a wrong
+// password, no pg_hba.conf entry) or 42501 (no CONNECT privilege). A server
+// starting up, shutting down or out of connections (57P03, 57P01, 53300)
+// is worth waiting for.
+func refusal(code string) bool {
+	return strings.HasPrefix(code, "28") || code == "42501"
 }
 
 // connectError is a failed first connection told in one line; it unwraps

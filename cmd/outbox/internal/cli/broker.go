@@ -25,8 +25,9 @@ num.partitions and default.replication.factor); existing topics are left
 as they are. Idempotent. An event whose topic no stream captures, or whose
 Kafka topic does not exist, goes DEAD.
 
-AMQP: declares the durable queue NAME and binds it to the URL's exchange
-for each topic (routing key; RabbitMQ wildcards on topic exchanges). On the
+AMQP: declares the URL's exchange when it does not exist (durable, kind
+topic, so routing keys may use RabbitMQ's wildcards: orders.#), declares
+the durable queue NAME and binds it to the exchange for each topic. On the
 default exchange (no exchange= in the URL) a queue receives the topic
 equal to its name, so --topics may be left out. An event no queue receives
 is returned by RabbitMQ, retried, and goes DEAD after the relay's max
@@ -189,7 +190,7 @@ func checkBrokerURL(raw string, required bool) error {
 		if !required {
 			return nil
 		}
-		return fmt.Errorf("%w: no broker given: pass --broker URL or set OUTBOX_BROKER (%s)", wire.ErrUsage, wire.BrokerSchemes)
+		return wire.WithHint(fmt.Errorf("%w: no broker given: pass --broker URL or set OUTBOX_BROKER", wire.ErrUsage), " ("+wire.BrokerSchemes+")")
 	}
 	scheme, _, _ := strings.Cut(raw, ":")
 	switch strings.ToLower(scheme) {
@@ -215,7 +216,7 @@ func checkBrokerURL(raw string, required bool) error {
 		u, err := url.Parse(strings.TrimSpace(part))
 		if err != nil || u.Scheme == "" {
 			// Not echoed: an unparsable URL cannot be masked reliably.
-			return fmt.Errorf("%w: --broker is not a URL (%d characters given); use %s", wire.ErrUsage, len(raw), wire.BrokerSchemes)
+			return wire.WithHint(fmt.Errorf("%w: --broker is not a URL (%d characters given); use", wire.ErrUsage, len(raw)), " "+wire.BrokerSchemes)
 		}
 		if u.Hostname() == "" {
 			return fmt.Errorf("%w: --broker %s names no host; say which server, e.g. %s://127.0.0.1:%s", wire.ErrUsage, wire.Mask(part), u.Scheme, defaultPort(u.Scheme))

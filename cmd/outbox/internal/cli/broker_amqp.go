@@ -7,7 +7,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/outbox-go/outbox/broker/amqpbroker"
 	"github.com/outbox-go/outbox/cmd/outbox/internal/wire"
 )
 
@@ -51,31 +50,11 @@ func setupAMQP(ctx context.Context, e env, brokerURL, queue, topics string, nats
 	}
 	bctx, cancel := context.WithTimeout(ctx, 15*time.Second)
 	defer cancel()
-	br, err := wire.OpenBroker(bctx, brokerURL)
+	exchange, list, err := wire.SetupAMQP(bctx, brokerURL, queue, list)
 	if err != nil {
 		return err
 	}
-	defer func() { _ = br.Close(context.Background()) }()
-	ab, ok := br.(*amqpbroker.Broker)
-	if !ok {
-		return fmt.Errorf("%w: %s is not a RabbitMQ broker", wire.ErrUsage, wire.Mask(brokerURL))
-	}
-	if ab.Exchange() == "" {
-		if len(list) == 0 {
-			list = []string{queue}
-		}
-		for _, t := range list {
-			if t != queue {
-				return fmt.Errorf("%w: --topics %s: on the default exchange (no exchange= in the URL) queue %s receives only the topic %s; name the queue after the topic, or publish through an exchange", wire.ErrUsage, t, queue, queue)
-			}
-		}
-	} else if len(list) == 0 {
-		return fmt.Errorf("%w: --topics is required with exchange %s: the routing keys to bind queue %s to, e.g. --topics 'orders,invoices'", wire.ErrUsage, ab.Exchange(), queue)
-	}
-	if err := ab.EnsureQueue(bctx, queue, list); err != nil {
-		return wire.ScrubError(err, brokerURL)
-	}
-	printSetup(e.stdout, wire.Mask(brokerURL), ab.Exchange(), queue, list)
+	printSetup(e.stdout, wire.Mask(brokerURL), exchange, queue, list)
 	return nil
 }
 

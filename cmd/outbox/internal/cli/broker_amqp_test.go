@@ -55,6 +55,22 @@ func TestBrokerSetupAMQP(t *testing.T) {
 	if _, err := ch.QueueDeclarePassive(q+"_2", true, false, false, false, nil); err != nil {
 		t.Fatalf("queue not declared: %v", err)
 	}
+	// An exchange that does not exist yet is declared (a topic exchange),
+	// so the README's one command is enough before `outbox relay`.
+	newEx := teststores.UniqueTable("cli_setup_newex_")
+	t.Cleanup(func() {
+		_, _ = ch.QueueDelete(q+"_3", false, false, false)
+		_ = ch.ExchangeDelete(newEx, false, false)
+	})
+	for range 2 {
+		code, out, stderr = runCLI("broker", "setup", "--broker", url+"?exchange="+newEx, "--queue", q+"_3", "--topics", "orders.#")
+		if code != exitOK || !strings.Contains(out, "bound to exchange "+newEx+" for orders.#") {
+			t.Fatalf("setup with a new exchange: exit %d %q %q", code, out, stderr)
+		}
+	}
+	if err := ch.ExchangeDeclarePassive(newEx, "topic", true, false, false, false, nil); err != nil {
+		t.Fatalf("exchange %s not declared as a durable topic exchange: %v", newEx, err)
+	}
 	for _, c := range []struct {
 		args []string
 		want string

@@ -135,7 +135,7 @@ func runRelay(ctx context.Context, e env, args []string) error {
 		return err
 	}
 	if f.db == "" {
-		return fmt.Errorf("%w: no database given: pass --db URL or set OUTBOX_DB (%s)", wire.ErrUsage, wire.DBSchemes)
+		return wire.WithHint(fmt.Errorf("%w: no database given: pass --db URL or set OUTBOX_DB", wire.ErrUsage), " ("+wire.DBSchemes+")")
 	}
 	if keepSent > 0 && keepSent < time.Second {
 		return fmt.Errorf("%w: --keep-sent %s: keep sent events at least 1s (the archive is purged once a minute), or 0 to delete them at once", wire.ErrUsage, keepSent)

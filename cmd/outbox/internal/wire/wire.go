@@ -36,11 +36,11 @@ const BrokerSchemes = brokerForms
 // URL's secrets: its own messages mask the URL, the drivers' are scrubbed.
 func OpenStore(ctx context.Context, raw string, opts store.Options) (store.Store, error) {
 	if raw == "" {
-		return nil, fmt.Errorf("%w: no database given: pass --db URL or set OUTBOX_DB (%s)", ErrUsage, DBSchemes)
+		return nil, WithHint(fmt.Errorf("%w: no database given: pass --db URL or set OUTBOX_DB", ErrUsage), " ("+DBSchemes+")")
 	}
 	scheme, _, ok := strings.Cut(raw, ":")
 	if !ok {
-		return nil, fmt.Errorf("%w: database URL %q has no scheme; use one of: %s", ErrUsage, Mask(raw), DBSchemes)
+		return nil, WithHint(fmt.Errorf("%w: database URL %q has no scheme; use one of", ErrUsage, Mask(raw)), ": "+DBSchemes)
 	}
 	var (
 		st  store.Store
@@ -65,11 +65,12 @@ func OpenStore(ctx context.Context, raw string, opts store.Options) (store.Store
 		}
 		st, err = sqlitestore.Open(ctx, raw, sqlitestore.Config{Options: opts})
 	default:
-		return nil, fmt.Errorf("%w: unknown database scheme %q; use one of: %s", ErrUsage, Mask(scheme), DBSchemes)
+		return nil, WithHint(fmt.Errorf("%w: unknown database scheme %q; use one of", ErrUsage, Mask(scheme)), ": "+DBSchemes)
 	}
-	if errors.Is(err, pgstore.ErrBadURL) || errors.Is(err, mysqlstore.ErrBadURL) {
-		// A URL that cannot be parsed is a typing error (exit 2), not a
-		// database that failed.
+	if errors.Is(err, pgstore.ErrBadURL) || errors.Is(err, mysqlstore.ErrBadURL) || errors.Is(err, store.ErrRefused) {
+		// A URL that cannot be parsed, or that the database refused (the
+		// login, a missing database), is the operator's to fix (exit 2):
+		// waiting for the database would never end.
 		err = fmt.Errorf("%w: %w", ErrUsage, err)
 	}
 	if err != nil {
@@ -83,7 +84,7 @@ func OpenStore(ctx context.Context, raw string, opts store.Options) (store.Store
 // scrubbed.
 func OpenBroker(ctx context.Context, raw string) (broker.Broker, error) {
 	if raw == "" {
-		return nil, fmt.Errorf("%w: no broker given: pass --broker URL or set OUTBOX_BROKER (%s)", ErrUsage, BrokerSchemes)
+		return nil, WithHint(fmt.Errorf("%w: no broker given: pass --broker URL or set OUTBOX_BROKER", ErrUsage), " ("+BrokerSchemes+")")
 	}
 	u, err := url.Parse(raw)
 	if err != nil && strings.Contains(raw, "://") {
@@ -96,13 +97,18 @@ func OpenBroker(ctx context.Context, raw string) (broker.Broker, error) {
 		}
 	}
 	if err != nil || u.Scheme == "" {
-		return nil, fmt.Errorf("%w: broker URL %q is not a URL; use one of: %s", ErrUsage, Mask(raw), BrokerSchemes)
+		return nil, WithHint(fmt.Errorf("%w: broker URL %q is not a URL; use one of", ErrUsage, Mask(raw)), ": "+BrokerSchemes)
 	}
 	scheme := strings.ToLower(u.Scheme)
 	for _, a := range brokerAdapters {
 		for _, sc := range a.schemes {
 			if sc == scheme {
 				b, err := a.open(ctx, raw, u)
+				if errors.Is(err, broker.ErrRefused) && !errors.Is(err, ErrUsage) {
+					// the broker answered and refused the URL's login:
+					// the operator's to fix (exit 2), not worth waiting for
+					err = fmt.Errorf("%w: %w", ErrUsage, err)
+				}
 				if err != nil {
 					return nil, ScrubError(err, raw)
 				}
@@ -112,10 +118,10 @@ func OpenBroker(ctx context.Context, raw string) (broker.Broker, error) {
 	}
 	for _, sc := range plannedSchemes {
 		if sc == scheme {
-			return nil, fmt.Errorf("%w: the %s broker adapter is not built into this version yet; built in: %s", ErrUsage, u.Scheme, BrokerSchemes)
+			return nil, WithHint(fmt.Errorf("%w: the %s broker adapter is not built into this version yet; built in", ErrUsage, u.Scheme), ": "+BrokerSchemes)
 		}
 	}
-	return nil, fmt.Errorf("%w: unknown broker scheme %q; use one of: %s", ErrUsage, u.Scheme, BrokerSchemes)
+	return nil, WithHint(fmt.Errorf("%w: unknown broker scheme %q; use one of", ErrUsage, u.Scheme), ": "+BrokerSchemes)
 }
 
 // Mask hides the secrets of a URL or DSN (passwords, tokens, secret query
@@ -125,8 +131,27 @@ func Mask(raw string) string { return redact.URL(raw) }
 // ScrubError returns err with the secrets in its message masked: those of
 // any URL, DSN or password=… pair it contains, and those of the connection
 // strings raws where they stand whole in a secret position. It unwraps to
-// err, so errors.Is(err, ErrUsage) still holds; nil stays nil.
-func ScrubError(err error, raws ...string) error { return redact.Error(err, raws...) }
+// err, so errors.Is(err, ErrUsage) still holds; nil stays nil. The hint of
+// an error made by WithHint is kept as written.
+func ScrubError(err error, raws ...string) error {
+	if h, ok := err.(*hinted); ok {
+		return &hinted{err: redact.Error(h.err, raws...), hint: h.hint}
+	}
+	return redact.Error(err, raws...)
+}
+
+// WithHint returns err followed by hint, a text of the program's own
+// (example URLs such as amqp://user:pass@host, which the masker would
+// otherwise take for secrets), which ScrubError leaves as written.
+func WithHint(err error, hint string) error { return &hinted{err: err, hint: hint} }
+
+type hinted struct {
+	err  error
+	hint string
+}
+
+func (h *hinted) Error() string { return h.err.Error() + h.hint }
+func (h *hinted) Unwrap() error { return h.err }
 
 // checkUserinfo refuses a URL whose userinfo the driver would end at
 // another '@' than redact does (an unencoded @, /, ? or # in the
@@ -193,7 +218,7 @@ func SQLDB(raw string) (*sql.DB, string, error) {
 		driver, dialect = "sqlite", "sqlite"
 		dsn, err = sqlitestore.DSN(raw)
 	default:
-		return nil, "", fmt.Errorf("%w: unknown database scheme %q; use one of: %s", ErrUsage, Mask(scheme), DBSchemes)
+		return nil, "", WithHint(fmt.Errorf("%w: unknown database scheme %q; use one of", ErrUsage, Mask(scheme)), ": "+DBSchemes)
 	}
 	if err != nil {
 		return nil, "", ScrubError(fmt.Errorf("%w: %v", ErrUsage, err), raw)

@@ -88,14 +88,6 @@ func Fill(n int, err error) []error {
 	return out
 }
 
-// KeyOrdered is an optional ability: the adapter guarantees that when an
-// event fails, no later event of the same key in the same Publish call is
-// confirmed (Kafka's idempotent producer per partition). The relay then sends
-// all of a key's events in one call instead of one wave per position.
-type KeyOrdered interface {
-	KeyOrdered() bool
-}
-
 // Checker is an optional ability: the adapter can tell at enqueue whether
 // it will be able to deliver a message (the broker's size limit, its topic
 // syntax), so that the producer hears of a message the broker would refuse

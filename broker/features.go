@@ -62,15 +62,11 @@ type Describer interface {
 	Features() Features
 }
 
-// FeaturesOf returns b's declared Features. An adapter that only offers
-// the older KeyOrdered ability is taken as OrderKey; one that declares
+// FeaturesOf returns b's declared Features; an adapter that declares
 // nothing gets the zero Features (no ordering promise, no known limits).
 func FeaturesOf(b Broker) Features {
 	if d, ok := b.(Describer); ok {
 		return d.Features()
-	}
-	if ko, ok := b.(KeyOrdered); ok && ko.KeyOrdered() {
-		return Features{Ordering: OrderKey}
 	}
 	return Features{}
 }

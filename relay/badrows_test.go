@@ -31,123 +31,120 @@ func TestBadRowsAmidGoodOnes(t *testing.T) {
 				placeholder = storetest.Dollar
 			}
 			for _, b := range storetest.BadRows {
-				for _, eng := range engines {
-					t.Run(b.Name+"/"+eng.name, func(t *testing.T) {
-						opened := teststores.OpenAt(t, kind, url, store.Options{})
-						st, ctx := opened.Store, context.Background()
-						enqueueGood := func(from, to int) {
-							msgs := make([]outbox.Message, 0, to-from)
-							for i := from; i < to; i++ {
-								msgs = append(msgs, outbox.Message{Topic: "orders", Key: "k" + strconv.Itoa(i%keys), Type: "OrderPaid", Payload: fmt.Appendf(nil, "%d", i)})
-							}
-							if err := st.Enqueue(ctx, msgs...); err != nil {
-								t.Fatal(err)
-							}
+				t.Run(b.Name, func(t *testing.T) {
+					opened := teststores.OpenAt(t, kind, url, store.Options{})
+					st, ctx := opened.Store, context.Background()
+					enqueueGood := func(from, to int) {
+						msgs := make([]outbox.Message, 0, to-from)
+						for i := from; i < to; i++ {
+							msgs = append(msgs, outbox.Message{Topic: "orders", Key: "k" + strconv.Itoa(i%keys), Type: "OrderPaid", Payload: fmt.Appendf(nil, "%d", i)})
 						}
-						enqueueGood(0, good/2)
-						refused := b.Insert(ctx, opened.DB, opened.Opts.Table, placeholder, []byte(`{"bad":true}`))
-						// Its key's later event, unless the key itself is bad.
-						later := !strings.ContainsRune(b.Key(), 0x1b)
-						if later {
-							if err := st.Enqueue(ctx, outbox.Message{Topic: "orders", Key: b.Key(), Type: "Later", Payload: []byte("later")}); err != nil {
-								t.Fatal(err)
-							}
+						if err := st.Enqueue(ctx, msgs...); err != nil {
+							t.Fatal(err)
 						}
-						enqueueGood(good/2, good)
+					}
+					enqueueGood(0, good/2)
+					refused := b.Insert(ctx, opened.DB, opened.Opts.Table, placeholder, []byte(`{"bad":true}`))
+					// Its key's later event, unless the key itself is bad.
+					later := !strings.ContainsRune(b.Key(), 0x1b)
+					if later {
+						if err := st.Enqueue(ctx, outbox.Message{Topic: "orders", Key: b.Key(), Type: "Later", Payload: []byte("later")}); err != nil {
+							t.Fatal(err)
+						}
+					}
+					enqueueGood(good/2, good)
 
-						mb := newMem(t, membroker.Config{})
-						cfg := fastConfig()
-						cfg.Exclusion = eng.exclusion
-						cfg.BatchSize = 500
-						// A claim's deadline is LeaseFor/2 (at least 5 s). SQLite
-						// under -race (modernc's C, instrumented) is about 100
-						// times slower: a claim of 500 took 5–7 s at load 44
-						// (6–65 ms without -race), every claim timed out and the
-						// relay backed off. Nothing here waits for a lease to
-						// run out, so a long one costs nothing.
-						cfg.LeaseFor = 30 * time.Second
-						cfg.Logger = failureLog(t)
-						start := time.Now()
-						r, _ := run(t, st, mb, cfg)
-						want := good
-						if refused != nil && later {
-							want++ // nothing holds the key
+					mb := newMem(t, membroker.Config{})
+					cfg := fastConfig()
+					cfg.BatchSize = 500
+					// A claim's deadline is LeaseFor/2 (at least 5 s). SQLite
+					// under -race (modernc's C, instrumented) is about 100
+					// times slower: a claim of 500 took 5–7 s at load 44
+					// (6–65 ms without -race), every claim timed out and the
+					// relay backed off. Nothing here waits for a lease to
+					// run out, so a long one costs nothing.
+					cfg.LeaseFor = 30 * time.Second
+					cfg.Logger = failureLog(t)
+					start := time.Now()
+					r, _ := run(t, st, mb, cfg)
+					want := good
+					if refused != nil && later {
+						want++ // nothing holds the key
+					}
+					// Seconds without -race; the bound leaves room for -race on
+					// a loaded machine.
+					const within = 3 * time.Minute
+					deadline := time.Now().Add(within)
+					for distinct(mb.Events("orders")) < want {
+						if time.Now().After(deadline) {
+							st, _ := st.Stats(ctx)
+							t.Fatalf("after %v, %d of %d events delivered; the store: %+v; the relay: %+v", within, distinct(mb.Events("orders")), want, st, r.Health())
 						}
-						// Seconds without -race; the bound leaves room for -race on
-						// a loaded machine.
-						const within = 3 * time.Minute
-						deadline := time.Now().Add(within)
-						for distinct(mb.Events("orders")) < want {
-							if time.Now().After(deadline) {
-								st, _ := st.Stats(ctx)
-								t.Fatalf("after %v, %d of %d events delivered; the store: %+v; the relay: %+v", within, distinct(mb.Events("orders")), want, st, r.Health())
-							}
-							time.Sleep(10 * time.Millisecond)
+						time.Sleep(10 * time.Millisecond)
+					}
+					took := time.Since(start)
+					var laterDelivered bool
+					for _, e := range mb.Events("orders") {
+						if e.Key == b.Key() {
+							laterDelivered = true
 						}
-						took := time.Since(start)
-						var laterDelivered bool
-						for _, e := range mb.Events("orders") {
-							if e.Key == b.Key() {
-								laterDelivered = true
-							}
-							if e.Type != "OrderPaid" && e.Type != "Later" {
-								t.Errorf("delivered an event of type %q: the bad row went out", e.Type)
-							}
+						if e.Type != "OrderPaid" && e.Type != "Later" {
+							t.Errorf("delivered an event of type %q: the bad row went out", e.Type)
 						}
-						if refused != nil {
-							t.Logf("%d events delivered in %v; refused at INSERT: %v", want, took.Round(time.Millisecond), refused)
-							if later && !laterDelivered {
-								t.Errorf("the bad row was refused, yet its key's later event was not delivered")
-							}
-							return
+					}
+					if refused != nil {
+						t.Logf("%d events delivered in %v; refused at INSERT: %v", want, took.Round(time.Millisecond), refused)
+						if later && !laterDelivered {
+							t.Errorf("the bad row was refused, yet its key's later event was not delivered")
 						}
-						if laterDelivered {
-							t.Fatalf("the later event of the bad row's key was delivered ahead of it")
+						return
+					}
+					if laterDelivered {
+						t.Fatalf("the later event of the bad row's key was delivered ahead of it")
+					}
+					var dead []store.Record
+					waitFor(t, "the bad row DEAD", time.Minute, func() bool {
+						var err error
+						dead, err = st.ListDead(ctx, store.DeadQuery{})
+						if err != nil {
+							t.Fatalf("ListDead: %v", err)
 						}
-						var dead []store.Record
-						waitFor(t, "the bad row DEAD", time.Minute, func() bool {
-							var err error
-							dead, err = st.ListDead(ctx, store.DeadQuery{})
-							if err != nil {
-								t.Fatalf("ListDead: %v", err)
-							}
-							return len(dead) > 0
-						})
-						if len(dead) != 1 || dead[0].Key != b.Key() || !strings.Contains(dead[0].LastError, b.Reason) {
-							t.Fatalf("ListDead: %v; want the bad row alone, with a reason saying %q", dead, b.Reason)
-						}
-						// The claim that buried the row gives its key's later
-						// event back just after (Screen: bury, then release),
-						// and a good event whose ack a lost lease refused
-						// goes out again: wait for both before reading the
-						// counts (a minute, then the checks below say what
-						// is left).
-						wantNew := int64(0)
-						if later {
-							wantNew = 1
-						}
-						var stats store.Stats
-						for until := time.Now().Add(time.Minute); ; time.Sleep(10 * time.Millisecond) {
-							stats = pending(t, st)
-							if stats.Sending == 0 && stats.New == wantNew || time.Now().After(until) {
-								break
-							}
-						}
-						// The relay counts it DEAD (and logs it), whether the
-						// broker refused it or the claim buried it for
-						// breaking the table contract.
-						if n := r.Totals().Dead.Load(); n != 1 {
-							t.Errorf("the relay's Totals say %d DEAD; want 1", n)
-						}
-						if stats.Dead != 1 || stats.BlockedKeys != 1 {
-							t.Errorf("Stats: %+v; want Dead 1, BlockedKeys 1", stats)
-						}
-						if later && stats.New != 1 {
-							t.Errorf("Stats: %+v; want New 1 (the bad row's later event, held)", stats)
-						}
-						t.Logf("%d good events delivered in %v; DEAD: %s", good, took.Round(time.Millisecond), dead[0].LastError)
+						return len(dead) > 0
 					})
-				}
+					if len(dead) != 1 || dead[0].Key != b.Key() || !strings.Contains(dead[0].LastError, b.Reason) {
+						t.Fatalf("ListDead: %v; want the bad row alone, with a reason saying %q", dead, b.Reason)
+					}
+					// The claim that buried the row gives its key's later
+					// event back just after (Screen: bury, then release),
+					// and a good event whose ack a lost lease refused
+					// goes out again: wait for both before reading the
+					// counts (a minute, then the checks below say what
+					// is left).
+					wantNew := int64(0)
+					if later {
+						wantNew = 1
+					}
+					var stats store.Stats
+					for until := time.Now().Add(time.Minute); ; time.Sleep(10 * time.Millisecond) {
+						stats = pending(t, st)
+						if stats.Sending == 0 && stats.New == wantNew || time.Now().After(until) {
+							break
+						}
+					}
+					// The relay counts it DEAD (and logs it), whether the
+					// broker refused it or the claim buried it for
+					// breaking the table contract.
+					if n := r.Totals().Dead.Load(); n != 1 {
+						t.Errorf("the relay's Totals say %d DEAD; want 1", n)
+					}
+					if stats.Dead != 1 || stats.BlockedKeys != 1 {
+						t.Errorf("Stats: %+v; want Dead 1, BlockedKeys 1", stats)
+					}
+					if later && stats.New != 1 {
+						t.Errorf("Stats: %+v; want New 1 (the bad row's later event, held)", stats)
+					}
+					t.Logf("%d good events delivered in %v; DEAD: %s", good, took.Round(time.Millisecond), dead[0].LastError)
+				})
 			}
 		})
 	}

@@ -10,13 +10,13 @@ import (
 	"github.com/outbox-go/outbox/broker"
 	"github.com/outbox-go/outbox/internal/dispatch"
 	"github.com/outbox-go/outbox/internal/retry"
-	"github.com/outbox-go/outbox/store"
+	"github.com/outbox-go/outbox/store/driver"
 )
 
 // batch is one claimed batch on its way through publish and settle.
 type batch struct {
 	r      *Relay
-	lease  store.Lease
+	lease  driver.Lease
 	events []outbox.Event
 	start  time.Time
 
@@ -30,12 +30,11 @@ type batch struct {
 	lost     bool // the store said the lease is gone
 
 	acks     []int64
-	retries  []store.Retry
-	burials  []store.Burial
+	retries  []driver.Retry
+	burials  []driver.Burial
 	released []int64
 
-	// Ownership mode only: the dispatcher; each event's predecessor of
-	// its key (nil: none, or keyless), and its index when it is in this
+	// The dispatcher; each event's predecessor of its key (nil: none, or keyless), and its index when it is in this
 	// batch (else -1); each event's own ticket (nil when keyless); and the
 	// shards claimed from.
 	own     *ownership
@@ -51,55 +50,7 @@ func (b *batch) isLost() bool {
 	return b.lost
 }
 
-// deliver publishes a batch of the exclusion engine through the per-key
-// dispatcher the engines share: a keyed event waits for the previous event
-// of its key in the batch, and for nothing outside it (the store hands out
-// no event whose key has another one in flight). Events given back untried
-// (behind a failed event of their key, or not sent because the relay is
-// stopping, the lease is gone or the broker cannot be reached) are
-// released. The error is non-nil when the broker failed as a whole (see
-// brokerOutcome), so the worker backs off.
-func (b *batch) deliver(ctx context.Context) (BatchReport, error) {
-	rep := BatchReport{Lease: b.lease, Claimed: len(b.events)}
-	pubCtx, end := b.begin(ctx)
-	defer end()
-
-	brokerErr := b.dispatch(ctx, pubCtx, prevInBatch(b.events), nil, func(i int, o dispatch.Outcome) {
-		if o == dispatch.GivenBack {
-			b.released = append(b.released, b.events[i].ID)
-		}
-	})
-	brokerErr = b.brokerOutcome(brokerErr)
-	b.brokerHealth(brokerErr)
-	return rep, brokerErr
-}
-
-// prevInBatch returns, for each keyed event, the index of the previous
-// event of its key in events, or -1; nil when no key repeats (the common
-// case: nothing waits).
-func prevInBatch(events []outbox.Event) []int {
-	var prevIn []int
-	last := make(map[string]int, len(events))
-	for i, e := range events {
-		if e.Key == "" {
-			continue
-		}
-		if j, ok := last[e.Key]; ok {
-			if prevIn == nil {
-				prevIn = make([]int, len(events))
-				for k := range prevIn {
-					prevIn[k] = -1
-				}
-			}
-			prevIn[i] = j
-		}
-		last[e.Key] = i
-	}
-	return prevIn
-}
-
-// dispatch publishes the batch through the per-key dispatcher the engines
-// share (internal/dispatch): event i waits for event prevIn[i] of the
+// dispatch publishes the batch through the per-key dispatcher (internal/dispatch): event i waits for event prevIn[i] of the
 // batch, or (prevIn[i] < 0) for the ticket prev[i] of an earlier batch, if
 // any; at most dispatch.DefaultMaxCalls calls are in flight. Each call's
 // results are sorted into acks, retries, burials and releases (sort); the
@@ -291,11 +242,11 @@ func (b *batch) fail(e outbox.Event, err error) {
 	cfg := b.r.cfg
 	attempt := e.Attempts + 1
 	if dead, reason := retry.Dead(err, attempt, cfg.MaxAttempts); dead {
-		b.burials = append(b.burials, store.Burial{ID: e.ID, Error: reason})
+		b.burials = append(b.burials, driver.Burial{ID: e.ID, Error: reason})
 		return
 	}
 	delay := retry.Delay(cfg.BackoffBase, cfg.BackoffMax, attempt, err)
-	b.retries = append(b.retries, store.Retry{ID: e.ID, Delay: delay, Error: err.Error()})
+	b.retries = append(b.retries, driver.Retry{ID: e.ID, Delay: delay, Error: err.Error()})
 }
 
 // renew extends the lease every LeaseFor/3 until ctx ends. When the store
@@ -323,7 +274,7 @@ func (b *batch) renew(ctx context.Context, stopPublishing func()) {
 func (b *batch) extend(ctx context.Context, all []int64) bool {
 	before := time.Now()
 	ectx, cancel := context.WithTimeout(ctx, b.r.cfg.LeaseFor/3)
-	_, err := b.r.st.Extend(ectx, b.lease, all, b.r.cfg.LeaseFor)
+	_, err := b.r.st.Extend(ectx, driver.ExtendParams{Lease: b.lease, IDs: all, For: b.r.cfg.LeaseFor})
 	cancel()
 	b.mu.Lock()
 	// whatever it answered, it may have renewed some rows in the
@@ -332,7 +283,7 @@ func (b *batch) extend(ctx context.Context, all []int64) bool {
 	switch {
 	case err == nil:
 		b.leaseTill = before.Add(b.r.cfg.LeaseFor)
-	case errors.Is(err, store.ErrLeaseLost):
+	case errors.Is(err, driver.ErrLeaseLost):
 		b.lost = true
 	case time.Now().After(b.leaseTill):
 		b.lost = true
@@ -389,7 +340,7 @@ func (b *batch) settle(rep *BatchReport) {
 				b.r.health.set(&b.r.health.store, nil)
 				return true
 			}
-			if errors.Is(err, store.ErrLeaseLost) {
+			if errors.Is(err, driver.ErrLeaseLost) {
 				rep.LeaseLost = true
 				return false
 			}
@@ -400,10 +351,12 @@ func (b *batch) settle(rep *BatchReport) {
 			time.Sleep(min(jitter(backoff(50*time.Millisecond, time.Second, attempt)), time.Until(deadline)))
 		}
 	}
-	ackOp := func(ctx context.Context) error { return b.r.st.Ack(ctx, b.lease, b.acks) }
-	if ca, ok := b.r.st.(store.ClaimAcker); ok && len(b.acks) == len(b.events) {
+	ackOp := func(ctx context.Context) error { return b.r.st.Ack(ctx, driver.AckParams{Lease: b.lease, IDs: b.acks}) }
+	if len(b.acks) == len(b.events) {
 		// every event was delivered: ack the claim as a whole
-		ackOp = func(ctx context.Context) error { return ca.AckClaim(ctx, b.lease, len(b.events)) }
+		ackOp = func(ctx context.Context) error {
+			return b.r.st.AckClaim(ctx, driver.AckClaimParams{Lease: b.lease, N: len(b.events)})
+		}
 	}
 	if write(len(b.acks), false, ackOp) {
 		rep.Delivered = len(b.acks)
@@ -412,16 +365,22 @@ func (b *batch) settle(rep *BatchReport) {
 		rep.LeaseLost = true
 		return // the new owner decides; our retries/releases would be refused
 	}
-	if write(len(b.retries), true, func(ctx context.Context) error { return b.r.st.Retry(ctx, b.lease, b.retries) }) {
+	if write(len(b.retries), true, func(ctx context.Context) error {
+		return b.r.st.Retry(ctx, driver.RetryParams{Lease: b.lease, Retries: b.retries})
+	}) {
 		rep.Retried = len(b.retries)
 	}
-	if write(len(b.burials), true, func(ctx context.Context) error { return b.r.st.Bury(ctx, b.lease, b.burials) }) {
+	if write(len(b.burials), true, func(ctx context.Context) error {
+		return b.r.st.Bury(ctx, driver.BuryParams{Lease: b.lease, Burials: b.burials})
+	}) {
 		rep.Dead = len(b.burials)
 		for _, d := range b.burials {
 			b.r.cfg.Logger.Warn("relay: event is DEAD", "id", d.ID, "reason", d.Error)
 		}
 	}
-	if write(len(b.released), true, func(ctx context.Context) error { return b.r.st.Release(ctx, b.lease, b.released) }) {
+	if write(len(b.released), true, func(ctx context.Context) error {
+		return b.r.st.Release(ctx, driver.ReleaseParams{Lease: b.lease, IDs: b.released})
+	}) {
 		rep.Released = len(b.released)
 	}
 }

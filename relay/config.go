@@ -9,7 +9,7 @@ import (
 	"os"
 	"time"
 
-	"github.com/outbox-go/outbox/store"
+	"github.com/outbox-go/outbox/store/driver"
 )
 
 // DeadKeyPolicy says what happens to the later events of a key once one of
@@ -29,12 +29,11 @@ const (
 // negative ones are refused by New.
 type Config struct {
 	// Owner names this relay in leases; default host-pid-random. Must be
-	// unique among running relays. When the relay orders by ownership (the
-	// default), a name given here gets "~" and 8 random hex digits
-	// appended (Relay.Owner says the result),
-	// so that a process restarted under the same name is a new owner and
-	// waits for the claims of the one that died; a name that ends so
-	// already (a supervisor made it unique per process) is kept.
+	// unique among running relays. A name given here gets "~" and 8
+	// random hex digits appended (Relay.Owner says the result), so that a
+	// process restarted under the same name is a new owner and waits for
+	// the claims of the one that died; a name that ends so already (a
+	// supervisor made it unique per process) is kept.
 	Owner string
 	// BatchSize is the most events claimed at once; default 500. Memory is
 	// bounded by 2 × Workers × BatchSize × the largest payload: each worker
@@ -73,19 +72,6 @@ type Config struct {
 	// Logger receives state changes (not one line per attempt); default
 	// slog.Default().
 	Logger *slog.Logger
-	// Exclusion orders by exclusion (Store.Claim), the engine of earlier
-	// versions, instead of by ownership, the default: the store never
-	// hands out an event whose key has another event in flight, and the
-	// relay leases no shards (see the package doc). Use it to keep the
-	// older engine's behaviour during a rolling upgrade from a version that
-	// ordered by exclusion (each store's doc says whether the two engines
-	// may run on one table at once), or to compare the engines. A store that does not implement store.Owned orders by
-	// exclusion whatever this says.
-	Exclusion bool
-	// Deprecated: ordering by ownership is the default now, so Ownership
-	// has no effect (it turned ownership on in earlier versions); set
-	// Exclusion to opt out. New refuses Ownership and Exclusion together.
-	Ownership bool
 	// Hooks observe the relay: each implements one or more of the Hook…
 	// interfaces (HookClaim, HookPublishStart, HookPublishEnd, HookSettle,
 	// HookLease, HookHealth). Default none. New refuses a value that
@@ -95,7 +81,7 @@ type Config struct {
 
 // BatchReport summarizes one claimed batch.
 type BatchReport struct {
-	Lease     store.Lease // the batch's claim
+	Lease     driver.Lease // the batch's claim
 	Claimed   int
 	Delivered int           // confirmed by the broker and acked
 	Retried   int           // failed, will be retried
@@ -105,14 +91,50 @@ type BatchReport struct {
 	LeaseLost bool          // the store refused a write because the lease was gone
 }
 
-func (c Config) normalize() (Config, error) {
+// WithDefaults returns c with the documented default in every zero field.
+func (c Config) WithDefaults() Config {
 	if c.Owner == "" {
 		c.Owner = defaultOwner()
-	} else if len(c.Owner) > 64 {
-		return c, fmt.Errorf("relay: Owner %q is longer than 64 characters", c.Owner)
 	}
-	if c.Ownership && c.Exclusion {
-		return c, errors.New("relay: Ownership and Exclusion are both set: ordering by ownership is the default and Ownership has no effect; drop Ownership, and keep Exclusion only to order by exclusion")
+	if c.BatchSize == 0 {
+		c.BatchSize = 500
+	}
+	if c.Workers == 0 {
+		c.Workers = 3
+	}
+	if c.LeaseFor == 0 {
+		c.LeaseFor = 30 * time.Second
+	}
+	if c.PublishTimeout == 0 {
+		c.PublishTimeout = 10 * time.Second
+	}
+	if c.PollInterval == 0 {
+		c.PollInterval = 500 * time.Millisecond
+	}
+	if c.MaxAttempts == 0 {
+		c.MaxAttempts = 25
+	}
+	if c.BackoffBase == 0 {
+		c.BackoffBase = time.Second
+	}
+	if c.BackoffMax == 0 {
+		c.BackoffMax = 10 * time.Minute
+	}
+	if c.DrainTimeout == 0 {
+		c.DrainTimeout = 5 * time.Second
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	return c
+}
+
+// validate refuses what WithDefaults left unusable: a negative value is a
+// mistake, not a request for the default, so it is named rather than run
+// with a setting nobody chose.
+func (c Config) validate() error {
+	if len(c.Owner) > 64 {
+		return fmt.Errorf("relay: Owner %q is longer than 64 characters", c.Owner)
 	}
 	for _, f := range []struct {
 		name string
@@ -124,57 +146,25 @@ func (c Config) normalize() (Config, error) {
 		{"BackoffMax", c.BackoffMax < 0}, {"DrainTimeout", c.DrainTimeout < 0},
 	} {
 		if f.neg {
-			// a negative value is a mistake, not a request for the
-			// default: say so rather than run with a setting nobody chose
-			return c, fmt.Errorf("relay: %s must not be negative (0 means the default)", f.name)
+			return fmt.Errorf("relay: %s must not be negative (0 means the default)", f.name)
 		}
 	}
-	if c.BatchSize == 0 {
-		c.BatchSize = 500
-	}
-	if c.Workers <= 0 {
-		c.Workers = 3
-	}
-	if c.LeaseFor <= 0 {
-		c.LeaseFor = 30 * time.Second
-	}
 	if c.LeaseFor < 100*time.Millisecond {
-		return c, errors.New("relay: LeaseFor must be at least 100ms")
-	}
-	if c.PublishTimeout <= 0 {
-		c.PublishTimeout = 10 * time.Second
-	}
-	if c.PollInterval <= 0 {
-		c.PollInterval = 500 * time.Millisecond
-	}
-	if c.MaxAttempts <= 0 {
-		c.MaxAttempts = 25
-	}
-	if c.BackoffBase <= 0 {
-		c.BackoffBase = time.Second
-	}
-	if c.BackoffMax <= 0 {
-		c.BackoffMax = 10 * time.Minute
+		return errors.New("relay: LeaseFor must be at least 100ms")
 	}
 	if c.BackoffMax < c.BackoffBase {
-		return c, errors.New("relay: BackoffMax must not be below BackoffBase")
-	}
-	if c.DrainTimeout <= 0 {
-		c.DrainTimeout = 5 * time.Second
-	}
-	if c.Logger == nil {
-		c.Logger = slog.Default()
+		return errors.New("relay: BackoffMax must not be below BackoffBase")
 	}
 	for i, h := range c.Hooks {
 		if !knownHook(h) {
-			return c, fmt.Errorf("relay: Hooks[%d] (%T) implements none of the Hook interfaces", i, h)
+			return fmt.Errorf("relay: Hooks[%d] (%T) implements none of the Hook interfaces", i, h)
 		}
 	}
-	return c, nil
+	return nil
 }
 
-// incarnation makes a chosen Owner name unique to this process for
-// ordering by ownership: name~8 hex digits (the name cut to 55 bytes).
+// incarnation makes a chosen Owner name unique to this process: name~8
+// hex digits (the name cut to 55 bytes).
 // A process restarted under the same name would otherwise inherit its
 // shards at once, while the claims of the process that died are still
 // leased, and could publish a key's later events before those claims

@@ -37,36 +37,3 @@ func TestNegativeSettingsAreRefusedByName(t *testing.T) {
 		t.Errorf("zero Config: %v", err)
 	}
 }
-
-// The zero Config orders by ownership when the store implements
-// store.Owned; Exclusion opts out; the deprecated Ownership is accepted
-// alone (it changes nothing) and refused beside Exclusion; a store
-// without store.Owned orders by exclusion whatever the Config says.
-func TestEngineChoice(t *testing.T) {
-	st := teststores.Open(t, "sqlite", store.Options{}).Store
-	mb := newMem(t, membroker.Config{})
-	for _, c := range []struct {
-		name  string
-		st    store.Store
-		cfg   relay.Config
-		owned bool
-	}{
-		{"zero Config", st, relay.Config{}, true},
-		{"Exclusion", st, relay.Config{Exclusion: true}, false},
-		{"deprecated Ownership", st, relay.Config{Ownership: true}, true},
-		{"a store without store.Owned", struct{ store.Store }{st}, relay.Config{}, false},
-	} {
-		r, err := relay.New(c.st, mb, c.cfg)
-		if err != nil {
-			t.Errorf("%s: %v", c.name, err)
-			continue
-		}
-		if got := r.Health().Owned; got != c.owned {
-			t.Errorf("%s: Health().Owned = %v, want %v", c.name, got, c.owned)
-		}
-	}
-	_, err := relay.New(st, mb, relay.Config{Ownership: true, Exclusion: true})
-	if err == nil || !strings.Contains(err.Error(), "Ownership and Exclusion") {
-		t.Errorf("Ownership and Exclusion together: err = %v, want a refusal naming both", err)
-	}
-}

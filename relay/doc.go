@@ -1,7 +1,9 @@
 // Package relay is the engine that turns committed outbox rows into broker
-// messages: it claims batches from a store.Store under a lease, publishes
-// them through a broker.Broker, waits for every confirmation, and only then
-// acknowledges them back to the store, in one round trip per outcome.
+// messages: it leases shards of the outbox table, claims batches from them,
+// publishes them through a broker.Broker, waits for every confirmation, and
+// only then acknowledges them back to the store, in one round trip per
+// outcome. NewSource runs the same engine over a source.Source (a log such
+// as source/pgcdc) instead of a store.
 //
 // Guarantees, and how they are kept:
 //
@@ -9,20 +11,12 @@
 //     broker confirmed it. A relay killed at any point loses nothing: its
 //     claims expire and another relay (or the same one, restarted) takes
 //     them again.
-//   - Order per key: by default, by ownership (see below): each relay
-//     leases shards of the table and orders each key's events in memory
-//     across batches. With Config.Exclusion (`outbox relay --engine
-//     exclusion`), or over a store that does not implement store.Owned,
-//     by exclusion: the store never hands out an event whose key has
-//     another event in flight, retrying, delayed or (by default) dead.
-//     Either way the n-th event of a key is sent only after the (n-1)-th
-//     was confirmed (or, on a key-ordered broker, together with it in one
-//     call); when one fails, the later events of its key are released
-//     untouched, without counting an attempt, and wait behind it. Both
-//     engines publish a batch through one per-key dispatcher
-//     (internal/dispatch), event by event (below): by exclusion an event
-//     waits only for the previous one of its key in the same batch, by
-//     ownership also for one in an earlier batch still in flight.
+//   - Order per key: each relay owns part of the table (below) and orders
+//     each key's events in memory across batches. The n-th event of a key
+//     is sent only after the (n-1)-th was confirmed (or, on a key-ordered
+//     broker, together with it in one call); when one fails, the later
+//     events of its key are released untouched, without counting an
+//     attempt, and wait behind it.
 //   - Retry with exponential backoff and full jitter, capped; permanent
 //     errors (broker.IsPermanent) and events out of attempts go DEAD with
 //     their reason. By default a dead event holds its key until an operator
@@ -35,65 +29,31 @@
 //     broker cannot be reached at all (broker.ErrUnavailable), claimed
 //     events go back untouched: an outage costs them no attempts.
 //
-// Throughput and latency: each worker settles a batch (ack, retries,
-// releases) in the background while it claims and publishes the next; a
-// wake-up (Store.Notify, or Wake) sends one idle worker, and a worker that
-// claimed a full batch brings another in; after a round that found events a
-// worker looks again after 2, 10 and 50 ms, because wake-ups may be
-// coalesced, before it falls back to PollInterval. Stores probe for commits
-// that carry no notification (plain SQL from any language) every few
-// milliseconds while a relay listens, so those are found quickly too.
+// # Latency
 //
-// The probe interval (store.Options.ProbeInterval, `outbox relay --probe`)
-// trades a plain-SQL commit's wait against the cost of an idle relay.
-// Measured over 60 s with one idle relay on PostgreSQL (the CPU of its
-// database backends, then of the relay process): every 1 ms, 5 % and 12 %
-// of a core; every 2 ms, 4 % and 9 %; every 5 ms (the default), 2 % and
-// 5 %; every 10 ms, 1.3 % and 3.4 %; off, under 0.3 % each, and such
-// commits then wait for the next poll (PollInterval, 500 ms). Polling
-// instead (PollInterval 10 ms, probe off) costs more than the probe, 8 %
-// and 7 %, because each poll is a claim. On MariaDB and SQLite the probe
-// costs the relay process about the same (3.6 % at 5 ms). At 20 events/s
-// the median commit → receipt latency was 1.6, 2.3, 2.9 and 4.7 ms with
-// the probe every 1, 2, 5 and 10 ms, and 22 ms with it off (BENCHMARKS.md
-// §11, on a loaded machine whose tail hid the rest): 5 ms keeps
-// the wait within a few milliseconds for a few percent of a core. Every
-// 50 ms the probe also looks for a commit that landed below an id already
-// seen (PostgreSQL: the table's writers in pg_locks; MariaDB: a signature
-// of the pending rows); on PostgreSQL that look added about 1 % of a core
-// to the database per idle relay (two idle relays, 15 s, 4.0 → 5.8 % and
-// 4.3 → 6.1 % for their backends, on a loaded machine). Events enqueued
-// through a Store (NOTIFY on PostgreSQL, in-process signals) do not wait
-// for the probe.
+// Each worker settles a batch (ack, retries, releases) in the background
+// while it claims and publishes the next; a wake-up (the store's Notify, or
+// Wake) sends one idle worker, and a worker that claimed a full batch
+// brings another in; after a round that found events a worker looks again
+// after 2, 10 and 50 ms, because wake-ups may be coalesced, before it falls
+// back to PollInterval. Stores probe for commits that carry no notification
+// (plain SQL from any language) every few milliseconds while a relay
+// listens (store.Options.ProbeInterval, `outbox relay --probe`), so those
+// are found quickly too; the probe trades that wait against the CPU of an
+// idle relay, measured in BENCHMARKS.md. Events enqueued through a Store
+// (NOTIFY on PostgreSQL, in-process signals) do not wait for the probe.
 //
 // # Ordering by ownership
 //
-// The default engine (earlier versions ordered by exclusion, and this one
-// still does when told to). Config.Exclusion (`outbox relay
-// --engine exclusion`, or --ownership=false, its older form) keeps the
-// exclusion engine instead: for a rolling upgrade from a version that
-// ordered by exclusion, where the store says the two may not run on one
-// table at once, or to compare the two. The shard heartbeat
-// (store.Owned's Balance) is one round trip on PostgreSQL that waits for
-// no claim (neither in the database nor in the relay), with a deadline of
-// half the lease; while a heartbeat is slow or failed the relay keeps
-// claiming from the shards it holds, each claim checking its lease in the
-// database. A known risk of the default on
-// SQLite: on a machine loaded far past its cores (load 40 on 2 cores,
-// tests under -race), relay tests once saw a relay by ownership let a
-// claim's lease run out and deliver nothing for 30 s, until the lease
-// brought the events back (nothing lost); not reproduced since.
-//
-// Over a store that implements store.Owned (SQLite, PostgreSQL, MariaDB),
-// the relay does not rely on the store to
-// exclude keys in flight; it owns part of the table instead, like a
-// consumer of a Kafka consumer group owns partitions:
+// The relay does not ask the store to exclude keys in flight; it owns part
+// of the table instead, as a consumer of a Kafka consumer group owns
+// partitions:
 //
 //   - Shards. The database puts each row in one of a fixed number of
-//     shards by a hash of its key (keyless rows by id on PostgreSQL): 64 on PostgreSQL
-//     and MariaDB, one on SQLite, which has a single writer anyway. All of
-//     a key's rows are in one shard.
-//   - Leases. A balance loop heartbeats every LeaseFor/3 (store.Owned's
+//     shards by a hash of its key (keyless rows by id on PostgreSQL): 64
+//     on PostgreSQL and MariaDB, one on SQLite, which has a single writer
+//     anyway. All of a key's rows are in one shard.
+//   - Leases. A balance loop heartbeats every LeaseFor/3 (the store's
 //     Balance, with the database's clock): it renews the relay's shard
 //     leases, takes free or expired shards up to its fair share of the
 //     live relays, and is told which of its shards another relay waits
@@ -101,101 +61,93 @@
 //     batch claimed from it is settled, the next heartbeat (at once)
 //     releases it, and a relay short of its share heartbeats every
 //     LeaseFor/300 (at least 20 ms) until it has it. A stopping relay
-//     settles everything and then gives all its shards up (Leave), so the others take them at once instead of
-//     after a lease period; a relay that died loses them when their lease
-//     runs out. Rebalancing is cooperative, like franz-go's
-//     cooperative-sticky balancer: a shard changes hands only after its
-//     owner settled its work or its lease expired, and a shard's new
-//     owner cannot claim from it while a claim of the old owner is live.
+//     settles everything and then gives all its shards up (Leave), so the
+//     others take them at once instead of after a lease period; a relay
+//     that died loses them when their lease runs out. Rebalancing is
+//     cooperative, like franz-go's cooperative-sticky balancer: a shard
+//     changes hands only after its owner settled its work or its lease
+//     expired, and a shard's new owner cannot claim from it while a claim
+//     of the old owner is live. The heartbeat waits for no claim, with a
+//     deadline of half the lease; while it is slow or failing the relay
+//     keeps claiming from the shards it holds, each claim checking its
+//     lease in the database.
 //   - Claims. One relay's claims are serialized (one at a time, whatever
 //     Workers is), so claim order is each key's order. A claim reads only
 //     the relay's non-revoked shards, and is not held back by the relay's
 //     own events in flight: a hot key's next events are claimed while its
-//     earlier ones are still being published. Claims wait only for each
-//     other: the lock of the relay's shard view and key chains is never
-//     held across a round trip, so a heartbeat, a settle or Health does
-//     not wait for a claim in the store. While the relay keeps up (its
-//     last claim did not fill its batch), a worker that finds one claim
-//     running and another waiting does not claim: the waiting one starts
-//     later and takes all it would have. A shard revoked while a claim
-//     reads it counts that claim as its work: it is released only once
-//     the claim's batch is settled.
-//   - The per-key dispatcher. Each claimed keyed event takes a ticket
-//     behind the previous claimed event of its key, which may be in an
-//     earlier batch still in flight. It is published only after that one
-//     was confirmed by the broker (or, on a broker that keeps a key's
-//     order within a call, broker.OrderKey and OrderPartition, in the same
-//     call right after it). When the earlier event fails (a retry, DEAD),
-//     or is given back (stop, outage, lost lease), the later events of the
-//     key are given back too, without counting an attempt, and the store
-//     parks them behind the failed one: they come back once it is
-//     delivered, requeued or purged. A key's tickets are forgotten only
-//     after every outcome of its claimed events is written to the store,
-//     and never while a claim that began before they were written is
-//     still running: such a claim may take the key's next event (a retry
-//     written meanwhile does not hold back a snapshot that predates it),
-//     and first places it behind them. A claim that finds a key forgotten
-//     saw those outcomes: a relay never has two unsettled outcomes of a
-//     key in the wrong order.
-//     When an outcome cannot be written at all, the key waits until the
-//     batch's lease has surely run out (LeaseFor after the last claim or
-//     renewal that may have set it returned, a renewal that failed on the
-//     relay's side included, plus LeaseFor/3), by when the store hands the
-//     event back to the next claim before the key's later ones. Likewise a
-//     claim that failed may have committed unseen (its answer lost with
-//     the connection): the relay claims nothing more until such a lease
-//     has run out, rather than risk a key's later events overtaking the
-//     ones it would hold. Keyless events need no ticket.
-//   - Dispatch is event-driven (internal/dispatch; the exclusion engine
-//     uses it too, with no event waiting outside its batch): when a
-//     publish call returns, the next events of the keys it confirmed go
-//     out at once, in a new call, while the batch's other call is still
-//     in flight (two at most per batch; the broker's MaxInFlight bounds
-//     the events across all calls). Events ready together go in one
-//     call; on a broker that keeps no order, a ready set found with no
-//     call in flight is cut in two, so that the keys' chains drift apart
-//     instead of all waiting, call after call, for the slowest ack of one
-//     shared call.
+//     earlier ones are still being published. The lock of the relay's
+//     shard view and key chains is never held across a round trip, so a
+//     heartbeat, a settle or Health does not wait for a claim in the
+//     store. While the relay keeps up (its last claim did not fill its
+//     batch), a worker that finds one claim running and another waiting
+//     does not claim: the waiting one starts later and takes all it would
+//     have. A shard revoked while a claim reads it counts that claim as its
+//     work: it is released only once the claim's batch is settled.
+//   - The per-key dispatcher (internal/dispatch). Each claimed keyed event
+//     takes a ticket behind the previous claimed event of its key, which
+//     may be in an earlier batch still in flight. It is published only
+//     after that one was confirmed by the broker (or, on a broker that
+//     keeps a key's order within a call, broker.OrderKey and
+//     OrderPartition, in the same call right after it). When the earlier
+//     event fails (a retry, DEAD), or is given back (stop, outage, lost
+//     lease), the later events of the key are given back too, without
+//     counting an attempt, and the store parks them behind the failed one:
+//     they come back once it is delivered, requeued or purged. A key's
+//     tickets are forgotten only after every outcome of its claimed events
+//     is written to the store, and never while a claim that began before
+//     they were written is still running: such a claim may take the key's
+//     next event (a retry written meanwhile does not hold back a snapshot
+//     that predates it), and first places it behind them. A claim that
+//     finds a key forgotten saw those outcomes: a relay never has two
+//     unsettled outcomes of a key in the wrong order. When an outcome
+//     cannot be written at all, the key waits until the batch's lease has
+//     surely run out (LeaseFor after the last claim or renewal that may
+//     have set it returned, a renewal that failed on the relay's side
+//     included, plus LeaseFor/3), by when the store hands the event back
+//     to the next claim before the key's later ones. Likewise a claim that
+//     failed may have committed unseen (its answer lost with the
+//     connection): the relay claims nothing more until such a lease has
+//     run out, rather than risk a key's later events overtaking the ones
+//     it would hold. Keyless events need no ticket.
+//   - Dispatch is event-driven: when a publish call returns, the next
+//     events of the keys it confirmed go out at once, in a new call, while
+//     the batch's other call is still in flight (two at most per batch;
+//     the broker's MaxInFlight bounds the events across all calls). Events
+//     ready together go in one call; on a broker that keeps no order, a
+//     ready set found with no call in flight is cut in two, so that the
+//     keys' chains drift apart instead of all waiting, call after call,
+//     for the slowest ack of one shared call.
 //   - One hot key is bound by the broker's round trip. On a broker that
 //     keeps no order after a failure (broker.OrderNone: NATS JetStream,
 //     which can store event k+1 of a key and fail k), a key's next event
 //     may go only once the broker confirmed the previous one, so one key
-//     moves one event per publish call: the PubAck round trip (about
-//     80 µs for a synchronous JetStream publish on an idle loopback) plus
-//     what a call costs the relay, the adapter and the broker (a
-//     deadline, the writes, the PubAck's dispatch; about 55–70 µs of the
-//     relay's CPU per call on a 2-core machine), whatever the batch size, the
-//     workers or the relays (one relay owns the key's shard, and its next
-//     batches are claimed while the current one is published). 10 keys
-//     move at most 10 events per round trip. A key-ordered broker
-//     (OrderKey, OrderPartition) sends a key's events of a batch in one
-//     call instead.
-//   - Fencing is as strong as in the exclusion engine: every claim has
-//     its own (Owner, Epoch) and each ack, retry, burial and release is
-//     checked against it; shard leases carry epochs too, and a claim
-//     checks in the database that its owner still holds each shard under
-//     the epoch it names. A relay that stalls past its leases (a
-//     SIGSTOP, a long GC pause) changes nothing when it wakes: its
-//     claims were taken over, and its next heartbeat finds its shards
+//     moves one event per publish call, whatever the batch size, the
+//     workers or the relays (one relay owns the key's shard). A
+//     key-ordered broker (OrderKey, OrderPartition) sends a key's events of
+//     a batch in one call instead.
+//   - Fencing: every claim has its own (Owner, Epoch) and each ack, retry,
+//     burial and release is checked against it; shard leases carry epochs
+//     too, and a claim checks in the database that its owner still holds
+//     each shard under the epoch it names. A relay that stalls past its
+//     leases (a SIGSTOP, a long GC pause) changes nothing when it wakes:
+//     its claims were taken over, and its next heartbeat finds its shards
 //     under new epochs.
 //
-// Why: the exclusion engine's claim skips every row whose key is in any
-// live claim, so concurrency is bounded by the keys in the backlog and a
-// claim reads past all the rows of held keys. Owning shards makes a claim
-// cost O(batch) whatever the key distribution, and relays add up.
-// Without store.Owned (a store of another package that did not implement
-// it) the relay keeps the exclusion engine described above, unchanged.
+// Why own shards rather than skip the keys in flight: a claim that skips
+// every row whose key is in any live claim bounds concurrency by the keys
+// in the backlog and reads past all the rows of held keys. Owning shards
+// makes a claim cost O(batch) whatever the key distribution, and relays
+// add up.
 //
-// Owner names: ordering by ownership, an Owner given in Config gets "~"
-// and 8 random hex digits per process (Relay.Owner says the result; a name
-// that ends so already is kept), so that a relay restarted under the same
-// name is a new owner and waits for the claims of the process that died.
-// Ordering by exclusion, the name is used as given.
+// Owner names: an Owner given in Config gets "~" and 8 random hex digits
+// per process (Relay.Owner says the result; a name that ends so already is
+// kept), so that a relay restarted under the same name is a new owner and
+// waits for the claims of the process that died.
 //
 // Observing: Config.Hooks take values implementing any of HookClaim,
 // HookPublishStart (which may replace the publish's context, for a tracing
 // span), HookPublishEnd (each event's result), HookSettle, HookLease,
-// HookHealth and HookShards (each heartbeat, ordering by ownership);
-// Relay.Health is a snapshot for readiness checks (failing since when,
-// last delivery, events in flight, shards held).
+// HookHealth and HookShards (each heartbeat); Relay.Health is a snapshot
+// for readiness checks (failing since when, last delivery, events in
+// flight, shards held).
 package relay

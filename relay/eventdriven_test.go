@@ -38,7 +38,7 @@ func (s slowKeyBroker) Publish(ctx context.Context, events []outbox.Event) []err
 // (a second) is still in flight; round by round, the fast key moved one
 // event per slow call.
 func TestOwnedSlowKeyHoldsOnlyItself(t *testing.T) {
-	forOwnedStores(t, func(t *testing.T, o teststores.Opened) {
+	forEachOpened(t, func(t *testing.T, o teststores.Opened) {
 		st := o.Store
 		mb := newMem(t, membroker.Config{})
 		var msgs []outbox.Message
@@ -51,7 +51,7 @@ func TestOwnedSlowKeyHoldsOnlyItself(t *testing.T) {
 		if err := st.Enqueue(context.Background(), msgs...); err != nil {
 			t.Fatal(err)
 		}
-		cfg := ownedConfig()
+		cfg := fastConfig()
 		cfg.PublishTimeout = 30 * time.Second
 		run(t, st, slowKeyBroker{mb}, cfg)
 		waitFor(t, "delivery", 60*time.Second, func() bool { return pending(t, st).Pending() == 0 })

@@ -89,9 +89,8 @@ func (w *shardWatcher) OnShards(_ context.Context, s relay.ShardInfo) {
 	w.gained.Add(int64(len(s.Gained)))
 }
 
-// A relay over a store that orders by ownership (store.Owned, the default; SQLite has
-// one shard) heartbeats its shard leases; HookShards and Health show what
-// it holds, for a gauge such as outbox_shards_held.
+// A relay heartbeats its shard leases (SQLite has one shard); HookShards
+// and Health show what it holds, for a gauge such as outbox_shards_held.
 func ExampleHookShards() {
 	ctx := context.Background()
 	dir, _ := os.MkdirTemp("", "example")

@@ -52,10 +52,10 @@ func (w *shardWatch) get() (relay.ShardInfo, time.Time) {
 // to signal the drain, and their events waited that long (10 s with the
 // default 30 s lease: p99 ≈ 10 s in `outbox bench` at each start).
 func TestOwnedRevokedIdleShardsAreHandedOverAtOnce(t *testing.T) {
-	forOwnedStores(t, func(t *testing.T, o teststores.Opened) {
+	forEachOpened(t, func(t *testing.T, o teststores.Opened) {
 		st := o.Store
 		mb := newMem(t, membroker.Config{})
-		cfg := ownedConfig()
+		cfg := fastConfig()
 		cfg.LeaseFor = 30 * time.Second // a heartbeat every 10 s, as by default
 		var a, b shardWatch
 		cfgA, cfgB := cfg, cfg
@@ -116,7 +116,7 @@ func TestOwnedJoiningRelayGetsItsShareBeforeTheNextHeartbeat(t *testing.T) {
 	}
 	defer stB.Close()
 	mb := newMem(t, membroker.Config{})
-	cfg := ownedConfig()
+	cfg := fastConfig()
 	cfg.LeaseFor = 30 * time.Second // a heartbeat every 10 s, as by default
 	var a, b shardWatch
 	cfgA, cfgB := cfg, cfg

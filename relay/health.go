@@ -25,10 +25,10 @@ type Health struct {
 	InFlight int64
 	// Claimed … Released are the counters of Totals.
 	Claimed, Delivered, Retried, Dead, Released, Batches int64
-	// Ownership mode (the store implements store.Owned): Owned is set;
-	// ShardsHeld is how many of the table's Shards this relay holds
-	// (those being handed over included), RelaysSeen how many live relays
-	// the last heartbeat counted. Zero otherwise.
+	// A relay over a store (New) leases shards: Owned is set; ShardsHeld
+	// is how many of the table's Shards this relay holds (those being
+	// handed over included), RelaysSeen how many live relays the last
+	// heartbeat counted. Zero for a relay over a source (NewSource).
 	Owned                          bool
 	ShardsHeld, Shards, RelaysSeen int
 }

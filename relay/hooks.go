@@ -6,7 +6,7 @@ import (
 
 	outbox "github.com/outbox-go/outbox"
 	"github.com/outbox-go/outbox/broker"
-	"github.com/outbox-go/outbox/store"
+	"github.com/outbox-go/outbox/store/driver"
 )
 
 // Hook is a value that implements one or more of the Hook… interfaces of
@@ -25,7 +25,7 @@ type HookClaim interface {
 
 // ClaimInfo describes one claim.
 type ClaimInfo struct {
-	Lease  store.Lease
+	Lease  driver.Lease
 	Events []outbox.Event // what was claimed, in id order (read only)
 	Took   time.Duration
 	Err    error // the store failed; Events is empty
@@ -66,7 +66,7 @@ type HookLease interface {
 
 // LeaseInfo describes a change of a batch's lease.
 type LeaseInfo struct {
-	Lease store.Lease
+	Lease driver.Lease
 	Lost  bool      // the store refused it, or it could not be renewed in time
 	Until time.Time // the local estimate of its end after this change
 	Err   error     // why a renewal failed; nil when renewed
@@ -85,17 +85,17 @@ type HealthChange struct {
 }
 
 // HookShards is told after each heartbeat of a relay whose store orders
-// by ownership (store.Owned): the shards it holds, what changed, and
+// by ownership (driver.Driver): the shards it holds, what changed, and
 // whether the heartbeat failed.
 type HookShards interface {
 	OnShards(ctx context.Context, s ShardInfo)
 }
 
-// ShardInfo describes one heartbeat (store.Owned's Balance).
+// ShardInfo describes one heartbeat (driver.Driver's Balance).
 type ShardInfo struct {
-	Shards int                // the table's number of shards
-	Relays int                // live relays, this one included
-	Held   []store.ShardLease // held after the heartbeat (read only); Revoke marks those being handed over
+	Shards int                 // the table's number of shards
+	Relays int                 // live relays, this one included
+	Held   []driver.ShardLease // held after the heartbeat (read only); Revoke marks those being handed over
 	// Gained and Lost are the shards taken and lost since the previous
 	// heartbeat (a shard held again under a new epoch counts as gained);
 	// Released are those given up by this heartbeat after their events

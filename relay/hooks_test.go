@@ -102,18 +102,7 @@ func (r *recorder) snapshot() seen {
 }
 
 func TestHooksSeeEveryStepAndHealthTellsTheTruth(t *testing.T) {
-	for _, e := range engines {
-		t.Run(e.name, func(t *testing.T) { // one at a time: its 300 ms lease is tight on a loaded machine
-			cfg := fastConfig()
-			cfg.Exclusion = e.exclusion
-			hooksSeeEveryStep(t, cfg)
-		})
-	}
-}
-
-// hooksSeeEveryStep runs TestHooksSeeEveryStepAndHealthTellsTheTruth with
-// cfg's engine.
-func hooksSeeEveryStep(t *testing.T, cfg relay.Config) {
+	cfg := fastConfig()
 	st := teststores.Open(t, "sqlite", store.Options{}).Store
 	mb := newMem(t, membroker.Config{})
 	mb.SetHook(func(e outbox.Event) error {
@@ -126,8 +115,8 @@ func hooksSeeEveryStep(t *testing.T, cfg relay.Config) {
 	cfg.Hooks = []relay.Hook{rec}
 	cfg.LeaseFor = 300 * time.Millisecond
 	r, _ := run(t, st, mb, cfg)
-	if h := r.Health(); !h.LastDelivered.IsZero() || h.StoreError != "" || h.BrokerError != "" || h.Owned == cfg.Exclusion {
-		t.Fatalf("health before any work = %+v (Exclusion %v)", h, cfg.Exclusion)
+	if h := r.Health(); !h.LastDelivered.IsZero() || h.StoreError != "" || h.BrokerError != "" {
+		t.Fatalf("health before any work = %+v", h)
 	}
 
 	// Ten events, one poison; a publish slower than a third of the lease,

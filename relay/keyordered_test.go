@@ -11,6 +11,7 @@ import (
 	"github.com/outbox-go/outbox/broker/membroker"
 	"github.com/outbox-go/outbox/relay"
 	"github.com/outbox-go/outbox/store"
+	"github.com/outbox-go/outbox/store/driver"
 )
 
 // On a key-ordered broker the whole batch goes in one Publish call, and the
@@ -19,7 +20,7 @@ import (
 // with no attempt counted, so they cannot go DEAD untried behind a flaky
 // predecessor.
 func TestHeldBackEventsOfAKeyOrderedBrokerCountNoAttempt(t *testing.T) {
-	forEachStore(t, func(t *testing.T, st store.Store, cfg relay.Config) {
+	forEachStore(t, func(t *testing.T, st driver.Store, cfg relay.Config) {
 		ctx := context.Background()
 		mb := newMem(t, membroker.Config{KeyOrdered: true})
 		mb.SetHook(func(e outbox.Event) error {

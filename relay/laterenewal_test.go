@@ -11,7 +11,7 @@ import (
 
 	outbox "github.com/outbox-go/outbox"
 	"github.com/outbox-go/outbox/broker/membroker"
-	"github.com/outbox-go/outbox/store"
+	"github.com/outbox-go/outbox/store/driver"
 	"github.com/outbox-go/outbox/testkit/teststores"
 )
 
@@ -21,22 +21,22 @@ import (
 // that timed out on the relay's side and still renewed the lease, as a
 // statement that outlives its cancelled client does on a loaded server.
 type lateRenewals struct {
-	store.Store
-	own    store.Owned
+	driver.Store
+	own    driver.Driver
 	target string
 
 	mu    sync.Mutex
-	lease store.Lease
+	lease driver.Lease
 	found bool
 	late  atomic.Int32 // late renewals run
 }
 
-func (s *lateRenewals) Balance(ctx context.Context, req store.BalanceRequest) (store.Ownership, error) {
+func (s *lateRenewals) Balance(ctx context.Context, req driver.BalanceParams) (driver.Ownership, error) {
 	return s.own.Balance(ctx, req)
 }
 
-func (s *lateRenewals) ClaimOwned(ctx context.Context, req store.OwnedClaimRequest) (store.Claim, error) {
-	c, err := s.own.ClaimOwned(ctx, req)
+func (s *lateRenewals) Claim(ctx context.Context, req driver.ClaimParams) (driver.Claim, error) {
+	c, err := s.own.Claim(ctx, req)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, e := range c.Events {
@@ -47,15 +47,16 @@ func (s *lateRenewals) ClaimOwned(ctx context.Context, req store.OwnedClaimReque
 	return c, err
 }
 
-func (s *lateRenewals) Extend(ctx context.Context, lease store.Lease, ids []int64, d time.Duration) (time.Time, error) {
+func (s *lateRenewals) Extend(ctx context.Context, p driver.ExtendParams) (time.Time, error) {
+	lease, ids, d := p.Lease, p.IDs, p.For
 	s.mu.Lock()
 	late := s.found && lease == s.lease
 	s.mu.Unlock()
 	if !late {
-		return s.Store.Extend(ctx, lease, ids, d)
+		return s.Store.Extend(ctx, driver.ExtendParams{Lease: lease, IDs: ids, For: d})
 	}
 	<-ctx.Done()
-	if _, err := s.Store.Extend(context.WithoutCancel(ctx), lease, ids, d); err == nil {
+	if _, err := s.Store.Extend(context.WithoutCancel(ctx), driver.ExtendParams{Lease: lease, IDs: ids, For: d}); err == nil {
 		s.late.Add(1)
 	}
 	return time.Time{}, fmt.Errorf("extend: %w", ctx.Err())
@@ -69,9 +70,9 @@ func (s *lateRenewals) Extend(ctx context.Context, lease store.Lease, ids []int6
 // fix the wait ended LeaseFor/2 after the last renewal that succeeded, and
 // k#2 went out ahead of k#1.
 func TestOwnedLateRenewalKeepsKeyWaiting(t *testing.T) {
-	forOwnedStores(t, func(t *testing.T, o teststores.Opened) {
+	forEachOpened(t, func(t *testing.T, o teststores.Opened) {
 		ctx := context.Background()
-		st := &lateRenewals{Store: o.Store, own: store.OwnedFor(o.Store), target: "k#1"}
+		st := &lateRenewals{Store: o.Store, own: o.Store, target: "k#1"}
 		const leaseFor = 2 * time.Second
 		mb := newMem(t, membroker.Config{})
 		var tries atomic.Int32
@@ -91,7 +92,7 @@ func TestOwnedLateRenewalKeepsKeyWaiting(t *testing.T) {
 		if err := o.Store.Enqueue(ctx, msgs...); err != nil {
 			t.Fatal(err)
 		}
-		cfg := ownedConfig()
+		cfg := fastConfig()
 		cfg.LeaseFor = leaseFor
 		cfg.BatchSize = 1 // k#2 in a batch of its own, claimed while k#1 is in flight
 		cfg.Workers = 2

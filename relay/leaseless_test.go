@@ -13,7 +13,7 @@ import (
 
 // A producer writing with plain SQL inserts a row whose status says SENDING
 // and whose lease columns keep their defaults, then its key's next event:
-// a running relay, on every database and both engines, delivers the first
+// a running relay, on every database, delivers the first
 // (an expired lease to take over) and then the second, or the database
 // refused the first at INSERT and the second goes out alone. The key's
 // later event never passes the SENDING row, and nothing stays in flight.
@@ -26,45 +26,40 @@ func TestSendingRowWithoutLease(t *testing.T) {
 			if kind == "postgres" {
 				mark = "$1"
 			}
-			for _, eng := range engines {
-				t.Run(eng.name, func(t *testing.T) {
-					opened := teststores.OpenAt(t, kind, url, store.Options{})
-					st, ctx := opened.Store, context.Background()
-					mb := newMem(t, membroker.Config{})
-					cfg := fastConfig()
-					cfg.Exclusion = eng.exclusion
-					cfg.LeaseFor = 30 * time.Second // nothing here waits for a lease to run out
-					cfg.Logger = failureLog(t)
-					r, _ := run(t, st, mb, cfg)
-					_, refused := opened.DB.ExecContext(ctx, "INSERT INTO "+opened.Opts.Table+" (topic, event_key, event_type, payload, status) VALUES ('orders', 'k', 'Stuck', '{}', "+mark+")", "SENDING")
-					if err := st.Enqueue(ctx, outbox.Message{Topic: "orders", Key: "k", Type: "After", Payload: []byte(`{"after":1}`)}); err != nil {
-						t.Fatal(err)
+			opened := teststores.OpenAt(t, kind, url, store.Options{})
+			st, ctx := opened.Store, context.Background()
+			mb := newMem(t, membroker.Config{})
+			cfg := fastConfig()
+			cfg.LeaseFor = 30 * time.Second // nothing here waits for a lease to run out
+			cfg.Logger = failureLog(t)
+			r, _ := run(t, st, mb, cfg)
+			_, refused := opened.DB.ExecContext(ctx, "INSERT INTO "+opened.Opts.Table+" (topic, event_key, event_type, payload, status) VALUES ('orders', 'k', 'Stuck', '{}', "+mark+")", "SENDING")
+			if err := st.Enqueue(ctx, outbox.Message{Topic: "orders", Key: "k", Type: "After", Payload: []byte(`{"after":1}`)}); err != nil {
+				t.Fatal(err)
+			}
+			want := []string{"Stuck", "After"}
+			if refused != nil {
+				t.Logf("refused at INSERT: %v", refused)
+				want = want[1:]
+			}
+			delivered := func() []string {
+				var got []string
+				seen := map[string]bool{}
+				for _, e := range mb.Events("orders") {
+					if !seen[e.EventID] {
+						seen[e.EventID] = true
+						got = append(got, e.Type)
 					}
-					want := []string{"Stuck", "After"}
-					if refused != nil {
-						t.Logf("refused at INSERT: %v", refused)
-						want = want[1:]
-					}
-					delivered := func() []string {
-						var got []string
-						seen := map[string]bool{}
-						for _, e := range mb.Events("orders") {
-							if !seen[e.EventID] {
-								seen[e.EventID] = true
-								got = append(got, e.Type)
-							}
-						}
-						return got
-					}
-					for deadline := time.Now().Add(time.Minute); len(delivered()) < len(want) || pending(t, st).Pending() > 0; time.Sleep(10 * time.Millisecond) {
-						if time.Now().After(deadline) {
-							t.Fatalf("after a minute, delivered %v of %v; the store: %+v (the SENDING row without a lease is never taken over?); the relay: %+v", delivered(), want, pending(t, st), r.Health())
-						}
-					}
-					if got := delivered(); len(got) != len(want) || got[0] != want[0] {
-						t.Fatalf("delivered %v; want %v (the SENDING row without a lease first)", got, want)
-					}
-				})
+				}
+				return got
+			}
+			for deadline := time.Now().Add(time.Minute); len(delivered()) < len(want) || pending(t, st).Pending() > 0; time.Sleep(10 * time.Millisecond) {
+				if time.Now().After(deadline) {
+					t.Fatalf("after a minute, delivered %v of %v; the store: %+v (the SENDING row without a lease is never taken over?); the relay: %+v", delivered(), want, pending(t, st), r.Health())
+				}
+			}
+			if got := delivered(); len(got) != len(want) || got[0] != want[0] {
+				t.Fatalf("delivered %v; want %v (the SENDING row without a lease first)", got, want)
 			}
 		})
 	}

@@ -9,13 +9,13 @@ import (
 	"github.com/outbox-go/outbox/broker/natsbroker"
 	"github.com/outbox-go/outbox/internal/testnats"
 	"github.com/outbox-go/outbox/relay"
-	"github.com/outbox-go/outbox/store"
+	"github.com/outbox-go/outbox/store/driver"
 )
 
 // Each store × NATS JetStream on the machine's server: everything arrives,
 // in order per key, with the event id as Nats-Msg-Id.
 func TestDeliversThroughNATSJetStream(t *testing.T) {
-	forEachStore(t, func(t *testing.T, st store.Store, cfg relay.Config) {
+	forEachStore(t, func(t *testing.T, st driver.Store, cfg relay.Config) {
 		url := testnats.Shared(t)
 		s := testnats.NewStream(t, url)
 		br, err := natsbroker.Dial(url, natsbroker.Config{})

@@ -12,6 +12,7 @@ import (
 	"github.com/outbox-go/outbox/broker"
 	"github.com/outbox-go/outbox/relay"
 	"github.com/outbox-go/outbox/store"
+	"github.com/outbox-go/outbox/store/driver"
 )
 
 // partitionBroker is a broker whose ordered unit is a partition, as
@@ -55,7 +56,7 @@ func (p *partitionBroker) Close(context.Context) error { return nil }
 // come back with no attempt counted, so it is delivered once the failing
 // event is out of its way instead of going DEAD untried beside it.
 func TestNotAttemptedEventsCountNoAttempt(t *testing.T) {
-	forEachStore(t, func(t *testing.T, st store.Store, cfg relay.Config) {
+	forEachStore(t, func(t *testing.T, st driver.Store, cfg relay.Config) {
 		ctx := context.Background()
 		pb := &partitionBroker{}
 		if err := st.Enqueue(ctx,

@@ -12,15 +12,16 @@ import (
 	outbox "github.com/outbox-go/outbox"
 	"github.com/outbox-go/outbox/internal/dispatch"
 	"github.com/outbox-go/outbox/store"
+	"github.com/outbox-go/outbox/store/driver"
 )
 
-// Ownership mode (the store implements store.Owned): see the package doc.
+// Ownership mode (the store implements driver.Driver): see the package doc.
 
 // ownership is the relay's view of the shards it holds and the per-key
 // dispatcher that orders a key's events across batches.
 type ownership struct {
 	r  *Relay
-	st store.Owned
+	st driver.Driver
 
 	// claimMu serializes the relay's claims, from the snapshot of the
 	// shards to the placing of the claimed events' tickets, so that claim
@@ -39,8 +40,8 @@ type ownership struct {
 	// and never across a round trip, so a heartbeat, a settle or Health
 	// does not wait for a claim's store call.
 	mu       sync.Mutex
-	held     []store.ShardLease // claimed from: held and not revoked
-	revoking []store.ShardLease // held, revoked: drained, then released
+	held     []driver.ShardLease // claimed from: held and not revoked
+	revoking []driver.ShardLease // held, revoked: drained, then released
 	// busy counts, per shard, the unsettled batches claimed from it and
 	// the claim in flight that may take one: a shard revoked while a claim
 	// reads it is not released before that batch settles.
@@ -120,7 +121,7 @@ var errClaimQueued = errors.New("relay: a claim is queued already")
 // failure stands, so /readyz reports it once it lasts past the grace.
 var errClaimPaused = errors.New("relay: claims paused after a failed claim")
 
-func newOwnership(r *Relay, st store.Owned) *ownership {
+func newOwnership(r *Relay, st driver.Driver) *ownership {
 	return &ownership{r: r, st: st, busy: map[int]int{}, keys: map[string]*keyState{}, kick: make(chan struct{}, 1)}
 }
 
@@ -136,11 +137,11 @@ func newOwnership(r *Relay, st store.Owned) *ownership {
 // relay processes, claims often queued two deep behind a slow one.) While
 // claims come back full (a backlog) each claims a batch of its own, and
 // they queue as before.
-func (o *ownership) claim(ctx context.Context, lease store.Lease) (*batch, store.Claim, error) {
+func (o *ownership) claim(ctx context.Context, lease driver.Lease) (*batch, driver.Claim, error) {
 	if !o.claimMu.TryLock() {
 		if !o.lastFull.Load() {
 			if !o.queued.CompareAndSwap(false, true) {
-				return nil, store.Claim{Lease: lease}, errClaimQueued
+				return nil, driver.Claim{Lease: lease}, errClaimQueued
 			}
 			o.claimMu.Lock()
 			o.queued.Store(false)
@@ -150,12 +151,12 @@ func (o *ownership) claim(ctx context.Context, lease store.Lease) (*batch, store
 	}
 	defer o.claimMu.Unlock()
 	if time.Now().Before(o.pausedTill) {
-		return nil, store.Claim{Lease: lease}, errClaimPaused
+		return nil, driver.Claim{Lease: lease}, errClaimPaused
 	}
 	o.mu.Lock()
 	if len(o.held) == 0 {
 		o.mu.Unlock()
-		return nil, store.Claim{Lease: lease}, nil
+		return nil, driver.Claim{Lease: lease}, nil
 	}
 	shards := make([]int, len(o.held))
 	for i, l := range o.held {
@@ -168,23 +169,21 @@ func (o *ownership) claim(ctx context.Context, lease store.Lease) (*batch, store
 	o.claiming = true
 	o.mu.Unlock()
 
-	claim, err := o.st.ClaimOwned(ctx, store.OwnedClaimRequest{
-		ClaimRequest: store.ClaimRequest{
-			Lease:        lease,
-			Limit:        o.r.cfg.BatchSize,
-			LeaseFor:     o.r.cfg.LeaseFor,
-			HoldDeadKeys: o.r.cfg.DeadKeys == HoldKey,
-		},
-		Shards: held,
+	claim, err := o.st.Claim(ctx, driver.ClaimParams{
+		Lease:        lease,
+		Limit:        o.r.cfg.BatchSize,
+		LeaseFor:     o.r.cfg.LeaseFor,
+		HoldDeadKeys: o.r.cfg.DeadKeys == HoldKey,
+		Shards:       held,
 	})
 	o.lastFull.Store(err == nil && len(claim.Events) >= o.r.cfg.BatchSize)
 	switch {
-	case errors.Is(err, store.ErrLeaseLost):
+	case errors.Is(err, driver.ErrLeaseLost):
 		// the store says this relay holds none of those shards any
 		// more: its view is stale; heartbeat now rather than fail
 		poke(o.kick)
-		claim, err = store.Claim{Lease: lease}, nil
-	case err != nil && !errors.Is(err, store.ErrNotMigrated) && !errors.Is(err, store.ErrNothingClaimed):
+		claim, err = driver.Claim{Lease: lease}, nil
+	case err != nil && !errors.Is(err, store.ErrNotMigrated) && !errors.Is(err, driver.ErrNothingClaimed):
 		// The claim may have committed although its answer was lost (a
 		// connection cut, a timeout during COMMIT): its events would be
 		// leased to this relay, unknown to the dispatcher, and the store
@@ -233,7 +232,7 @@ func (o *ownership) claim(ctx context.Context, lease store.Lease) (*batch, store
 
 // place makes a batch of claimed events and gives each keyed one its
 // ticket behind the previous claimed event of its key (under mu).
-func (o *ownership) place(lease store.Lease, events []outbox.Event) *batch {
+func (o *ownership) place(lease driver.Lease, events []outbox.Event) *batch {
 	b := &batch{r: o.r, lease: lease, events: events, own: o}
 	b.prev = make([]*ticket, len(b.events))
 	b.tickets = make([]*ticket, len(b.events))
@@ -313,7 +312,7 @@ func (o *ownership) unbusy(shards []int) (drained bool) {
 	for _, s := range shards {
 		if o.busy[s]--; o.busy[s] <= 0 {
 			delete(o.busy, s)
-			drained = drained || slices.ContainsFunc(o.revoking, func(l store.ShardLease) bool { return l.Shard == s })
+			drained = drained || slices.ContainsFunc(o.revoking, func(l driver.ShardLease) bool { return l.Shard == s })
 		}
 	}
 	return drained
@@ -334,7 +333,7 @@ func (o *ownership) drained() []int {
 
 // update takes in what Balance returned; it reports the shards gained and
 // lost (by shard number) since the previous call.
-func (o *ownership) update(own store.Ownership) (gained, lost []int) {
+func (o *ownership) update(own driver.Ownership) (gained, lost []int) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	before := map[int]int64{}
@@ -430,7 +429,7 @@ func (o *ownership) balanceLoop(ctx context.Context) {
 	}
 }
 
-// balanceNotifier is a store.Owned that can tell a relay when another one
+// balanceNotifier is a driver.Driver that can tell a relay when another one
 // is short of its share of the shards (pgstore: a notification).
 type balanceNotifier interface {
 	BalanceNotify(ctx context.Context) <-chan struct{}
@@ -439,7 +438,7 @@ type balanceNotifier interface {
 // balance runs one Balance; leave gives everything up (the relay has
 // settled all its work).
 func (o *ownership) balance(ctx context.Context, leave bool) error {
-	req := store.BalanceRequest{Owner: o.r.cfg.Owner, LeaseFor: o.r.cfg.LeaseFor, Leave: leave, HoldDeadKeys: o.r.cfg.DeadKeys == HoldKey}
+	req := driver.BalanceParams{Owner: o.r.cfg.Owner, LeaseFor: o.r.cfg.LeaseFor, Leave: leave, HoldDeadKeys: o.r.cfg.DeadKeys == HoldKey}
 	if !leave {
 		req.Release = o.drained()
 	}
@@ -485,15 +484,14 @@ func (o *ownership) balance(ctx context.Context, leave bool) error {
 	return err
 }
 
-// deliverOwned publishes a batch of ownership mode through the shared
-// per-key dispatcher (internal/dispatch): an event goes once the previous
+// deliver publishes a batch through the per-key dispatcher (internal/dispatch): an event goes once the previous
 // event of its key is confirmed, in this batch or in an earlier one still
 // in flight (its ticket), or, on a key-ordered broker, together with it in
 // one call; when that event failed or was given back, it is given back
 // too, untried. Each outcome resolves the event's own ticket at once, so
 // the key's next events in later batches move on without waiting for this
 // batch to end.
-func (b *batch) deliverOwned(ctx context.Context) (BatchReport, error) {
+func (b *batch) deliver(ctx context.Context) (BatchReport, error) {
 	rep := BatchReport{Lease: b.lease, Claimed: len(b.events)}
 	pubCtx, end := b.begin(ctx)
 	defer end()

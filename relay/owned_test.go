@@ -16,20 +16,16 @@ import (
 	"github.com/outbox-go/outbox/internal/testnats"
 	"github.com/outbox-go/outbox/relay"
 	"github.com/outbox-go/outbox/store"
+	"github.com/outbox-go/outbox/store/driver"
 	"github.com/outbox-go/outbox/testkit/teststores"
 )
 
-// forOwnedStores runs fn on every store kind that orders by ownership
-// (store.Owned); the others keep the exclusion engine, which the tests
-// above cover.
-func forOwnedStores(t *testing.T, fn func(t *testing.T, o teststores.Opened)) {
+// forEachOpened runs fn once per store kind on a fresh table, with the
+// table's database handle.
+func forEachOpened(t *testing.T, fn func(t *testing.T, o teststores.Opened)) {
 	for _, kind := range teststores.Kinds {
 		t.Run(kind, func(t *testing.T) {
 			o := teststores.Open(t, kind, store.Options{})
-			if store.OwnedFor(o.Store) == nil {
-				t.Logf("%s does not implement store.Owned yet: covered by the exclusion engine's tests", kind)
-				return
-			}
 			t.Parallel()
 			fn(t, o)
 		})
@@ -42,12 +38,12 @@ func forOwnedStores(t *testing.T, fn func(t *testing.T, o teststores.Opened)) {
 type pipelining struct {
 	mu        sync.Mutex
 	open      map[string]int // key → claimed, unsettled events
-	byLease   map[store.Lease][]string
+	byLease   map[driver.Lease][]string
 	pipelined int
 }
 
 func newPipelining() *pipelining {
-	return &pipelining{open: map[string]int{}, byLease: map[store.Lease][]string{}}
+	return &pipelining{open: map[string]int{}, byLease: map[driver.Lease][]string{}}
 }
 
 func (h *pipelining) OnClaim(_ context.Context, c relay.ClaimInfo) {
@@ -93,7 +89,7 @@ func TestOwnedHotKeyOrderAcrossBatches(t *testing.T) {
 	for _, keys := range []int{1, 3} {
 		for _, ordered := range []bool{false, true} {
 			t.Run(fmt.Sprintf("keys=%d/keyordered=%v", keys, ordered), func(t *testing.T) {
-				forOwnedStores(t, func(t *testing.T, o teststores.Opened) {
+				forEachOpened(t, func(t *testing.T, o teststores.Opened) {
 					st := o.Store
 					// A key-ordered broker takes a key's claimed events in one
 					// call: 20 ms a call keeps one in flight while the next
@@ -112,7 +108,7 @@ func TestOwnedHotKeyOrderAcrossBatches(t *testing.T) {
 					if err := st.Enqueue(context.Background(), msgs...); err != nil {
 						t.Fatal(err)
 					}
-					cfg := ownedConfig()
+					cfg := fastConfig()
 					cfg.BatchSize = 25
 					cfg.Workers = 3
 					// No lease runs out here: "no duplicates without any
@@ -150,7 +146,7 @@ func TestOwnedHotKeyOrderAcrossBatches(t *testing.T) {
 func TestOwnedFailureReleasesLaterEventsWithoutAttempt(t *testing.T) {
 	for _, ordered := range []bool{false, true} {
 		t.Run(fmt.Sprintf("keyordered=%v", ordered), func(t *testing.T) {
-			forOwnedStores(t, func(t *testing.T, o teststores.Opened) {
+			forEachOpened(t, func(t *testing.T, o teststores.Opened) {
 				st := o.Store
 				ctx := context.Background()
 				mb := newMem(t, membroker.Config{KeyOrdered: ordered, Latency: 20 * time.Millisecond})
@@ -168,7 +164,7 @@ func TestOwnedFailureReleasesLaterEventsWithoutAttempt(t *testing.T) {
 				if err := st.Enqueue(ctx, msgs...); err != nil {
 					t.Fatal(err)
 				}
-				cfg := ownedConfig()
+				cfg := fastConfig()
 				cfg.MaxAttempts = 3
 				cfg.BatchSize = 4 // k's events span several batches in flight at once
 				cfg.Workers = 3
@@ -235,7 +231,7 @@ func TestOwnedFailureReleasesLaterEventsWithoutAttempt(t *testing.T) {
 // one shard) holds only its own key: events of the other keys committed
 // before and after it all flow, and so does the poisoned key once requeued.
 func TestOwnedPoisonInASharedShardHoldsOnlyItsKey(t *testing.T) {
-	forOwnedStores(t, func(t *testing.T, o teststores.Opened) {
+	forEachOpened(t, func(t *testing.T, o teststores.Opened) {
 		st := o.Store
 		ctx := context.Background()
 		mb := newMem(t, membroker.Config{})
@@ -264,7 +260,7 @@ func TestOwnedPoisonInASharedShardHoldsOnlyItsKey(t *testing.T) {
 		if err := st.Enqueue(ctx, msgs...); err != nil {
 			t.Fatal(err)
 		}
-		run(t, st, mb, ownedConfig())
+		run(t, st, mb, fastConfig())
 		waitFor(t, "the good keys", 30*time.Second, func() bool { return len(mb.Events("t")) >= len(good) })
 		// more healthy traffic after the poison went DEAD
 		more := make([]outbox.Message, 400)
@@ -298,7 +294,7 @@ func TestOwnedPoisonInASharedShardHoldsOnlyItsKey(t *testing.T) {
 // sameShard returns n keys other than key that the store puts in key's
 // shard: found by asking a store that can say (pgstore's ShardOf), else
 // any keys (a store of one shard).
-func sameShard(t *testing.T, st store.Store, key string, n int) []string {
+func sameShard(t *testing.T, st driver.Store, key string, n int) []string {
 	t.Helper()
 	type shardOf interface {
 		ShardOf(ctx context.Context, key string, id int64) (int, error)
@@ -344,13 +340,13 @@ func (s *shardLog) OnShards(_ context.Context, i relay.ShardInfo) {
 // goes out of order, and a relay that leaves hands its shards over at once
 // (within one lease period in any case).
 func TestOwnedRelaysJoinAndLeaveMidDrain(t *testing.T) {
-	forOwnedStores(t, func(t *testing.T, o teststores.Opened) {
+	forEachOpened(t, func(t *testing.T, o teststores.Opened) {
 		st := o.Store
 		mb := newMem(t, membroker.Config{Latency: 2 * time.Millisecond})
 		msgs := workload(t, st, "t", 3000, 50)
 		logger := failureLog(t)
 		cfg := func(name string, log *shardLog) relay.Config {
-			c := ownedConfig()
+			c := fastConfig()
 			c.Owner = name
 			c.BatchSize = 50
 			c.Hooks = []relay.Hook{log}
@@ -358,7 +354,7 @@ func TestOwnedRelaysJoinAndLeaveMidDrain(t *testing.T) {
 			return c
 		}
 		// each relay opens a store of its own, as separate processes do
-		open := func() store.Store { return teststores.OpenAt(t, kindOf(t, o), o.URL, o.Opts).Store }
+		open := func() driver.Store { return teststores.OpenAt(t, kindOf(t, o), o.URL, o.Opts).Store }
 		stA, stB, stC := open(), open(), open()
 		logA, logB, logC := &shardLog{}, &shardLog{}, &shardLog{}
 		a, stopA := run(t, stA, mb, cfg("relay-a", logA))
@@ -368,7 +364,7 @@ func TestOwnedRelaysJoinAndLeaveMidDrain(t *testing.T) {
 			// a gives b its share: revoked, drained, released, taken
 			// Two lease periods on a quiet machine; the bound leaves room
 			// for -race on a loaded CI machine.
-			waitFor(t, "relay b to get a share from a", 10*ownedConfig().LeaseFor, func() bool { return b.Health().ShardsHeld > 0 })
+			waitFor(t, "relay b to get a share from a", 10*fastConfig().LeaseFor, func() bool { return b.Health().ShardsHeld > 0 })
 		}
 		waitFor(t, "some deliveries", 3*time.Minute, func() bool { return len(mb.Events("t")) > 300 })
 		// a leaves mid-drain; b (and c, joining) take over
@@ -407,9 +403,9 @@ func kindOf(t *testing.T, o teststores.Opened) string {
 
 // Health and the shard hook show what a relay of ownership mode holds.
 func TestOwnedHealthAndShardHook(t *testing.T) {
-	forOwnedStores(t, func(t *testing.T, o teststores.Opened) {
+	forEachOpened(t, func(t *testing.T, o teststores.Opened) {
 		log := &shardLog{}
-		cfg := ownedConfig()
+		cfg := fastConfig()
 		cfg.Hooks = []relay.Hook{log}
 		r, stop := run(t, o.Store, newMem(t, membroker.Config{}), cfg)
 		waitFor(t, "a shard", 30*time.Second, func() bool { return r.Health().ShardsHeld > 0 })
@@ -465,7 +461,7 @@ func TestOwnedShardHookAfterFailedHeartbeats(t *testing.T) {
 		t.Fatal(err)
 	}
 	log := &shardLog{}
-	cfg := ownedConfig()
+	cfg := fastConfig()
 	cfg.Hooks = []relay.Hook{log}
 	r, stop := run(t, o.Store, newMem(t, membroker.Config{}), cfg)
 	waitFor(t, "a heartbeat", 30*time.Second, func() bool {
@@ -486,7 +482,7 @@ func TestOwnedShardHookAfterFailedHeartbeats(t *testing.T) {
 // Ownership mode through NATS JetStream: a hot key and many keys, in
 // order, all delivered.
 func TestOwnedDeliversThroughNATSJetStream(t *testing.T) {
-	forOwnedStores(t, func(t *testing.T, o teststores.Opened) {
+	forEachOpened(t, func(t *testing.T, o teststores.Opened) {
 		st := o.Store
 		url := testnats.Shared(t)
 		s := testnats.NewStream(t, url)
@@ -496,7 +492,7 @@ func TestOwnedDeliversThroughNATSJetStream(t *testing.T) {
 		}
 		t.Cleanup(func() { br.Close(context.Background()) })
 		msgs := workload(t, st, s.Topic("orders"), 1200, 3)
-		cfg := ownedConfig()
+		cfg := fastConfig()
 		cfg.BatchSize = 50
 		run(t, st, br, cfg)
 		waitFor(t, "delivery", 60*time.Second, func() bool { return pending(t, st).Pending() == 0 })
@@ -512,12 +508,4 @@ func TestOwnedDeliversThroughNATSJetStream(t *testing.T) {
 		}
 		checkDelivered(t, msgs, events)
 	})
-}
-
-// ownedConfig is fastConfig ordering by ownership (the default), for the
-// tests of what only that engine does.
-func ownedConfig() relay.Config {
-	c := fastConfig()
-	c.Exclusion = false
-	return c
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/outbox-go/outbox/broker/membroker"
 	"github.com/outbox-go/outbox/relay"
 	"github.com/outbox-go/outbox/store"
+	"github.com/outbox-go/outbox/store/driver"
 	"github.com/outbox-go/outbox/testkit/teststores"
 )
 
@@ -21,9 +22,9 @@ import (
 // gets an incarnation suffix), so it waits for the old shard and claim
 // leases like any other relay.
 func TestOwnedRestartUnderTheSameOwnerKeepsKeyOrder(t *testing.T) {
-	forOwnedStores(t, func(t *testing.T, o teststores.Opened) {
+	forEachOpened(t, func(t *testing.T, o teststores.Opened) {
 		st := o.Store
-		own := store.OwnedFor(st)
+		own := st
 		msgs := make([]outbox.Message, 5)
 		for i := range msgs {
 			msgs[i] = outbox.Message{Topic: "t", Key: "k", Type: "Bumped", Payload: fmt.Appendf(nil, "k#%d", i+1)}
@@ -35,26 +36,28 @@ func TestOwnedRestartUnderTheSameOwnerKeepsKeyOrder(t *testing.T) {
 		// stopped answering (its leases run out in 2 s).
 		ctx := context.Background()
 		const lease = 2 * time.Second
-		ship, err := own.Balance(ctx, store.BalanceRequest{Owner: "relay-x", LeaseFor: lease})
+		ship, err := own.Balance(ctx, driver.BalanceParams{Owner: "relay-x", LeaseFor: lease})
 		if err != nil {
 			t.Fatal(err)
 		}
-		var shards []store.ShardLease
+		var shards []driver.ShardLease
 		for _, sh := range ship.Held {
 			if !sh.Revoke {
 				shards = append(shards, sh)
 			}
 		}
-		c, err := own.ClaimOwned(ctx, store.OwnedClaimRequest{
-			ClaimRequest: store.ClaimRequest{Lease: store.Lease{Owner: "relay-x", Epoch: 1}, Limit: 1, LeaseFor: lease},
-			Shards:       shards,
+		c, err := own.Claim(ctx, driver.ClaimParams{
+			Lease:    driver.Lease{Owner: "relay-x", Epoch: 1},
+			Limit:    1,
+			LeaseFor: lease,
+			Shards:   shards,
 		})
 		if err != nil || len(c.Events) != 1 {
 			t.Fatalf("the dead process's claim: %d events, %v; want 1", len(c.Events), err)
 		}
 		// Restarted under the same name.
 		mb := newMem(t, membroker.Config{})
-		cfg := ownedConfig()
+		cfg := fastConfig()
 		cfg.Owner = "relay-x"
 		r, _ := run(t, st, mb, cfg)
 		if got := r.Owner(); !strings.HasPrefix(got, "relay-x~") || len(got) != len("relay-x~")+8 {
@@ -65,38 +68,12 @@ func TestOwnedRestartUnderTheSameOwnerKeepsKeyOrder(t *testing.T) {
 	})
 }
 
-// An Owner given to a relay that orders by exclusion is used as it is,
-// whether by choice (Exclusion) or because the store does not implement
-// store.Owned; by ownership (the default) it gets an incarnation.
-func TestOwnerKeptByExclusion(t *testing.T) {
-	st := teststores.Open(t, "sqlite", store.Options{}).Store
-	for _, c := range []struct {
-		name string
-		st   store.Store
-		cfg  relay.Config
-		kept bool
-	}{
-		{"Exclusion", st, exclusionConfig(), true},
-		{"a store without store.Owned", struct{ store.Store }{st}, fastConfig(), true},
-		{"ownership", st, fastConfig(), false},
-	} {
-		c.cfg.Owner = "relay-y"
-		r, err := relay.New(c.st, newMem(t, membroker.Config{}), c.cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if got := r.Owner() == "relay-y"; got != c.kept || (!got && !strings.HasPrefix(r.Owner(), "relay-y~")) {
-			t.Errorf("%s: Owner() = %q, want relay-y (kept: %v)", c.name, r.Owner(), c.kept)
-		}
-	}
-}
-
 // A name that ends in ~ and 8 hex digits is unique per process already
 // (a supervisor made it so): it is kept.
 func TestOwnerWithAnIncarnationKept(t *testing.T) {
 	st := teststores.Open(t, "sqlite", store.Options{}).Store
 	for name, kept := range map[string]bool{"relay-y~0000002a": true, "relay-y~0000002A": false, "~0000002a": false, "relay-y~2a": false} {
-		cfg := ownedConfig()
+		cfg := fastConfig()
 		cfg.Owner = name
 		r, err := relay.New(st, newMem(t, membroker.Config{}), cfg)
 		if err != nil {

@@ -11,29 +11,29 @@ import (
 	outbox "github.com/outbox-go/outbox"
 	"github.com/outbox-go/outbox/broker/membroker"
 	"github.com/outbox-go/outbox/relay"
-	"github.com/outbox-go/outbox/store"
+	"github.com/outbox-go/outbox/store/driver"
 	"github.com/outbox-go/outbox/testkit/teststores"
 )
 
-// hookedClaims is a real store whose ClaimOwned runs before ahead of the
+// hookedClaims is a real store whose Claim runs before ahead of the
 // real claim and after behind it (each when set), in the relay's claim
 // goroutine: a test can hold a claim in the store's round trip.
 type hookedClaims struct {
-	store.Store
-	own    store.Owned
+	driver.Store
+	own    driver.Driver
 	before func(ctx context.Context)
-	after  func(ctx context.Context, c store.Claim)
+	after  func(ctx context.Context, c driver.Claim)
 }
 
-func (s *hookedClaims) Balance(ctx context.Context, req store.BalanceRequest) (store.Ownership, error) {
+func (s *hookedClaims) Balance(ctx context.Context, req driver.BalanceParams) (driver.Ownership, error) {
 	return s.own.Balance(ctx, req)
 }
 
-func (s *hookedClaims) ClaimOwned(ctx context.Context, req store.OwnedClaimRequest) (store.Claim, error) {
+func (s *hookedClaims) Claim(ctx context.Context, req driver.ClaimParams) (driver.Claim, error) {
 	if s.before != nil {
 		s.before(ctx)
 	}
-	c, err := s.own.ClaimOwned(ctx, req)
+	c, err := s.own.Claim(ctx, req)
 	if s.after != nil && err == nil {
 		s.after(ctx, c)
 	}
@@ -137,11 +137,11 @@ func (h settledWith) OnSettle(_ context.Context, r relay.BatchReport) {
 // ownership lock across its round trip, and the heartbeat waited for it
 // (to list the drained shards) as did Health (the shard counts).
 func TestOwnedHeartbeatDoesNotWaitForAClaim(t *testing.T) {
-	forOwnedStores(t, func(t *testing.T, o teststores.Opened) {
+	forEachOpened(t, func(t *testing.T, o teststores.Opened) {
 		entered, gate := newSignal(), make(chan struct{})
 		var armed atomic.Bool
 		armed.Store(true)
-		st := &hookedClaims{Store: o.Store, own: store.OwnedFor(o.Store)}
+		st := &hookedClaims{Store: o.Store, own: o.Store}
 		st.before = func(ctx context.Context) {
 			if armed.CompareAndSwap(true, false) {
 				entered.fire()
@@ -161,7 +161,7 @@ func TestOwnedHeartbeatDoesNotWaitForAClaim(t *testing.T) {
 		defer open()
 		mb := newMem(t, membroker.Config{})
 		beats := &goodBeats{}
-		cfg := ownedConfig()
+		cfg := fastConfig()
 		cfg.LeaseFor = 3 * time.Second // a heartbeat every second; the claim's context ends after 5 s
 		cfg.Workers = 1
 		cfg.Hooks = []relay.Hook{beats}
@@ -203,11 +203,11 @@ func TestOwnedHeartbeatDoesNotWaitForAClaim(t *testing.T) {
 // queued for the end of that claim) at once. Before the fix settled took
 // the ownership lock, which the claim held across its round trip.
 func TestOwnedSettleDoesNotWaitForAClaim(t *testing.T) {
-	forOwnedStores(t, func(t *testing.T, o teststores.Opened) {
+	forEachOpened(t, func(t *testing.T, o teststores.Opened) {
 		gb := newGatedBroker(t, "a#1", false)
 		claimIn, claimGate := newSignal(), make(chan struct{})
 		var armed atomic.Bool
-		st := &hookedClaims{Store: o.Store, own: store.OwnedFor(o.Store)}
+		st := &hookedClaims{Store: o.Store, own: o.Store}
 		st.before = func(ctx context.Context) {
 			if armed.CompareAndSwap(true, false) {
 				claimIn.fire()
@@ -221,7 +221,7 @@ func TestOwnedSettleDoesNotWaitForAClaim(t *testing.T) {
 		release := func() { once.Do(func() { close(claimGate) }) }
 		defer release()
 		settled := newSignal()
-		cfg := ownedConfig()
+		cfg := fastConfig()
 		cfg.Workers = 2 // one publishes a#1 while the other claims
 		cfg.LeaseFor = 3 * time.Second
 		cfg.Hooks = []relay.Hook{settledWith{sig: settled}}
@@ -259,13 +259,13 @@ func TestOwnedSettleDoesNotWaitForAClaim(t *testing.T) {
 // across the claim, so the settle waited; with claims outside the lock,
 // the settle's closing of e1's ticket waits for the end of such a claim.
 func TestOwnedOrderKeptWhenARetryIsSettledDuringAClaim(t *testing.T) {
-	forOwnedStores(t, func(t *testing.T, o teststores.Opened) {
+	forEachOpened(t, func(t *testing.T, o teststores.Opened) {
 		ctx := context.Background()
 		gb := newGatedBroker(t, "k#1", true)
 		settled := newSignal()
 		var took, overlapped atomic.Bool
-		st := &hookedClaims{Store: o.Store, own: store.OwnedFor(o.Store)}
-		st.after = func(_ context.Context, c store.Claim) {
+		st := &hookedClaims{Store: o.Store, own: o.Store}
+		st.after = func(_ context.Context, c driver.Claim) {
 			for _, e := range c.Events {
 				if string(e.Payload) != "k#2" || !took.CompareAndSwap(false, true) {
 					continue
@@ -278,7 +278,7 @@ func TestOwnedOrderKeptWhenARetryIsSettledDuringAClaim(t *testing.T) {
 				overlapped.Store(settled.await(2 * time.Second))
 			}
 		}
-		cfg := ownedConfig()
+		cfg := fastConfig()
 		cfg.Workers = 2
 		cfg.LeaseFor = 5 * time.Second
 		cfg.Hooks = []relay.Hook{settledWith{retried: true, sig: settled}}
@@ -317,15 +317,15 @@ func TestOwnedOrderKeptWhenARetryIsSettledDuringAClaim(t *testing.T) {
 // first finding little (at a steady 1,000 events/s this queue was often two
 // deep behind a slow claim).
 func TestOwnedClaimsQueueOneDeep(t *testing.T) {
-	forOwnedStores(t, func(t *testing.T, o teststores.Opened) {
+	forEachOpened(t, func(t *testing.T, o teststores.Opened) {
 		var calls atomic.Int32
 		var hold atomic.Bool
 		var entered *signal
 		var gate chan struct{}
 		var mu sync.Mutex
 		var starts, ends []time.Time
-		st := &hookedClaims{Store: o.Store, own: store.OwnedFor(o.Store)}
-		st.after = func(ctx context.Context, c store.Claim) {
+		st := &hookedClaims{Store: o.Store, own: o.Store}
+		st.after = func(ctx context.Context, c driver.Claim) {
 			mu.Lock()
 			ends = append(ends, time.Now())
 			mu.Unlock()

@@ -12,7 +12,7 @@ import (
 	"github.com/outbox-go/outbox/broker"
 	"github.com/outbox-go/outbox/broker/membroker"
 	"github.com/outbox-go/outbox/relay"
-	"github.com/outbox-go/outbox/store"
+	"github.com/outbox-go/outbox/store/driver"
 )
 
 // badTopicBroker fails every event of topic "bad" with a transient error
@@ -54,7 +54,7 @@ func (s *badTopicBroker) Publish(ctx context.Context, events []outbox.Event) []e
 // that confirmed nothing used to make the whole batch count as a broker
 // outage, and the worker backed off for up to 30 s per batch.)
 func TestPartialFailureIsNoBrokerOutage(t *testing.T) {
-	forEachStore(t, func(t *testing.T, st store.Store, cfg relay.Config) {
+	forEachStore(t, func(t *testing.T, st driver.Store, cfg relay.Config) {
 		br := &badTopicBroker{mb: newMem(t, membroker.Config{})}
 		cfg.MaxAttempts = 1000
 		cfg.BackoffBase = 10 * time.Second // a worker's backoff would show

@@ -14,13 +14,13 @@ import (
 	"github.com/outbox-go/outbox/broker"
 	"github.com/outbox-go/outbox/internal/retry"
 	"github.com/outbox-go/outbox/source"
-	"github.com/outbox-go/outbox/store"
+	"github.com/outbox-go/outbox/store/driver"
 )
 
 // Relay delivers a store's events through a broker. Create it with New and
 // run it with Run.
 type Relay struct {
-	st  store.Store
+	st  driver.Driver
 	br  broker.Broker
 	cfg Config
 
@@ -45,7 +45,7 @@ type Relay struct {
 	// inFlight counts claimed events not yet settled (see Health).
 	lastClaim, lastDelivered, inFlight atomic.Int64
 
-	// own is set when the store orders by ownership (store.Owned).
+	// own holds the shard leases and orders the claims.
 	own *ownership
 
 	// loop is set when the relay reads a source.Source (NewSource).
@@ -57,18 +57,19 @@ type Totals struct {
 	Claimed, Delivered, Retried, Dead, Released, Batches atomic.Int64
 }
 
-// New checks cfg and returns a relay. It does not touch the store or broker.
-func New(st store.Store, br broker.Broker, cfg Config) (*Relay, error) {
+// New checks cfg and returns a relay over st, a store's driver (every
+// store of this module is one: pass the *pgstore.Store, *mysqlstore.Store
+// or *sqlitestore.Store itself). It does not touch the store or broker.
+func New(st driver.Driver, br broker.Broker, cfg Config) (*Relay, error) {
 	if st == nil || br == nil {
 		return nil, errors.New("relay: New needs a store and a broker")
 	}
 	named := cfg.Owner != ""
-	cfg, err := cfg.normalize()
-	if err != nil {
+	cfg = cfg.WithDefaults()
+	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	o := store.OwnedFor(st)
-	if o != nil && !cfg.Exclusion && named {
+	if named {
 		cfg.Owner = incarnation(cfg.Owner)
 	}
 	r := &Relay{st: st, br: br, cfg: cfg, wake: make(chan struct{}, 1)}
@@ -83,9 +84,7 @@ func New(st store.Store, br broker.Broker, cfg Config) (*Relay, error) {
 	r.health.log = cfg.Logger
 	r.health.hooks = r.hooks.health
 	r.health.store.name, r.health.broker.name = "store", "broker"
-	if o != nil && !cfg.Exclusion {
-		r.own = newOwnership(r, o)
-	}
+	r.own = newOwnership(r, st)
 	return r, nil
 }
 
@@ -113,7 +112,7 @@ func (r *Relay) Run(ctx context.Context) error {
 	if r.loop != nil {
 		return r.runSource(ctx)
 	}
-	if n, ok := r.st.(store.Notifier); ok {
+	if n, ok := r.st.(driver.Notifier); ok {
 		nctx, cancel := context.WithCancel(ctx)
 		defer cancel()
 		ch := n.Notify(nctx)
@@ -128,16 +127,13 @@ func (r *Relay) Run(ctx context.Context) error {
 			}
 		}()
 	}
-	var balanced chan struct{}
 	bctx, stopBalance := context.WithCancel(ctx)
 	defer stopBalance()
-	if r.own != nil {
-		balanced = make(chan struct{})
-		go func() {
-			defer close(balanced)
-			r.own.balanceLoop(bctx)
-		}()
-	}
+	balanced := make(chan struct{})
+	go func() {
+		defer close(balanced)
+		r.own.balanceLoop(bctx)
+	}()
 	var wg sync.WaitGroup
 	for i := 0; i < r.cfg.Workers; i++ {
 		wg.Add(1)
@@ -147,15 +143,12 @@ func (r *Relay) Run(ctx context.Context) error {
 		}()
 	}
 	wg.Wait()
-	if r.own != nil {
-		// Every batch is settled: give the shards up at once, so the
-		// other relays take them without waiting for the leases to run
-		// out.
-		stopBalance()
-		<-balanced
-		if err := r.own.balance(ctx, true); err != nil {
-			r.cfg.Logger.Warn("relay: could not give up the shards; the other relays take them when the lease runs out", "error", err.Error())
-		}
+	// Every batch is settled: give the shards up at once, so the other
+	// relays take them without waiting for the leases to run out.
+	stopBalance()
+	<-balanced
+	if err := r.own.balance(ctx, true); err != nil {
+		r.cfg.Logger.Warn("relay: could not give up the shards; the other relays take them when the lease runs out", "error", err.Error())
 	}
 	return nil
 }
@@ -238,30 +231,16 @@ var recheck = [...]time.Duration{2 * time.Millisecond, 10 * time.Millisecond, 50
 // many events were claimed, and an error when the store or the broker
 // failed as a whole.
 func (r *Relay) round(ctx context.Context, settling *chan struct{}) (int, error) {
-	lease := store.Lease{Owner: r.cfg.Owner, Epoch: r.epoch.Add(1)}
+	lease := driver.Lease{Owner: r.cfg.Owner, Epoch: r.epoch.Add(1)}
 	start := time.Now()
 	// The claim is not cancelled by a stop: a claim that committed while
 	// the client gave up would hold its events until the lease ran out.
 	// deliver releases at once what a stopping relay claimed.
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), max(r.cfg.LeaseFor/2, 5*time.Second))
 	defer cancel()
-	var (
-		claim store.Claim
-		err   error
-		b     *batch
-	)
-	if r.own != nil {
-		b, claim, err = r.own.claim(cctx, lease)
-		if err == errClaimQueued || err == errClaimPaused {
-			return 0, err // not a claim: no hooks, no health change
-		}
-	} else {
-		claim, err = r.st.Claim(cctx, store.ClaimRequest{
-			Lease:        lease,
-			Limit:        r.cfg.BatchSize,
-			LeaseFor:     r.cfg.LeaseFor,
-			HoldDeadKeys: r.cfg.DeadKeys == HoldKey,
-		})
+	b, claim, err := r.own.claim(cctx, lease)
+	if err == errClaimQueued || err == errClaimPaused {
+		return 0, err // not a claim: no hooks, no health change
 	}
 	for _, h := range r.hooks.claim {
 		h.OnClaim(ctx, ClaimInfo{Lease: lease, Events: claim.Events, Took: time.Since(start), Err: err})
@@ -279,15 +258,8 @@ func (r *Relay) round(ctx context.Context, settling *chan struct{}) (int, error)
 		return 0, nil
 	}
 	r.inFlight.Add(int64(len(claim.Events)))
-	var rep BatchReport
-	var brokerDown error
-	if b != nil {
-		b.start, b.leaseTill, b.leaseMax = start, start.Add(r.cfg.LeaseFor), time.Now().Add(r.cfg.LeaseFor)
-		rep, brokerDown = b.deliverOwned(ctx)
-	} else {
-		b = &batch{r: r, lease: lease, events: claim.Events, start: start, leaseTill: start.Add(r.cfg.LeaseFor)}
-		rep, brokerDown = b.deliver(ctx)
-	}
+	b.start, b.leaseTill, b.leaseMax = start, start.Add(r.cfg.LeaseFor), time.Now().Add(r.cfg.LeaseFor)
+	rep, brokerDown := b.deliver(ctx)
 	// The previous batch's settle must be done before this one's starts
 	// (it usually is, long since): settles stay in order, and a worker
 	// never holds more than this batch and the one it claims next.
@@ -299,26 +271,24 @@ func (r *Relay) round(ctx context.Context, settling *chan struct{}) (int, error)
 	go func() {
 		defer close(done)
 		b.settle(&rep)
-		if b.own != nil {
-			if rep.Delivered == len(b.acks) && rep.Retried == len(b.retries) && rep.Dead == len(b.burials) && rep.Released == len(b.released) {
-				b.own.settled(b)
-			} else {
-				// An outcome could not be written: the event may still
-				// be leased to this relay in the store, and the claim
-				// does not let a relay's own claims hold its keys. Keep
-				// the batch's keys waiting until that lease has surely
-				// run out: LeaseFor after the last claim or Extend that
-				// may have set it returned (a renewal that failed on the
-				// client may have run in the database, so the estimate
-				// of the last successful one is not a bound), plus the
-				// margin a failed claim pauses for, for a statement that
-				// outlived its client; the next claim then takes the
-				// event over before the key's later ones.
-				b.mu.Lock()
-				wait := time.Until(b.leaseMax) + r.cfg.LeaseFor/3
-				b.mu.Unlock()
-				time.AfterFunc(max(wait, 0), func() { b.own.settled(b) })
-			}
+		if rep.Delivered == len(b.acks) && rep.Retried == len(b.retries) && rep.Dead == len(b.burials) && rep.Released == len(b.released) {
+			b.own.settled(b)
+		} else {
+			// An outcome could not be written: the event may still
+			// be leased to this relay in the store, and the claim
+			// does not let a relay's own claims hold its keys. Keep
+			// the batch's keys waiting until that lease has surely
+			// run out: LeaseFor after the last claim or Extend that
+			// may have set it returned (a renewal that failed on the
+			// client may have run in the database, so the estimate
+			// of the last successful one is not a bound), plus the
+			// margin a failed claim pauses for, for a statement that
+			// outlived its client; the next claim then takes the
+			// event over before the key's later ones.
+			b.mu.Lock()
+			wait := time.Until(b.leaseMax) + r.cfg.LeaseFor/3
+			b.mu.Unlock()
+			time.AfterFunc(max(wait, 0), func() { b.own.settled(b) })
 		}
 		r.inFlight.Add(-int64(len(b.events)))
 		if rep.Delivered > 0 {
@@ -381,7 +351,7 @@ func (r *Relay) inFlightWindow(ctx context.Context, n int) (release func(), stop
 // buriedAtClaim logs and counts the events the claim marked DEAD itself,
 // because their rows break the table contract, as the relay's own burials
 // are: a warning each, Totals.Dead, and a report to the settle hooks.
-func (r *Relay) buriedAtClaim(ctx context.Context, lease store.Lease, start time.Time, buried []store.Burial) {
+func (r *Relay) buriedAtClaim(ctx context.Context, lease driver.Lease, start time.Time, buried []driver.Burial) {
 	for _, d := range buried {
 		r.cfg.Logger.Warn("relay: event is DEAD", "id", d.ID, "reason", d.Error)
 	}

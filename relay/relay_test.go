@@ -16,6 +16,7 @@ import (
 	"github.com/outbox-go/outbox/broker/membroker"
 	"github.com/outbox-go/outbox/relay"
 	"github.com/outbox-go/outbox/store"
+	"github.com/outbox-go/outbox/store/driver"
 	"github.com/outbox-go/outbox/testkit/teststores"
 )
 
@@ -61,33 +62,14 @@ func fastConfig() relay.Config {
 	}
 }
 
-// engines are the two ways a relay keeps per-key order: ordering by
-// ownership (the default) and by exclusion (Config.Exclusion). A test of
-// what both promise runs under each.
-var engines = []struct {
-	name      string
-	exclusion bool
-}{{"ownership", false}, {"exclusion", true}}
-
-// exclusionConfig is fastConfig ordering by exclusion.
-func exclusionConfig() relay.Config {
-	c := fastConfig()
-	c.Exclusion = true
-	return c
-}
-
-// forEachStore runs fn once per store kind and engine on a fresh table,
-// with fastConfig set to that engine.
-func forEachStore(t *testing.T, fn func(t *testing.T, st store.Store, cfg relay.Config)) {
+// forEachStore runs fn once per store kind on a fresh table, with
+// fastConfig.
+func forEachStore(t *testing.T, fn func(t *testing.T, st driver.Store, cfg relay.Config)) {
 	for _, kind := range teststores.Kinds {
-		for _, e := range engines {
-			t.Run(kind+"/"+e.name, func(t *testing.T) {
-				t.Parallel()
-				cfg := fastConfig()
-				cfg.Exclusion = e.exclusion
-				fn(t, teststores.Open(t, kind, store.Options{}).Store, cfg)
-			})
-		}
+		t.Run(kind, func(t *testing.T) {
+			t.Parallel()
+			fn(t, teststores.Open(t, kind, store.Options{}).Store, fastConfig())
+		})
 	}
 }
 
@@ -101,7 +83,7 @@ func newMem(t *testing.T, cfg membroker.Config) *membroker.Broker {
 }
 
 // run starts a relay and returns a stop function that waits for Run.
-func run(t *testing.T, st store.Store, b broker.Broker, cfg relay.Config) (*relay.Relay, func()) {
+func run(t *testing.T, st driver.Store, b broker.Broker, cfg relay.Config) (*relay.Relay, func()) {
 	t.Helper()
 	r, err := relay.New(st, b, cfg)
 	if err != nil {
@@ -130,7 +112,7 @@ func run(t *testing.T, st store.Store, b broker.Broker, cfg relay.Config) (*rela
 
 // workload enqueues n events over keys (key "" every 7th), each payload
 // naming its key and sequence.
-func workload(t *testing.T, st store.Store, topic string, n, keys int) []outbox.Message {
+func workload(t *testing.T, st driver.Store, topic string, n, keys int) []outbox.Message {
 	t.Helper()
 	msgs := make([]outbox.Message, n)
 	seq := map[string]int{}
@@ -197,7 +179,7 @@ func waitFor(t *testing.T, what string, d time.Duration, cond func() bool) {
 	}
 }
 
-func pending(t *testing.T, st store.Store) store.Stats {
+func pending(t *testing.T, st driver.Store) store.Stats {
 	t.Helper()
 	s, err := st.Stats(context.Background())
 	if err != nil {
@@ -207,7 +189,7 @@ func pending(t *testing.T, st store.Store) store.Stats {
 }
 
 func TestDeliversEverythingInKeyOrderWithTwoRelays(t *testing.T) {
-	forEachStore(t, func(t *testing.T, st store.Store, cfg relay.Config) {
+	forEachStore(t, func(t *testing.T, st driver.Store, cfg relay.Config) {
 		mb := newMem(t, membroker.Config{})
 		msgs := workload(t, st, "orders", 1500, 40)
 		run(t, st, mb, cfg)
@@ -224,7 +206,7 @@ func TestDeliversEverythingInKeyOrderWithTwoRelays(t *testing.T) {
 }
 
 func TestTransientFailuresAreRetriedInOrder(t *testing.T) {
-	forEachStore(t, func(t *testing.T, st store.Store, cfg relay.Config) {
+	forEachStore(t, func(t *testing.T, st driver.Store, cfg relay.Config) {
 		mb := newMem(t, membroker.Config{})
 		mb.FailNext(60, errors.New("connection reset"))
 		msgs := workload(t, st, "orders", 400, 10)
@@ -238,7 +220,7 @@ func TestTransientFailuresAreRetriedInOrder(t *testing.T) {
 }
 
 func TestPoisonEventGoesDeadAndHoldsOnlyItsKey(t *testing.T) {
-	forEachStore(t, func(t *testing.T, st store.Store, cfg relay.Config) {
+	forEachStore(t, func(t *testing.T, st driver.Store, cfg relay.Config) {
 		ctx := context.Background()
 		mb := newMem(t, membroker.Config{})
 		poisoned := true
@@ -298,7 +280,7 @@ func TestPoisonEventGoesDeadAndHoldsOnlyItsKey(t *testing.T) {
 }
 
 func TestSkipKeyPolicyLetsTheKeyMoveOn(t *testing.T) {
-	forEachStore(t, func(t *testing.T, st store.Store, cfg relay.Config) {
+	forEachStore(t, func(t *testing.T, st driver.Store, cfg relay.Config) {
 		mb := newMem(t, membroker.Config{})
 		mb.SetHook(func(e outbox.Event) error {
 			if e.Type == "Poison" {
@@ -324,7 +306,7 @@ func TestSkipKeyPolicyLetsTheKeyMoveOn(t *testing.T) {
 }
 
 func TestOutOfAttemptsGoesDead(t *testing.T) {
-	forEachStore(t, func(t *testing.T, st store.Store, cfg relay.Config) {
+	forEachStore(t, func(t *testing.T, st driver.Store, cfg relay.Config) {
 		mb := newMem(t, membroker.Config{})
 		mb.SetHook(func(e outbox.Event) error {
 			if e.Key == "flaky" {
@@ -352,7 +334,7 @@ func TestOutOfAttemptsGoesDead(t *testing.T) {
 }
 
 func TestBrokerOutageBacksOffAndRecovers(t *testing.T) {
-	forEachStore(t, func(t *testing.T, st store.Store, cfg relay.Config) {
+	forEachStore(t, func(t *testing.T, st driver.Store, cfg relay.Config) {
 		mb := newMem(t, membroker.Config{})
 		mb.SetDown(true)
 		msgs := workload(t, st, "t", 300, 20)
@@ -388,12 +370,16 @@ func TestBrokerOutageBacksOffAndRecovers(t *testing.T) {
 }
 
 func TestExpiredClaimOfADeadRelayIsTakenOver(t *testing.T) {
-	forEachStore(t, func(t *testing.T, st store.Store, cfg relay.Config) {
+	forEachStore(t, func(t *testing.T, st driver.Store, cfg relay.Config) {
 		ctx := context.Background()
 		msgs := workload(t, st, "t", 50, 5)
 		// A relay claims and then "dies": it never acks.
-		stale := store.Lease{Owner: "dead-relay", Epoch: 1}
-		c, err := st.Claim(ctx, store.ClaimRequest{Lease: stale, Limit: 20, LeaseFor: 500 * time.Millisecond})
+		stale := driver.Lease{Owner: "dead-relay", Epoch: 1}
+		own, err := st.Balance(ctx, driver.BalanceParams{Owner: stale.Owner, LeaseFor: 500 * time.Millisecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, err := st.Claim(ctx, driver.ClaimParams{Lease: stale, Limit: 20, LeaseFor: 500 * time.Millisecond, Shards: own.Held})
 		if err != nil || len(c.Events) == 0 {
 			t.Fatalf("claim: %d events, %v", len(c.Events), err)
 		}
@@ -401,14 +387,14 @@ func TestExpiredClaimOfADeadRelayIsTakenOver(t *testing.T) {
 		run(t, st, mb, cfg)
 		waitFor(t, "takeover and delivery", 30*time.Second, func() bool { return pending(t, st).Pending() == 0 })
 		checkDelivered(t, msgs, mb.Events("t"))
-		if err := st.Ack(ctx, stale, []int64{c.Events[0].ID}); !errors.Is(err, store.ErrLeaseLost) {
+		if err := st.Ack(ctx, driver.AckParams{Lease: stale, IDs: []int64{c.Events[0].ID}}); !errors.Is(err, driver.ErrLeaseLost) {
 			t.Errorf("the dead relay's late ack = %v, want ErrLeaseLost", err)
 		}
 	})
 }
 
 func TestGracefulStopReleasesInFlightWork(t *testing.T) {
-	forEachStore(t, func(t *testing.T, st store.Store, cfg relay.Config) {
+	forEachStore(t, func(t *testing.T, st driver.Store, cfg relay.Config) {
 		mb := newMem(t, membroker.Config{Latency: 300 * time.Millisecond})
 		msgs := workload(t, st, "t", 600, 30)
 		cfg.BatchSize = 50

@@ -33,8 +33,8 @@ func NewSource(src source.Source, br broker.Broker, cfg Config) (*Relay, error) 
 	if src == nil || br == nil {
 		return nil, errors.New("relay: NewSource needs a source and a broker")
 	}
-	cfg, err := cfg.normalize()
-	if err != nil {
+	cfg = cfg.WithDefaults()
+	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
 	r := &Relay{br: br, cfg: cfg, wake: make(chan struct{}, 1)}
@@ -43,6 +43,7 @@ func NewSource(src source.Source, br broker.Broker, cfg Config) (*Relay, error) 
 	r.health.log = cfg.Logger
 	r.health.hooks = r.hooks.health
 	r.health.store.name, r.health.broker.name = "store", "broker"
+	var err error
 	r.loop, err = source.New(src, br, source.Config{
 		BatchSize: cfg.BatchSize, InFlight: cfg.Workers, PublishTimeout: cfg.PublishTimeout,
 		MaxAttempts: cfg.MaxAttempts, BackoffBase: cfg.BackoffBase, BackoffMax: cfg.BackoffMax,

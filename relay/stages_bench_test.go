@@ -17,6 +17,7 @@ import (
 	"github.com/outbox-go/outbox/broker/membroker"
 	"github.com/outbox-go/outbox/relay"
 	"github.com/outbox-go/outbox/store"
+	"github.com/outbox-go/outbox/store/driver"
 	"github.com/outbox-go/outbox/store/pgstore"
 	"github.com/outbox-go/outbox/testkit/teststores"
 )
@@ -28,7 +29,7 @@ import (
 // relay's store signalled (commit probe) → the relay's round that claimed
 // it started → the store's claim call started (after the dispatcher's
 // lock) → the claim returned → the publish call started → the broker
-// confirmed → the batch settled. Run it for each engine:
+// confirmed → the batch settled. Run it so:
 //
 //	go test -run '^$' -bench CommitToAckStages -benchtime 1x -timeout 5m ./relay/
 //
@@ -37,12 +38,8 @@ func BenchmarkCommitToAckStages(b *testing.B) {
 	if w, err := time.ParseDuration(os.Getenv("STAGES_WARMUP")); err == nil {
 		warmup = w
 	}
-	for _, eng := range []string{"exclusion", "ownership"} {
-		b.Run(eng, func(b *testing.B) {
-			for range b.N {
-				stageRun(b, eng == "ownership", 300, 8*time.Second, 1000)
-			}
-		})
+	for range b.N {
+		stageRun(b, 300, 8*time.Second, 1000)
 	}
 }
 
@@ -53,14 +50,7 @@ type stageStore struct {
 	id int
 }
 
-func (s *stageStore) ClaimOwned(ctx context.Context, req store.OwnedClaimRequest) (store.Claim, error) {
-	start := time.Now()
-	c, err := s.Store.ClaimOwned(ctx, req)
-	s.tr.claimCall(s.id, start, c.Events)
-	return c, err
-}
-
-func (s *stageStore) Claim(ctx context.Context, req store.ClaimRequest) (store.Claim, error) {
+func (s *stageStore) Claim(ctx context.Context, req driver.ClaimParams) (driver.Claim, error) {
 	start := time.Now()
 	c, err := s.Store.Claim(ctx, req)
 	s.tr.claimCall(s.id, start, c.Events)
@@ -82,7 +72,7 @@ type stageTrace struct {
 	ev       map[int64]*stageEvent
 	signals  [2][]time.Time
 	calls    [2][]claimRec
-	leases   map[store.Lease][]int64
+	leases   map[driver.Lease][]int64
 	shards   [2]string
 	released [2]int
 	beats    [2]int
@@ -175,10 +165,10 @@ func (h *stageHook) OnSettle(_ context.Context, r relay.BatchReport) {
 // warmup is the wait between the relays starting and the producers.
 var warmup = 2 * time.Second
 
-func stageRun(b *testing.B, owned bool, rate int, dur time.Duration, keys int) {
+func stageRun(b *testing.B, rate int, dur time.Duration, keys int) {
 	ctx := context.Background()
 	o := teststores.Open(b, "postgres", store.Options{})
-	tr := &stageTrace{ev: map[int64]*stageEvent{}, leases: map[store.Lease][]int64{}}
+	tr := &stageTrace{ev: map[int64]*stageEvent{}, leases: map[driver.Lease][]int64{}}
 	mb, err := membroker.New(membroker.Config{})
 	if err != nil {
 		b.Fatal(err)
@@ -209,7 +199,7 @@ func stageRun(b *testing.B, owned bool, rate int, dur time.Duration, keys int) {
 				tr.mu.Unlock()
 			}
 		}()
-		cfg := relay.Config{Exclusion: !owned, Owner: fmt.Sprintf("stage-%d", i), Logger: quiet, PollInterval: 500 * time.Millisecond,
+		cfg := relay.Config{Owner: fmt.Sprintf("stage-%d", i), Logger: quiet, PollInterval: 500 * time.Millisecond,
 			Hooks: []relay.Hook{&stageHook{tr: tr, id: i}}}
 		r, err := relay.New(st, mb, cfg)
 		if err != nil {
@@ -287,10 +277,10 @@ func stageRun(b *testing.B, owned bool, rate int, dur time.Duration, keys int) {
 		}
 		rows.Close()
 	}
-	tr.report(b, owned)
+	tr.report(b)
 }
 
-func (tr *stageTrace) report(b *testing.B, owned bool) {
+func (tr *stageTrace) report(b *testing.B) {
 	tr.mu.Lock()
 	defer tr.mu.Unlock()
 	names := []string{"commit→signal", "signal→round", "round→call", "call→claimed", "claimed→publish", "publish→confirmed", "commit→confirmed", "confirmed→settled"}
@@ -325,7 +315,7 @@ func (tr *stageTrace) report(b *testing.B, owned bool) {
 		}
 	}
 	var sb strings.Builder
-	fmt.Fprintf(&sb, "ownership=%v events=%d claims=%d/%d (empty %d/%d) signals=%d/%d shards %q\n", owned, len(tr.ev), len(tr.calls[0]), len(tr.calls[1]), empty[0], empty[1], len(tr.signals[0]), len(tr.signals[1]), tr.shards)
+	fmt.Fprintf(&sb, "events=%d claims=%d/%d (empty %d/%d) signals=%d/%d shards %q\n", len(tr.ev), len(tr.calls[0]), len(tr.calls[1]), empty[0], empty[1], len(tr.signals[0]), len(tr.signals[1]), tr.shards)
 	fmt.Fprintf(&sb, "%-18s %9s %9s %9s %9s\n", "stage", "p50", "p90", "p99", "max")
 	for j, n := range names {
 		v := d[j]

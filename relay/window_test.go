@@ -9,7 +9,7 @@ import (
 
 	"github.com/outbox-go/outbox/broker/membroker"
 	"github.com/outbox-go/outbox/relay"
-	"github.com/outbox-go/outbox/store"
+	"github.com/outbox-go/outbox/store/driver"
 )
 
 // A broker that declares MaxInFlight gets no more events at once than that,
@@ -19,7 +19,7 @@ import (
 // ownership, a batch that waits for its keys' earlier events in other
 // batches is charged no attempt either.
 func TestInFlightWindowIsSharedAndWaitingIsNoAttempt(t *testing.T) {
-	forEachStore(t, func(t *testing.T, st store.Store, cfg relay.Config) {
+	forEachStore(t, func(t *testing.T, st driver.Store, cfg relay.Config) {
 		windowWaitIsNoAttempt(t, st, cfg)
 	})
 }
@@ -35,7 +35,7 @@ func TestInFlightWindowIsSharedAndWaitingIsNoAttempt(t *testing.T) {
 // loaded machine running the whole package under -race) was a real
 // attempt, rightly counted; it is logged, not failed. A retry with no
 // failed publish behind it fails the test too.
-func windowWaitIsNoAttempt(t *testing.T, st store.Store, cfg relay.Config) {
+func windowWaitIsNoAttempt(t *testing.T, st driver.Store, cfg relay.Config) {
 	mb := newMem(t, membroker.Config{MaxInFlight: 20, Latency: 200 * time.Millisecond})
 	msgs := workload(t, st, "t", 300, 30)
 	cfg.Workers = 3

@@ -1,60 +1,39 @@
-// Package store is the seam a database dialect implements so that the relay
-// engine can drive it: migrate, enqueue (alone or inside the caller's
-// transaction), claim a batch under a lease, acknowledge, retry, bury, and the
-// operator's tools (dead letters, purge, stats).
+// Package store is what an application calls to use the outbox: Enqueue
+// events (alone, or with EnqueueTx inside its own transaction, so that they
+// commit or roll back with its business change), the operator's tools
+// (Get, ListDead, RequeueDead, Purge, Stats and Backlog), and Migrate.
+// The implementations are store/pgstore, store/mysqlstore and
+// store/sqlitestore; each passes the conformance suite in store/storetest.
 //
-// Every state change a relay makes is a compare-and-swap on the lease
-// (owner, epoch) it got from Claim, and lease times come from the database
-// clock, so a relay that was paused past its lease changes nothing.
+// The relay (package relay) drives the same store value through its
+// driver (package store/driver): shard leases, claims and the fenced
+// acknowledgements. Users never call that seam.
 //
-// Per-key order across many relays: Claim never returns an event whose key
-// has an event in flight under a live lease, an earlier event waiting for a
-// retry or a delayed AvailableAt, or (when HoldDeadKeys is set) an earlier
-// DEAD event. Claims of one table are serialized by a database lock held only
-// for the claim statement, so two relays can never claim events of one key at
-// the same time; publishing and acknowledging run in parallel.
+// # The table is the contract
 //
-// A row that breaks the table contract (written with plain SQL: headers that
-// are not a JSON object of strings, an empty topic or event_type, control
-// characters, a negative schema_version, a time that is no time such as
-// 'infinity' or SQLite text in an INTEGER column) never fails a claim or a
-// read: the claim that takes it buries it DEAD with a one-line reason naming
-// the column (ScreenClaim, CheckRow, DecodeHeaders), so it shows in ListDead
-// and Stats and holds only its own key; a row due at no time, or a year or
-// more ahead, is counted in Stats.HeldForGood. The stores refuse the rules
-// they can check cheaply at INSERT.
+// A producer in any language can enqueue by inserting a row into the
+// outbox table with plain SQL (topic, event_key, event_type, payload; every
+// other column has a default). Enqueue validates a message before anything
+// is written (a *outbox.ValidationError, and the caller's transaction stays
+// usable), fills in the event id, schema version and content type, and runs
+// Options.Check. A row written with plain SQL that breaks the contract
+// (headers that are not a JSON object of strings, an empty topic or
+// event_type, control characters, a negative schema_version) never stalls
+// delivery: the claim that takes it marks it DEAD with a one-line reason,
+// so it shows in ListDead and Stats and holds only its own key. So does a
+// value the database accepts that no time or integer of the relay's holds
+// ('infinity', SQLite text in an INTEGER column), with the column named;
+// a row due at no time, or a year or more ahead, is counted in
+// Stats.HeldForGood. The stores refuse at INSERT the rules they can check
+// cheaply.
 //
 // Reads cost what they show: ListDead returns a payload's first
 // PreviewBytes and its size; Get the whole; CopyPayload streams it.
 //
-// Ordering by ownership (Owned, owned.go) has the same rules in every
-// dialect; what differs:
+// # Order and dead letters
 //
-//	                PostgreSQL               MariaDB 10.6+                       SQLite
-//	shards          64: hashtext(key) & 63,  64: CRC32(key) % 64, keyless        1 (one writer per file)
-//	                keyless by id            CRC32(payload)+µs of created_at
-//	                                         (AUTO_INCREMENT and event_id are
-//	                                         refused in generated columns)
-//	shard column    index expression         VIRTUAL generated columns           none
-//	claim index     partial, per shard,      (lane, id): lane is the shard of    partial (id) of NEW,
-//	                NEW and not parked       a NEW unparked row, else NULL       unparked rows
-//	claim walk      Merge Append in id       a page per shard (UNION ALL), the   one range in id order
-//	                order under the LIMIT    lowest Limit ids of them all
-//	leases held in  a claims table (ids)     the rows (status, lease_owner,      the rows
-//	                                         lease_epoch, lease_until)
-//	claim locks     shard rows FOR UPDATE,   shard rows FOR UPDATE, expired      the write lock
-//	                advisory lock shared     in-flight rows FOR UPDATE; takeover
-//	                with exclusion claims    SKIP LOCKED; deadlocks retried
-//	clock           now(): the claim         NOW(6): each statement's start      julianday('now'), ms
-//	                transaction's start
-//
-// In every dialect a row never delayed (next_attempt_at at most
-// created_at) is due whatever the claim's clock says: the clock can be
-// behind a row that the claim sees committed (a transaction's or
-// statement's start before the row's writer began, or a clock stepped
-// back), and a key's earlier row judged "not due" would let its later row
-// be claimed first.
-//
-// Implementations: store/pgstore, store/mysqlstore, store/sqlitestore. Each
-// passes the conformance suite in store/storetest.
+// Events of one event_key reach the broker in id order. A DEAD event holds
+// the later events of its key (unless the relay runs with SkipKey) until an
+// operator requeues it (RequeueDead) or purges it (Purge); Stats counts
+// such keys in BlockedKeys.
 package store

@@ -7,7 +7,47 @@ import (
 
 	outbox "github.com/outbox-go/outbox"
 	"github.com/outbox-go/outbox/store"
+	"github.com/outbox-go/outbox/store/sqlitestore"
 )
+
+// An event is enqueued in the transaction of the business change it
+// describes: the two commit together, or neither happens. (SQLite in
+// memory here; pgstore and mysqlstore are used the same way.)
+func Example() {
+	ctx := context.Background()
+	st, err := sqlitestore.Open(ctx, "sqlite::memory:", sqlitestore.Config{})
+	if err != nil {
+		panic(err)
+	}
+	defer st.Close()
+	if err := st.Migrate(ctx); err != nil {
+		panic(err)
+	}
+	db := st.DB()
+	if _, err := db.ExecContext(ctx, "CREATE TABLE orders (id INTEGER PRIMARY KEY, paid INTEGER)"); err != nil {
+		panic(err)
+	}
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		panic(err)
+	}
+	if _, err := tx.ExecContext(ctx, "INSERT INTO orders (id, paid) VALUES (42, 1)"); err != nil {
+		panic(err)
+	}
+	paid := outbox.Message{Topic: "orders", Key: "order-42", Type: "OrderPaid", Payload: []byte(`{"id":42}`)}
+	if err := st.EnqueueTx(ctx, tx, paid); err != nil {
+		panic(err)
+	}
+	if err := tx.Commit(); err != nil {
+		panic(err)
+	}
+	stats, err := st.Stats(ctx)
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println("waiting for the relay:", stats.New)
+	// Output: waiting for the relay: 1
+}
 
 // Table and schema names are validated, then quoted; nothing is ever
 // concatenated raw into SQL.
@@ -18,45 +58,4 @@ func ExampleValidateName() {
 	// Output:
 	// <nil>
 	// true
-}
-
-// Wakeups is what a store's Notifier is built on: every subscriber hears a
-// broadcast, and a slow one never blocks the sender.
-func ExampleWakeups() {
-	var w store.Wakeups
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	relayA, relayB := w.Subscribe(ctx), w.Subscribe(ctx)
-	w.Broadcast()
-	w.Broadcast() // coalesced: each channel holds one pending wake-up
-	<-relayA
-	<-relayB
-	fmt.Println("both woke;", w.Len(), "subscribers")
-	// Output: both woke; 2 subscribers
-}
-
-// The headers column must hold a JSON object of strings; anything else is a
-// row that breaks the table contract, and the claim that takes it buries it
-// DEAD with this reason.
-func ExampleDecodeHeaders() {
-	h, err := store.DecodeHeaders([]byte(`{"trace-id":"abc"}`))
-	fmt.Println(h, err)
-	_, err = store.DecodeHeaders([]byte(`[1,2]`))
-	fmt.Println(errors.Is(err, store.ErrBadRow))
-	fmt.Println(err)
-	// Output:
-	// map[trace-id:abc] <nil>
-	// true
-	// the row breaks the table contract: headers column is not a JSON object of strings: it holds an array ([1,2]); write an object such as {"trace-id":"abc"}; fix the row with SQL, then `outbox dead retry ID`
-}
-
-// CheckRow is what a claim asks of every row beyond its column types.
-func ExampleCheckRow() {
-	e := outbox.Event{ID: 7, Message: outbox.Message{Topic: "orders", Key: "order-42", Type: "Order\nPaid"}}
-	fmt.Println(store.CheckRow(&e))
-	e.Type = "OrderPaid"
-	fmt.Println(store.CheckRow(&e))
-	// Output:
-	// the row breaks the table contract: event_type has the control character U+000A at byte 5: remove it (CloudEvents strings exclude U+0000–U+001F and U+007F–U+009F); fix the row with SQL, then `outbox dead retry ID`
-	// <nil>
 }

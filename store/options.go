@@ -1,10 +1,7 @@
 package store
 
 import (
-	"encoding/json"
 	"fmt"
-	"hash/fnv"
-	"strings"
 	"time"
 
 	outbox "github.com/outbox-go/outbox"
@@ -53,21 +50,10 @@ type Options struct {
 // every 5 ms per listening relay, measured in BENCHMARKS.md.
 const DefaultProbeInterval = 5 * time.Millisecond
 
-// Normalize fills defaults and validates names.
-func (o Options) Normalize() (Options, error) {
+// WithDefaults returns o with its defaults filled in.
+func (o Options) WithDefaults() Options {
 	if o.Table == "" {
 		o.Table = DefaultTable
-	}
-	if err := ValidateName("table", o.Table); err != nil {
-		return o, err
-	}
-	if len(o.Table) > MaxTableName {
-		return o, fmt.Errorf("%w: table %q: keep it to %d characters so the derived names (%s_archive, %s_migrations) fit in 63", ErrInvalidName, o.Table, MaxTableName, o.Table, o.Table)
-	}
-	if o.Schema != "" {
-		if err := ValidateName("schema", o.Schema); err != nil {
-			return o, err
-		}
 	}
 	if o.MaxPayload <= 0 {
 		o.MaxPayload = outbox.DefaultMaxPayload
@@ -75,80 +61,22 @@ func (o Options) Normalize() (Options, error) {
 	if o.ProbeInterval == 0 {
 		o.ProbeInterval = DefaultProbeInterval
 	}
-	return o, nil
+	return o
 }
 
-// Prepare is what every store does before writing: validate msgs (the
-// caller's transaction is untouched on an error), fill in defaults (event
-// ids, schema version, content type) and run o.Check. It returns new
-// messages; msgs is not changed.
-func (o Options) Prepare(msgs []outbox.Message) ([]outbox.Message, error) {
-	if err := outbox.Validate(o.Limits(), msgs...); err != nil {
-		return nil, err
+// Validate refuses names a store cannot use (ErrInvalidName); a store calls
+// it on WithDefaults' result.
+func (o Options) Validate() error {
+	if err := ValidateName("table", o.Table); err != nil {
+		return err
 	}
-	out := make([]outbox.Message, len(msgs))
-	for i, m := range msgs {
-		out[i] = m.Normalized()
+	if len(o.Table) > MaxTableName {
+		return fmt.Errorf("%w: table %q: keep it to %d characters so the derived names (%s_archive, %s_migrations) fit in 63", ErrInvalidName, o.Table, MaxTableName, o.Table, o.Table)
 	}
-	if err := o.CheckAll(out); err != nil {
-		return nil, err
-	}
-	return out, nil
-}
-
-// CheckAll runs o.Check, if set, on msgs (validated and normalized) in
-// order and returns the first error as a *outbox.ValidationError whose Index
-// is the failing message's position.
-func (o Options) CheckAll(msgs []outbox.Message) error {
-	if o.Check == nil {
-		return nil
-	}
-	for i, m := range msgs {
-		err := o.Check(m)
-		if err == nil {
-			continue
+	if o.Schema != "" {
+		if err := ValidateName("schema", o.Schema); err != nil {
+			return err
 		}
-		if ve, ok := err.(*outbox.ValidationError); ok {
-			c := *ve // Check's error may be shared; don't write to it
-			c.Index = i
-			return &c
-		}
-		return &outbox.ValidationError{Index: i, Field: "Message", Err: err,
-			Fix: "the store's Options.Check refused it: fix the message, or the check"}
 	}
 	return nil
-}
-
-// Limits returns the validation limits these options imply.
-func (o Options) Limits() outbox.Limits { return outbox.Limits{MaxPayload: o.MaxPayload} }
-
-// LockKey is a stable 63-bit number naming a lock for this table, for
-// databases whose locks are numbered (PostgreSQL advisory locks).
-func (o Options) LockKey(purpose string) int64 {
-	h := fnv.New64a()
-	fmt.Fprintf(h, "outbox:%s:%s.%s", purpose, o.Schema, o.Table)
-	return int64(h.Sum64() >> 1)
-}
-
-// EncodeHeaders returns the JSON object stored in the headers column.
-func EncodeHeaders(h map[string]string) string {
-	if len(h) == 0 {
-		return "{}"
-	}
-	b, _ := json.Marshal(h) // a map[string]string always marshals
-	return string(b)
-}
-
-// MaxErrorLen bounds last_error: enough for any broker's message.
-const MaxErrorLen = 2000
-
-// CleanError makes an error message safe for a text column: valid UTF-8, no
-// NUL bytes, at most MaxErrorLen bytes.
-func CleanError(s string) string {
-	s = strings.ToValidUTF8(s, "?")
-	s = strings.ReplaceAll(s, "\x00", "")
-	if len(s) > MaxErrorLen {
-		s = strings.ToValidUTF8(s[:MaxErrorLen], "")
-	}
-	return s
 }

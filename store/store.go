@@ -14,10 +14,6 @@ import (
 
 // Errors every store returns for the same situations.
 var (
-	// ErrLeaseLost: the rows are no longer held by this (owner, epoch): the
-	// lease expired and another relay took them, or they were acked already.
-	// Nothing was changed.
-	ErrLeaseLost = errors.New("store: lease lost: these events are no longer held by this claim (its lease expired and another relay may have taken them, or they were settled already); nothing was changed")
 	// ErrNotFound: no event with that id.
 	ErrNotFound = errors.New("store: no such event")
 	// ErrNotMigrated: the outbox table does not exist.
@@ -38,11 +34,11 @@ type refused struct{ err error }
 func (r refused) Error() string   { return r.err.Error() }
 func (r refused) Unwrap() []error { return []error{r.err, ErrRefused} }
 
-// Store is what the relay engine and the CLI need from a database.
+// Store is what an application calls: enqueue events (alone, or inside its
+// own transaction), the operator's tools (dead letters, purge, stats), and
+// the schema's lifecycle. The relay drives the same value through its
+// driver (package store/driver).
 type Store interface {
-	// Migrate creates or upgrades the schema. Idempotent, and safe when
-	// several processes migrate at once.
-	Migrate(ctx context.Context) error
 	// Enqueue writes msgs in one transaction of the store's own, in one
 	// round trip. Use EnqueueTx to join the caller's transaction.
 	Enqueue(ctx context.Context, msgs ...outbox.Message) error
@@ -50,22 +46,6 @@ type Store interface {
 	// in one statement. Validation happens first; on a validation error
 	// nothing is sent to the database and tx stays usable.
 	EnqueueTx(ctx context.Context, tx Execer, msgs ...outbox.Message) error
-
-	// Claim takes up to req.Limit ready events in id order under a new lease.
-	Claim(ctx context.Context, req ClaimRequest) (Claim, error)
-	// Extend renews the lease on ids until now+d (database clock).
-	Extend(ctx context.Context, lease Lease, ids []int64, d time.Duration) (time.Time, error)
-	// Ack marks ids delivered: deletes them, or moves them to the archive
-	// table as SENT when the store keeps sent events. ErrLeaseLost if any id
-	// is no longer held by lease (the others are still acked).
-	Ack(ctx context.Context, lease Lease, ids []int64) error
-	// Retry gives events back for a later attempt: attempts+1, next attempt
-	// after Delay, last_error set.
-	Retry(ctx context.Context, lease Lease, retries []Retry) error
-	// Bury marks events DEAD with their reason (attempts+1).
-	Bury(ctx context.Context, lease Lease, burials []Burial) error
-	// Release gives unfinished events back untouched (graceful stop).
-	Release(ctx context.Context, lease Lease, ids []int64) error
 
 	// Get returns one event by id, from the outbox or the archive.
 	Get(ctx context.Context, id int64) (Record, error)
@@ -80,6 +60,9 @@ type Store interface {
 	// Stats returns counts and ages for status pages and metrics.
 	Stats(ctx context.Context) (Stats, error)
 
+	// Migrate creates or upgrades the schema. Idempotent, and safe when
+	// several processes migrate at once.
+	Migrate(ctx context.Context) error
 	// Close releases what the store opened itself (not the caller's pool).
 	Close() error
 }
@@ -88,49 +71,6 @@ type Store interface {
 // so do the handles of sqlx, bun and ent underneath.
 type Execer interface {
 	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
-}
-
-// Lease identifies one claim: only the holder of (Owner, Epoch) may change
-// the claimed rows.
-type Lease struct {
-	Owner string // unique per relay process
-	Epoch int64  // fencing token: unique per claim of that owner, increasing
-}
-
-// ClaimRequest says what a relay wants.
-type ClaimRequest struct {
-	Lease Lease
-	// Limit is the most events to take; default 100.
-	Limit int
-	// LeaseFor is how long the claim holds before others may take it; default 30s.
-	LeaseFor time.Duration
-	// HoldDeadKeys: a DEAD event holds the later events of its key until an
-	// operator requeues or purges it. This keeps order; set false to move on.
-	HoldDeadKeys bool
-}
-
-// Claim is the result of ClaimRequest.
-type Claim struct {
-	Lease  Lease
-	Until  time.Time // lease expiry, database clock
-	Events []outbox.Event
-	// Buried are the claimed events the claim itself marked DEAD because
-	// their rows break the table contract (see Screen); they are not in
-	// Events. The relay logs and counts them like its own burials.
-	Buried []Burial
-}
-
-// Retry is one event to try again later.
-type Retry struct {
-	ID    int64
-	Delay time.Duration
-	Error string
-}
-
-// Burial is one event to mark DEAD.
-type Burial struct {
-	ID    int64
-	Error string
 }
 
 // Record is an event with its bookkeeping, for operators.
@@ -178,16 +118,21 @@ type PurgeRequest struct {
 	IDs []int64
 }
 
-// Normalize fills PurgeRequest defaults and refuses a Topic or Key on a
-// SENT purge (the archive is purged by age alone).
-func (r PurgeRequest) Normalize() (PurgeRequest, error) {
+// WithDefaults returns r with its defaults filled in.
+func (r PurgeRequest) WithDefaults() PurgeRequest {
 	if r.BatchSize <= 0 {
 		r.BatchSize = DefaultBatchSize
 	}
+	return r
+}
+
+// Validate refuses a Topic, Key or IDs on a SENT purge (the archive is
+// purged by age alone).
+func (r PurgeRequest) Validate() error {
 	if r.Status == outbox.StatusSent && (r.Topic != "" || r.Key != "" || len(r.IDs) > 0) {
-		return r, errors.New("store: purge: sent events are purged by age only; Topic, Key and IDs apply to DEAD events")
+		return errors.New("store: purge: sent events are purged by age only; Topic, Key and IDs apply to DEAD events")
 	}
-	return r, nil
+	return nil
 }
 
 // Stats summarizes an outbox table.
@@ -211,25 +156,6 @@ type Stats struct {
 // Pending is New+Sending.
 func (s Stats) Pending() int64 { return s.New + s.Sending }
 
-// ClaimAcker is an optional ability: acknowledging a whole claim at once,
-// without listing its events, when every event of it was delivered (the
-// relay's common case). A store that records claims per batch can then drop
-// the claim and its rows in one statement.
-type ClaimAcker interface {
-	// AckClaim acks every event of the claim lease, which took n events:
-	// deletes them, or archives them as SENT when the store keeps sent
-	// events. ErrLeaseLost when the claim is no longer this lease's (taken
-	// over: nothing is changed) or fewer than n of its events were left.
-	AckClaim(ctx context.Context, lease Lease, n int) error
-}
-
-// Notifier is an optional ability: a channel that receives a value soon after
-// events are committed (LISTEN/NOTIFY, or an in-process signal). Only a hint:
-// the relay still polls.
-type Notifier interface {
-	Notify(ctx context.Context) <-chan struct{}
-}
-
 var identRE = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,62}$`)
 
 // MaxTableName is the longest outbox table name: the names derived from
@@ -238,7 +164,7 @@ var identRE = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,62}$`)
 const MaxTableName = 50
 
 // ValidateName checks a table or schema name against ^[a-z_][a-z0-9_]{0,62}$
-// (Options.Normalize also keeps a table name to MaxTableName).
+// (Options.Validate also keeps a table name to MaxTableName).
 func ValidateName(kind, name string) error {
 	if !identRE.MatchString(name) {
 		return fmt.Errorf("%w: %s %q: use lower-case letters, digits and _ (at most 63, not starting with a digit)", ErrInvalidName, kind, name)
@@ -249,18 +175,5 @@ func ValidateName(kind, name string) error {
 // Defaults shared by the stores.
 const (
 	DefaultTable     = "outbox"
-	DefaultLimit     = 100
-	DefaultLeaseFor  = 30 * time.Second
 	DefaultBatchSize = 1000
 )
-
-// Normalize fills ClaimRequest defaults.
-func (r ClaimRequest) Normalize() ClaimRequest {
-	if r.Limit <= 0 {
-		r.Limit = DefaultLimit
-	}
-	if r.LeaseFor <= 0 {
-		r.LeaseFor = DefaultLeaseFor
-	}
-	return r
-}

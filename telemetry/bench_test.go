@@ -29,6 +29,7 @@ import (
 	"github.com/outbox-go/outbox/internal/testnats"
 	"github.com/outbox-go/outbox/relay"
 	"github.com/outbox-go/outbox/store"
+	"github.com/outbox-go/outbox/store/driver"
 	"github.com/outbox-go/outbox/telemetry"
 	"github.com/outbox-go/outbox/testkit/teststores"
 )
@@ -115,7 +116,7 @@ func envInt(name string, def int) int {
 
 func overhead(b *testing.B, events, rounds int, variants []string, pairs [][2]string) {
 	topic := func(string) string { return "bench.mem" }
-	tables := map[string]store.Store{} // a table per variant: a drain leaves it empty
+	tables := map[string]driver.Store{} // a table per variant: a drain leaves it empty
 	for _, v := range variants {
 		tables[v] = &memStore{}
 	}
@@ -191,7 +192,7 @@ func median(xs []float64) float64 {
 
 // fill enqueues n events on topic into st, each with a traceparent of a
 // sampled producer span of its own for a "-traced" variant.
-func fill(b *testing.B, st store.Store, variant, topic string, n int) {
+func fill(b *testing.B, st driver.Store, variant, topic string, n int) {
 	b.Helper()
 	ctx := context.Background()
 	traced := strings.Contains(variant, "-traced")
@@ -220,7 +221,7 @@ func fill(b *testing.B, st store.Store, variant, topic string, n int) {
 // and the CPU this process (the relay: PostgreSQL and NATS run in their
 // own) spent per event meanwhile, in µs, which another process's load on
 // the machine moves less than the rate.
-func drainOnce(b *testing.B, st store.Store, variant string, n int) (rate, cpuPerEvent, hooksPerEvent float64) {
+func drainOnce(b *testing.B, st driver.Store, variant string, n int) (rate, cpuPerEvent, hooksPerEvent float64) {
 	b.Helper()
 	ctx := context.Background()
 	var tp *sdktrace.TracerProvider
@@ -346,7 +347,7 @@ func (h *timed) OnSettle(ctx context.Context, r relay.BatchReport) {
 // servePages serves r's dashboard over HTTP on loopback, with a client that
 // reads what four open pages read (the overview and a page of dead letters
 // every 2 s each, so every 500 ms), until the returned stop.
-func servePages(b *testing.B, st store.Store, r *relay.Relay) (stop func()) {
+func servePages(b *testing.B, st driver.Store, r *relay.Relay) (stop func()) {
 	b.Helper()
 	d, err := dashboard.New(dashboard.Config{Store: st, Relay: r, Token: "bench-token-0123456789", Logger: quiet()})
 	if err != nil {

@@ -8,14 +8,15 @@ import (
 
 	outbox "github.com/outbox-go/outbox"
 	"github.com/outbox-go/outbox/store"
+	"github.com/outbox-go/outbox/store/driver"
 )
 
-// memStore is a store.Store that costs next to nothing: a slice of
+// memStore is a driver.Store that costs next to nothing: a slice of
 // pre-made events handed out in order, acks counted and forgotten. It
 // exists for BenchmarkTelemetryOverhead/mem, where the relay's own work is
 // all the work there is, so that the hooks' share of it is as large as it
 // can get (a real store and broker only add work the hooks do not grow
-// with). It keeps no lease, retry or dead letter: the benchmark's broker
+// with). It has one shard, and keeps no lease, retry or dead letter: the benchmark's broker
 // confirms everything.
 type memStore struct {
 	mu     sync.Mutex
@@ -25,7 +26,7 @@ type memStore struct {
 	nextID int64
 }
 
-var _ store.Store = (*memStore)(nil)
+var _ driver.Store = (*memStore)(nil)
 
 func (m *memStore) Migrate(context.Context) error { return nil }
 
@@ -48,12 +49,23 @@ func (m *memStore) EnqueueTx(context.Context, store.Execer, ...outbox.Message) e
 	return fmt.Errorf("memStore: EnqueueTx: it has no database; use Enqueue")
 }
 
-func (m *memStore) Claim(_ context.Context, req store.ClaimRequest) (store.Claim, error) {
-	req = req.Normalize()
+// Balance gives the only relay the only shard.
+func (m *memStore) Balance(_ context.Context, req driver.BalanceParams) (driver.Ownership, error) {
+	req = req.WithDefaults()
+	own := driver.Ownership{Shards: 1, Relays: 1, Until: time.Now().Add(req.LeaseFor)}
+	if !req.Leave {
+		own.Held = []driver.ShardLease{{Shard: 0, Epoch: 1}}
+	}
+	return own, nil
+}
+
+// Claim hands out the next events in order.
+func (m *memStore) Claim(_ context.Context, req driver.ClaimParams) (driver.Claim, error) {
+	req = req.WithDefaults()
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	end := min(m.next+req.Limit, len(m.events))
-	c := store.Claim{Lease: req.Lease, Until: time.Now().Add(req.LeaseFor), Events: m.events[m.next:end:end]}
+	c := driver.Claim{Lease: req.Lease, Until: time.Now().Add(req.LeaseFor), Events: m.events[m.next:end:end]}
 	m.next = end
 	if len(c.Events) == 0 {
 		c.Events = nil
@@ -61,24 +73,33 @@ func (m *memStore) Claim(_ context.Context, req store.ClaimRequest) (store.Claim
 	return c, nil
 }
 
-func (m *memStore) Extend(_ context.Context, _ store.Lease, _ []int64, d time.Duration) (time.Time, error) {
-	return time.Now().Add(d), nil
+func (m *memStore) Extend(_ context.Context, p driver.ExtendParams) (time.Time, error) {
+	return time.Now().Add(p.For), nil
 }
 
-func (m *memStore) Ack(_ context.Context, _ store.Lease, ids []int64) error {
+func (m *memStore) Ack(_ context.Context, p driver.AckParams) error {
+	ids := p.IDs
 	m.mu.Lock()
 	m.acked += int64(len(ids))
 	m.mu.Unlock()
 	return nil
 }
 
-func (m *memStore) Retry(context.Context, store.Lease, []store.Retry) error {
+// AckClaim acks the claim's N events.
+func (m *memStore) AckClaim(_ context.Context, p driver.AckClaimParams) error {
+	m.mu.Lock()
+	m.acked += int64(p.N)
+	m.mu.Unlock()
+	return nil
+}
+
+func (m *memStore) Retry(context.Context, driver.RetryParams) error {
 	return fmt.Errorf("memStore: Retry: the benchmark's broker confirms everything")
 }
-func (m *memStore) Bury(context.Context, store.Lease, []store.Burial) error {
+func (m *memStore) Bury(context.Context, driver.BuryParams) error {
 	return fmt.Errorf("memStore: Bury: the benchmark's broker confirms everything")
 }
-func (m *memStore) Release(context.Context, store.Lease, []int64) error {
+func (m *memStore) Release(context.Context, driver.ReleaseParams) error {
 	return fmt.Errorf("memStore: Release: the benchmark's broker confirms everything")
 }
 func (m *memStore) Get(context.Context, int64) (store.Record, error) {

@@ -17,6 +17,7 @@ import (
 	"github.com/outbox-go/outbox/broker/membroker"
 	"github.com/outbox-go/outbox/relay"
 	"github.com/outbox-go/outbox/store"
+	"github.com/outbox-go/outbox/store/driver"
 	"github.com/outbox-go/outbox/telemetry"
 	"github.com/outbox-go/outbox/testkit/teststores"
 )
@@ -25,16 +26,11 @@ import (
 // did beside a row it could not read (issue 28: created_at 'infinity'),
 // while its heartbeats and backlog answer.
 type failingClaims struct {
-	store.Store
-	own store.Owned
+	driver.Store
 }
 
-func (s failingClaims) Balance(ctx context.Context, req store.BalanceRequest) (store.Ownership, error) {
-	return s.own.Balance(ctx, req)
-}
-
-func (failingClaims) ClaimOwned(context.Context, store.OwnedClaimRequest) (store.Claim, error) {
-	return store.Claim{}, errors.New("can't scan into dest[11] (col: created_at): cannot scan Infinity into *time.Time")
+func (failingClaims) Claim(context.Context, driver.ClaimParams) (driver.Claim, error) {
+	return driver.Claim{}, errors.New("can't scan into dest[11] (col: created_at): cannot scan Infinity into *time.Time")
 }
 
 // When every claim fails, /readyz answers 503 with the claim's error
@@ -44,7 +40,7 @@ func (failingClaims) ClaimOwned(context.Context, store.OwnedClaimRequest) (store
 // past the grace, and /readyz answered ready while nothing was delivered.
 func TestReadyzFailsWhileClaimsFail(t *testing.T) {
 	base := teststores.Open(t, "sqlite", store.Options{}).Store
-	st := failingClaims{Store: base, own: store.OwnedFor(base)}
+	st := failingClaims{Store: base}
 	if err := st.Enqueue(context.Background(), outbox.Message{Topic: "t", Key: "k", Type: "T", Payload: []byte("{}")}); err != nil {
 		t.Fatal(err)
 	}

@@ -68,7 +68,7 @@ func NewState(r *relay.Relay, st store.Store) *State {
 	s.lastDelivery = d("outbox_last_delivery_timestamp_seconds", "Unix time of this relay's last delivery; 0 before the first.")
 	s.storeUp = d("outbox_store_up", "1 while the store answers, 0 while it fails as a whole (or was never reached).")
 	s.brokerUp = d("outbox_broker_up", "1 while the broker confirms, 0 while it fails as a whole (or was never reached).")
-	s.shardsHeld = d("outbox_shards_held", "Shards this relay holds (ordering by ownership, the default); absent when the relay orders by exclusion (relay --engine exclusion).")
+	s.shardsHeld = d("outbox_shards_held", "Shards of the outbox table this relay holds; absent for a relay over a log source (pgcdc).")
 	s.readyDesc = d("outbox_ready", "1 while /readyz answers 200, 0 while it answers 503 (starting, store or broker failing past the grace, delivery stalled).")
 	return s
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/outbox-go/outbox/broker/membroker"
 	"github.com/outbox-go/outbox/relay"
 	"github.com/outbox-go/outbox/store"
+	"github.com/outbox-go/outbox/store/driver"
 	"github.com/outbox-go/outbox/telemetry"
 	"github.com/outbox-go/outbox/testkit/teststores"
 )
@@ -29,7 +30,7 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 // wired is a relay with metrics and health endpoints, as `outbox relay
 // --metrics-addr` runs it.
 type wired struct {
-	st  store.Store
+	st  driver.Store
 	mb  *membroker.Broker
 	srv *httptest.Server
 }
@@ -168,7 +169,7 @@ func TestHandlerRefusesBadConfig(t *testing.T) {
 
 // failingBacklog is a store whose backlog query fails, as during a
 // database outage.
-type failingBacklog struct{ store.Store }
+type failingBacklog struct{ driver.Store }
 
 func (failingBacklog) Backlog(context.Context) (store.Backlog, error) {
 	return store.Backlog{}, errors.New("connection refused")

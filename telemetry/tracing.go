@@ -97,12 +97,6 @@ type TracingConfig struct {
 	// describe batch publishing. Either way the event's traceparent reaches
 	// the broker unchanged, so the consumer links to the producer's trace.
 	PerEvent bool
-	// PerWave is what one span per wave was asked for with before it was
-	// the default.
-	//
-	// Deprecated: one span per wave is the default now; set PerEvent for a
-	// span per event. PerWave has no effect.
-	PerWave bool
 }
 
 // Tracing records the relay's publishing in the events' traces: by
@@ -144,7 +138,7 @@ func NewTracing(c TracingConfig) *Tracing {
 }
 
 // spansKey finds a wave's spans in the publish context (per event), and
-// waveKey its one span (PerWave).
+// waveKey its one span (the default).
 type (
 	spansKey struct{}
 	waveKey  struct{}

@@ -88,17 +88,8 @@ type Config struct {
 	AMQP amqp.Config
 }
 
-func (c Config) withDefaults() (Config, error) {
-	switch {
-	case c.Timeout < 0:
-		return c, fmt.Errorf("amqpbroker: Config.Timeout is %v; use 0 for the default (%v) or a positive duration", c.Timeout, DefaultTimeout)
-	case c.MaxMessage < 0:
-		return c, fmt.Errorf("amqpbroker: Config.MaxMessage is %d; use 0 for the default (%d) or a positive size in bytes", c.MaxMessage, DefaultMaxMessage)
-	case c.MaxPending < 0:
-		return c, fmt.Errorf("amqpbroker: Config.MaxPending is %d; use 0 for the default (%d) or a positive number", c.MaxPending, DefaultMaxPending)
-	case len(c.Exchange) > 255:
-		return c, fmt.Errorf("amqpbroker: Config.Exchange is %d bytes long; AMQP names are at most 255 bytes", len(c.Exchange))
-	}
+// WithDefaults returns c with the default in every zero field.
+func (c Config) WithDefaults() Config {
 	if c.Timeout == 0 {
 		c.Timeout = DefaultTimeout
 	}
@@ -114,10 +105,25 @@ func (c Config) withDefaults() (Config, error) {
 	if c.Source == "" {
 		c.Source = broker.SourceDefault
 	}
-	if err := broker.CheckSource(c.Source); err != nil {
-		return c, fmt.Errorf("amqpbroker: Config.Source %q: %w", c.Source, err)
+	return c
+}
+
+// validate refuses what WithDefaults left unusable.
+func (c Config) validate() error {
+	switch {
+	case c.Timeout < 0:
+		return fmt.Errorf("amqpbroker: Config.Timeout is %v; use 0 for the default (%v) or a positive duration", c.Timeout, DefaultTimeout)
+	case c.MaxMessage < 0:
+		return fmt.Errorf("amqpbroker: Config.MaxMessage is %d; use 0 for the default (%d) or a positive size in bytes", c.MaxMessage, DefaultMaxMessage)
+	case c.MaxPending < 0:
+		return fmt.Errorf("amqpbroker: Config.MaxPending is %d; use 0 for the default (%d) or a positive number", c.MaxPending, DefaultMaxPending)
+	case len(c.Exchange) > 255:
+		return fmt.Errorf("amqpbroker: Config.Exchange is %d bytes long; AMQP names are at most 255 bytes", len(c.Exchange))
 	}
-	return c, nil
+	if err := broker.CheckSource(c.Source); err != nil {
+		return fmt.Errorf("amqpbroker: Config.Source %q: %w", c.Source, err)
+	}
+	return nil
 }
 
 // Broker publishes to RabbitMQ (AMQP 0-9-1) with publisher confirms. It is
@@ -163,7 +169,8 @@ func Dial(rawURL string, cfg Config) (*Broker, error) {
 		}
 		cfg.Exchange = ex
 	}
-	cfg, err := cfg.withDefaults()
+	cfg = cfg.WithDefaults()
+	err := cfg.validate()
 	if err != nil {
 		return nil, err
 	}
@@ -243,7 +250,8 @@ func New(conn *amqp.Connection, cfg Config) (*Broker, error) {
 	if conn == nil {
 		return nil, errors.New("amqpbroker: New needs a connection; pass one from amqp.Dial or use Dial")
 	}
-	cfg, err := cfg.withDefaults()
+	cfg = cfg.WithDefaults()
+	err := cfg.validate()
 	if err != nil {
 		return nil, err
 	}

@@ -115,10 +115,7 @@ func Setup(ctx context.Context, rawURL, queue string, topics []string) (exchange
 	if exchange, err = exchangeFromURL(rawURL); err != nil {
 		return "", err
 	}
-	cfg, err := Config{}.withDefaults()
-	if err != nil {
-		return "", err
-	}
+	cfg := Config{}.WithDefaults()
 	acfg := cfg.AMQP
 	acfg.Dial = amqp.DefaultDial(cfg.Timeout)
 	acfg.Properties = amqp.Table{"connection_name": "outbox broker setup"}

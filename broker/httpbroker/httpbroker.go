@@ -77,17 +77,8 @@ type Config struct {
 	TLSConfig *tls.Config
 }
 
-func (c Config) withDefaults() (Config, []byte, error) {
-	switch {
-	case c.Timeout < 0:
-		return c, nil, fmt.Errorf("httpbroker: Config.Timeout is %v; use 0 for the default (%v) or a positive duration", c.Timeout, DefaultTimeout)
-	case c.MaxInFlight < 0:
-		return c, nil, fmt.Errorf("httpbroker: Config.MaxInFlight is %d; use 0 for the default (%d) or a positive number", c.MaxInFlight, DefaultMaxInFlight)
-	case c.MaxRetryAfter < 0:
-		return c, nil, fmt.Errorf("httpbroker: Config.MaxRetryAfter is %v; use 0 for the default (%v) or a positive duration", c.MaxRetryAfter, DefaultMaxRetryAfter)
-	case c.MaxMessage < 0:
-		return c, nil, fmt.Errorf("httpbroker: Config.MaxMessage is %d; use 0 (no limit) or a positive size in bytes", c.MaxMessage)
-	}
+// WithDefaults returns c with the default in every zero field.
+func (c Config) WithDefaults() Config {
 	if c.Timeout == 0 {
 		c.Timeout = DefaultTimeout
 	}
@@ -100,17 +91,25 @@ func (c Config) withDefaults() (Config, []byte, error) {
 	if c.Source == "" {
 		c.Source = broker.SourceDefault
 	}
+	return c
+}
+
+// validate refuses what WithDefaults left unusable.
+func (c Config) validate() error {
+	switch {
+	case c.Timeout < 0:
+		return fmt.Errorf("httpbroker: Config.Timeout is %v; use 0 for the default (%v) or a positive duration", c.Timeout, DefaultTimeout)
+	case c.MaxInFlight < 0:
+		return fmt.Errorf("httpbroker: Config.MaxInFlight is %d; use 0 for the default (%d) or a positive number", c.MaxInFlight, DefaultMaxInFlight)
+	case c.MaxRetryAfter < 0:
+		return fmt.Errorf("httpbroker: Config.MaxRetryAfter is %v; use 0 for the default (%v) or a positive duration", c.MaxRetryAfter, DefaultMaxRetryAfter)
+	case c.MaxMessage < 0:
+		return fmt.Errorf("httpbroker: Config.MaxMessage is %d; use 0 (no limit) or a positive size in bytes", c.MaxMessage)
+	}
 	if err := broker.CheckSource(c.Source); err != nil {
-		return c, nil, fmt.Errorf("httpbroker: Config.Source %q: %w", c.Source, err)
+		return fmt.Errorf("httpbroker: Config.Source %q: %w", c.Source, err)
 	}
-	var key []byte
-	if c.Secret != "" {
-		var err error
-		if key, err = DecodeSecret(c.Secret); err != nil {
-			return c, nil, err
-		}
-	}
-	return c, key, nil
+	return nil
 }
 
 // DecodeSecret returns the HMAC key of a Standard Webhooks secret
@@ -200,9 +199,16 @@ func (t template) url(topic string) string {
 // goes (https://hooks.example/{topic}); without {topic} every event goes
 // to the same URL.
 func New(client *http.Client, urlTemplate string, cfg Config) (*Broker, error) {
-	cfg, key, err := cfg.withDefaults()
-	if err != nil {
+	cfg = cfg.WithDefaults()
+	if err := cfg.validate(); err != nil {
 		return nil, err
+	}
+	var key []byte
+	if cfg.Secret != "" {
+		var err error
+		if key, err = DecodeSecret(cfg.Secret); err != nil {
+			return nil, err
+		}
 	}
 	t, err := parseTemplate(urlTemplate)
 	if err != nil {

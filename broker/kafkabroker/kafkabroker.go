@@ -79,13 +79,8 @@ type Config struct {
 	Options []kgo.Opt
 }
 
-func (c Config) withDefaults() (Config, error) {
-	if c.Timeout < 0 {
-		return c, fmt.Errorf("kafkabroker: Config.Timeout is %v; use 0 for the default (%v) or a positive duration", c.Timeout, DefaultTimeout)
-	}
-	if c.MaxMessage < 0 || (c.MaxMessage > 0 && c.MaxMessage < 512) || c.MaxMessage > 1<<30 {
-		return c, fmt.Errorf("kafkabroker: Config.MaxMessage is %d; use 0 for the default (%d) or a size from 512 bytes to 1 GiB", c.MaxMessage, DefaultMaxMessage)
-	}
+// WithDefaults returns c with the default in every zero field.
+func (c Config) WithDefaults() Config {
 	if c.Timeout == 0 {
 		c.Timeout = DefaultTimeout
 	}
@@ -95,10 +90,21 @@ func (c Config) withDefaults() (Config, error) {
 	if c.Source == "" {
 		c.Source = broker.SourceDefault
 	}
-	if err := broker.CheckSource(c.Source); err != nil {
-		return c, fmt.Errorf("kafkabroker: Config.Source %q: %w", c.Source, err)
+	return c
+}
+
+// validate refuses what WithDefaults left unusable.
+func (c Config) validate() error {
+	if c.Timeout < 0 {
+		return fmt.Errorf("kafkabroker: Config.Timeout is %v; use 0 for the default (%v) or a positive duration", c.Timeout, DefaultTimeout)
 	}
-	return c, nil
+	if c.MaxMessage < 0 || (c.MaxMessage > 0 && c.MaxMessage < 512) || c.MaxMessage > 1<<30 {
+		return fmt.Errorf("kafkabroker: Config.MaxMessage is %d; use 0 for the default (%d) or a size from 512 bytes to 1 GiB", c.MaxMessage, DefaultMaxMessage)
+	}
+	if err := broker.CheckSource(c.Source); err != nil {
+		return fmt.Errorf("kafkabroker: Config.Source %q: %w", c.Source, err)
+	}
+	return nil
 }
 
 // Broker publishes to Kafka with franz-go's idempotent producer. It is safe
@@ -148,7 +154,8 @@ func New(cl *kgo.Client, cfg Config) (*Broker, error) {
 }
 
 func newBroker(cl *kgo.Client, cfg Config, owned bool) (*Broker, error) {
-	cfg, err := cfg.withDefaults()
+	cfg = cfg.WithDefaults()
+	err := cfg.validate()
 	if err != nil {
 		return nil, err
 	}
@@ -195,7 +202,8 @@ func Dial(rawURL string, cfg Config) (*Broker, error) {
 	if err != nil {
 		return nil, redact.Error(err, rawURL)
 	}
-	cfg, err = cfg.withDefaults()
+	cfg = cfg.WithDefaults()
+	err = cfg.validate()
 	if err != nil {
 		return nil, err
 	}
@@ -252,7 +260,7 @@ func CheckURL(rawURL string) error {
 	if _, _, err := parseURL(rawURL, &cfg); err != nil {
 		return redact.Error(err, rawURL)
 	}
-	_, err := cfg.withDefaults()
+	err := cfg.WithDefaults().validate()
 	return err
 }
 

@@ -33,9 +33,10 @@ type Config struct {
 	// values), in bytes, the broker accepts; a larger event gets a permanent
 	// error. Default outbox.DefaultMaxPayload (1 MiB).
 	MaxPayload int
-	// KeyOrdered makes the broker offer broker.KeyOrdered: once an event
-	// fails, the later events of its key in the same Publish call fail too
-	// (with ErrHeld). Default false.
+	// KeyOrdered makes the broker keep a key's order within a call
+	// (Features().Ordering is broker.OrderKey): once an event fails, the
+	// later events of its key in the same Publish call fail too (with
+	// ErrHeld). Default false: OrderNone.
 	KeyOrdered bool
 	// Dedup confirms an event whose EventID was already delivered without
 	// recording it again, like a broker's duplicate detection. Default
@@ -81,7 +82,6 @@ type Broker struct {
 
 var (
 	_ broker.Broker          = (*Broker)(nil)
-	_ broker.KeyOrdered      = (*Broker)(nil)
 	_ broker.Describer       = (*Broker)(nil)
 	_ broker.ResultPublisher = (*Broker)(nil)
 	_ broker.Checker         = (*Broker)(nil)
@@ -108,9 +108,6 @@ func New(cfg Config) (*Broker, error) {
 		changed: make(chan struct{}),
 	}, nil
 }
-
-// KeyOrdered reports Config.KeyOrdered (see broker.KeyOrdered).
-func (b *Broker) KeyOrdered() bool { return b.cfg.KeyOrdered }
 
 // Publish records each event under its topic, in order, unless an injected
 // failure, the size limit, a closed broker or ctx decides otherwise. Like

@@ -161,8 +161,8 @@ func TestHookPoisonEvent(t *testing.T) {
 func TestKeyOrderedHoldsLaterEventsOfFailedKey(t *testing.T) {
 	t.Parallel()
 	b := newBroker(t, membroker.Config{KeyOrdered: true})
-	if !b.KeyOrdered() {
-		t.Fatal("KeyOrdered() = false")
+	if b.Features().Ordering != broker.OrderKey {
+		t.Fatal("Features().Ordering is not OrderKey with Config.KeyOrdered")
 	}
 	evs := append(events(2, "a"), events(2, "b")...)
 	evs = append(evs, events(1, "a")...)
@@ -172,8 +172,8 @@ func TestKeyOrderedHoldsLaterEventsOfFailedKey(t *testing.T) {
 		res[2] != nil || res[3] != nil || !errors.Is(res[4], membroker.ErrHeld) {
 		t.Errorf("results = %v", res)
 	}
-	if bk := newBroker(t, membroker.Config{}); bk.KeyOrdered() {
-		t.Error("KeyOrdered() = true without Config.KeyOrdered")
+	if bk := newBroker(t, membroker.Config{}); bk.Features().Ordering != broker.OrderNone {
+		t.Error("Features().Ordering is not OrderNone without Config.KeyOrdered")
 	}
 }
 

@@ -78,15 +78,8 @@ type Config struct {
 	TLS *tls.Config
 }
 
-func (c Config) withDefaults() (Config, error) {
-	switch {
-	case c.Timeout < 0:
-		return c, fmt.Errorf("mqttbroker: Config.Timeout is %v; use 0 for the default (%v) or a positive duration", c.Timeout, DefaultTimeout)
-	case c.KeepAlive < 0 || c.KeepAlive > 65535*time.Second:
-		return c, fmt.Errorf("mqttbroker: Config.KeepAlive is %v; use 0 for the default (%v) or up to 18h12m15s", c.KeepAlive, DefaultKeepAlive)
-	case c.MaxMessage < 0 || c.MaxMessage > MaxPacket:
-		return c, fmt.Errorf("mqttbroker: Config.MaxMessage is %d; use 0 for the server's limit, or a size up to %d bytes", c.MaxMessage, MaxPacket)
-	}
+// WithDefaults returns c with the default in every zero field.
+func (c Config) WithDefaults() Config {
 	if c.Timeout == 0 {
 		c.Timeout = DefaultTimeout
 	}
@@ -101,10 +94,23 @@ func (c Config) withDefaults() (Config, error) {
 	if c.Source == "" {
 		c.Source = broker.SourceDefault
 	}
-	if err := broker.CheckSource(c.Source); err != nil {
-		return c, fmt.Errorf("mqttbroker: Config.Source %q: %w", c.Source, err)
+	return c
+}
+
+// validate refuses what WithDefaults left unusable.
+func (c Config) validate() error {
+	switch {
+	case c.Timeout < 0:
+		return fmt.Errorf("mqttbroker: Config.Timeout is %v; use 0 for the default (%v) or a positive duration", c.Timeout, DefaultTimeout)
+	case c.KeepAlive < 0 || c.KeepAlive > 65535*time.Second:
+		return fmt.Errorf("mqttbroker: Config.KeepAlive is %v; use 0 for the default (%v) or up to 18h12m15s", c.KeepAlive, DefaultKeepAlive)
+	case c.MaxMessage < 0 || c.MaxMessage > MaxPacket:
+		return fmt.Errorf("mqttbroker: Config.MaxMessage is %d; use 0 for the server's limit, or a size up to %d bytes", c.MaxMessage, MaxPacket)
 	}
-	return c, nil
+	if err := broker.CheckSource(c.Source); err != nil {
+		return fmt.Errorf("mqttbroker: Config.Source %q: %w", c.Source, err)
+	}
+	return nil
 }
 
 // Broker publishes to an MQTT 5 server at QoS 1. It is safe for concurrent
@@ -164,7 +170,8 @@ func Dial(rawURL string, cfg Config) (*Broker, error) {
 	if cfg.ClientID == "" {
 		cfg.ClientID = u.Query().Get("client_id")
 	}
-	if b.cfg, err = cfg.withDefaults(); err != nil {
+	b.cfg = cfg.WithDefaults()
+	if err = b.cfg.validate(); err != nil {
 		return nil, err
 	}
 	c, err := b.connect()
@@ -198,7 +205,8 @@ func New(c *paho.Client, cfg Config) (*Broker, error) {
 	if c == nil {
 		return nil, errors.New("mqttbroker: New needs a connected paho client; build one with paho.NewClient and Connect, or use Dial")
 	}
-	cfg, err := cfg.withDefaults()
+	cfg = cfg.WithDefaults()
+	err := cfg.validate()
 	if err != nil {
 		return nil, err
 	}

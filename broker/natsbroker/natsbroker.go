@@ -56,13 +56,8 @@ type Config struct {
 	ConnectOptions []nats.Option
 }
 
-func (c Config) withDefaults() (Config, error) {
-	if c.Timeout < 0 {
-		return c, fmt.Errorf("natsbroker: Config.Timeout is %v; use 0 for the default (%v) or a positive duration", c.Timeout, DefaultTimeout)
-	}
-	if c.MaxPending < 0 {
-		return c, fmt.Errorf("natsbroker: Config.MaxPending is %d; use 0 for the default (%d) or a positive number", c.MaxPending, DefaultMaxPending)
-	}
+// WithDefaults returns c with the default in every zero field.
+func (c Config) WithDefaults() Config {
 	if c.Timeout == 0 {
 		c.Timeout = DefaultTimeout
 	}
@@ -72,10 +67,21 @@ func (c Config) withDefaults() (Config, error) {
 	if c.Source == "" {
 		c.Source = broker.SourceDefault
 	}
-	if err := broker.CheckSource(c.Source); err != nil {
-		return c, fmt.Errorf("natsbroker: Config.Source %q: %w", c.Source, err)
+	return c
+}
+
+// validate refuses what WithDefaults left unusable.
+func (c Config) validate() error {
+	if c.Timeout < 0 {
+		return fmt.Errorf("natsbroker: Config.Timeout is %v; use 0 for the default (%v) or a positive duration", c.Timeout, DefaultTimeout)
 	}
-	return c, nil
+	if c.MaxPending < 0 {
+		return fmt.Errorf("natsbroker: Config.MaxPending is %d; use 0 for the default (%d) or a positive number", c.MaxPending, DefaultMaxPending)
+	}
+	if err := broker.CheckSource(c.Source); err != nil {
+		return fmt.Errorf("natsbroker: Config.Source %q: %w", c.Source, err)
+	}
+	return nil
 }
 
 // Broker publishes to NATS JetStream. It is safe for concurrent use.
@@ -105,7 +111,8 @@ func New(nc *nats.Conn, cfg Config) (*Broker, error) {
 	if nc == nil {
 		return nil, errors.New("natsbroker: New needs a connection; pass one from nats.Connect or use Dial")
 	}
-	cfg, err := cfg.withDefaults()
+	cfg = cfg.WithDefaults()
+	err := cfg.validate()
 	if err != nil {
 		return nil, err
 	}
@@ -132,7 +139,8 @@ func newBroker(nc *nats.Conn, cfg Config, owned bool) (*Broker, error) {
 // with jitter) and buffers nothing while disconnected. Dial fails when no
 // server answers or JetStream is not enabled.
 func Dial(url string, cfg Config) (*Broker, error) {
-	cfg, err := cfg.withDefaults()
+	cfg = cfg.WithDefaults()
+	err := cfg.validate()
 	if err != nil {
 		return nil, err
 	}

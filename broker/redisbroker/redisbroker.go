@@ -76,19 +76,8 @@ type Config struct {
 	MaxMessage int
 }
 
-func (c Config) withDefaults() (Config, error) {
-	switch {
-	case c.Timeout < 0:
-		return c, fmt.Errorf("redisbroker: Config.Timeout is %v; use 0 for the default (%v) or a positive duration", c.Timeout, DefaultTimeout)
-	case c.MaxLen < 0:
-		return c, fmt.Errorf("redisbroker: Config.MaxLen is %d; use 0 (never trim) or a positive number of entries", c.MaxLen)
-	case c.DedupWindow < 0:
-		return c, fmt.Errorf("redisbroker: Config.DedupWindow is %v; use 0 for the default (%v), a positive duration, or NoDedup", c.DedupWindow, DefaultDedupWindow)
-	case c.DedupWindow > 0 && c.DedupWindow < time.Second:
-		return c, fmt.Errorf("redisbroker: Config.DedupWindow is %v; Redis keeps keys for whole seconds, use at least 1s", c.DedupWindow)
-	case c.MaxMessage < 0:
-		return c, fmt.Errorf("redisbroker: Config.MaxMessage is %d; use 0 for the default (%d) or a positive size in bytes", c.MaxMessage, DefaultMaxMessage)
-	}
+// WithDefaults returns c with the default in every zero field.
+func (c Config) WithDefaults() Config {
 	if c.Timeout == 0 {
 		c.Timeout = DefaultTimeout
 	}
@@ -104,10 +93,27 @@ func (c Config) withDefaults() (Config, error) {
 	if c.Source == "" {
 		c.Source = broker.SourceDefault
 	}
-	if err := broker.CheckSource(c.Source); err != nil {
-		return c, fmt.Errorf("redisbroker: Config.Source %q: %w", c.Source, err)
+	return c
+}
+
+// validate refuses what WithDefaults left unusable.
+func (c Config) validate() error {
+	switch {
+	case c.Timeout < 0:
+		return fmt.Errorf("redisbroker: Config.Timeout is %v; use 0 for the default (%v) or a positive duration", c.Timeout, DefaultTimeout)
+	case c.MaxLen < 0:
+		return fmt.Errorf("redisbroker: Config.MaxLen is %d; use 0 (never trim) or a positive number of entries", c.MaxLen)
+	case c.DedupWindow < 0:
+		return fmt.Errorf("redisbroker: Config.DedupWindow is %v; use 0 for the default (%v), a positive duration, or NoDedup", c.DedupWindow, DefaultDedupWindow)
+	case c.DedupWindow > 0 && c.DedupWindow < time.Second:
+		return fmt.Errorf("redisbroker: Config.DedupWindow is %v; Redis keeps keys for whole seconds, use at least 1s", c.DedupWindow)
+	case c.MaxMessage < 0:
+		return fmt.Errorf("redisbroker: Config.MaxMessage is %d; use 0 for the default (%d) or a positive size in bytes", c.MaxMessage, DefaultMaxMessage)
 	}
-	return c, nil
+	if err := broker.CheckSource(c.Source); err != nil {
+		return fmt.Errorf("redisbroker: Config.Source %q: %w", c.Source, err)
+	}
+	return nil
 }
 
 // Broker adds events to Redis streams. It is safe for concurrent use.
@@ -132,7 +138,8 @@ func New(rdb redis.UniversalClient, cfg Config) (*Broker, error) {
 	if rdb == nil {
 		return nil, errors.New("redisbroker: New needs a client; pass one from redis.NewClient or use Dial")
 	}
-	cfg, err := cfg.withDefaults()
+	cfg = cfg.WithDefaults()
+	err := cfg.validate()
 	if err != nil {
 		return nil, err
 	}
@@ -165,7 +172,8 @@ func Dial(rawURL string, cfg Config) (*Broker, error) {
 	if err != nil {
 		return nil, redact.Error(fmt.Errorf("redisbroker: URL %s: %w (%w)", redact.URL(rawURL), err, ErrInvalidURL), rawURL)
 	}
-	cfg, err = cfg.withDefaults()
+	cfg = cfg.WithDefaults()
+	err = cfg.validate()
 	if err != nil {
 		return nil, fmt.Errorf("%w (%w)", err, ErrInvalidURL)
 	}

@@ -3,10 +3,9 @@
 //
 // It is a module of its own (github.com/outbox-go/outbox/broker/rocketmqbroker),
 // so that the RocketMQ client and its dependencies burden only the programs
-// that import it; the outbox command is built without it, and its
-// rocketmq:// scheme answers "not built into this version". A program
-// that wants a relay to RocketMQ builds one with relay.New and this
-// package's Broker.
+// that import it. The outbox command, a module of its own too, carries it:
+// outbox relay --broker rocketmq://nameserver:9876 runs a relay through it;
+// a program of yours builds one with relay.New and this package's Broker.
 //
 // # Delivery and order
 //

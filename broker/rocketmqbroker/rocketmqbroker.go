@@ -75,15 +75,8 @@ type Config struct {
 	Options []producer.Option
 }
 
-func (c Config) withDefaults() (Config, error) {
-	switch {
-	case c.Timeout < 0:
-		return c, fmt.Errorf("rocketmqbroker: Config.Timeout is %v; use 0 for the default (%v) or a positive duration", c.Timeout, DefaultTimeout)
-	case c.MaxMessage < 0:
-		return c, fmt.Errorf("rocketmqbroker: Config.MaxMessage is %d; use 0 for the default (%d) or a positive size", c.MaxMessage, DefaultMaxMessage)
-	case c.MaxInFlight < 0:
-		return c, fmt.Errorf("rocketmqbroker: Config.MaxInFlight is %d; use 0 for the default (%d) or a positive number", c.MaxInFlight, DefaultMaxInFlight)
-	}
+// WithDefaults returns c with the default in every zero field.
+func (c Config) WithDefaults() Config {
 	if c.Timeout == 0 {
 		c.Timeout = DefaultTimeout
 	}
@@ -99,10 +92,23 @@ func (c Config) withDefaults() (Config, error) {
 	if c.Source == "" {
 		c.Source = broker.SourceDefault
 	}
-	if err := broker.CheckSource(c.Source); err != nil {
-		return c, fmt.Errorf("rocketmqbroker: Config.Source %q: %w", c.Source, err)
+	return c
+}
+
+// validate refuses what WithDefaults left unusable.
+func (c Config) validate() error {
+	switch {
+	case c.Timeout < 0:
+		return fmt.Errorf("rocketmqbroker: Config.Timeout is %v; use 0 for the default (%v) or a positive duration", c.Timeout, DefaultTimeout)
+	case c.MaxMessage < 0:
+		return fmt.Errorf("rocketmqbroker: Config.MaxMessage is %d; use 0 for the default (%d) or a positive size", c.MaxMessage, DefaultMaxMessage)
+	case c.MaxInFlight < 0:
+		return fmt.Errorf("rocketmqbroker: Config.MaxInFlight is %d; use 0 for the default (%d) or a positive number", c.MaxInFlight, DefaultMaxInFlight)
 	}
-	return c, nil
+	if err := broker.CheckSource(c.Source); err != nil {
+		return fmt.Errorf("rocketmqbroker: Config.Source %q: %w", c.Source, err)
+	}
+	return nil
 }
 
 // Broker publishes to RocketMQ with synchronous sends. It is safe for
@@ -128,7 +134,8 @@ func New(s Sender, cfg Config) (*Broker, error) {
 	if s == nil {
 		return nil, errors.New("rocketmqbroker: New needs a producer; pass a started rocketmq.Producer or use Dial")
 	}
-	cfg, err := cfg.withDefaults()
+	cfg = cfg.WithDefaults()
+	err := cfg.validate()
 	if err != nil {
 		return nil, err
 	}
@@ -146,7 +153,8 @@ func Dial(rawURL string, cfg Config) (*Broker, error) {
 	if err != nil {
 		return nil, redact.Error(err, rawURL)
 	}
-	cfg, err = cfg.withDefaults()
+	cfg = cfg.WithDefaults()
+	err = cfg.validate()
 	if err != nil {
 		return nil, err
 	}
@@ -180,7 +188,7 @@ func CheckURL(rawURL string) error {
 	if _, _, err := parseURL(rawURL, &cfg); err != nil {
 		return redact.Error(err, rawURL)
 	}
-	_, err := cfg.withDefaults()
+	err := cfg.WithDefaults().validate()
 	return err
 }
 

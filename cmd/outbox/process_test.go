@@ -18,6 +18,7 @@ import (
 	outbox "github.com/outbox-go/outbox"
 	"github.com/outbox-go/outbox/internal/testnats"
 	"github.com/outbox-go/outbox/store"
+	"github.com/outbox-go/outbox/store/driver"
 	"github.com/outbox-go/outbox/testkit/teststores"
 )
 
@@ -108,7 +109,7 @@ func (p *proc) kill() {
 
 // keyedWorkload enqueues n events over `keys` keys; each payload is
 // "key#seq" so order can be checked from the stream alone.
-func keyedWorkload(t *testing.T, st store.Store, topic string, n, keys int) []outbox.Message {
+func keyedWorkload(t *testing.T, st driver.Store, topic string, n, keys int) []outbox.Message {
 	t.Helper()
 	seq := map[string]int{}
 	msgs := make([]outbox.Message, n)
@@ -163,7 +164,7 @@ func checkStream(t *testing.T, s *testnats.Stream, msgs []outbox.Message) {
 	t.Logf("stream holds %d messages for %d events (JetStream dedups re-publishes by Nats-Msg-Id)", len(got), len(msgs))
 }
 
-func waitPending0(t *testing.T, st store.Store, d time.Duration) {
+func waitPending0(t *testing.T, st driver.Store, d time.Duration) {
 	t.Helper()
 	if !drained(st, d) {
 		t.Fatalf("outbox not drained after %s: %s", d, pendingReport(st))
@@ -171,7 +172,7 @@ func waitPending0(t *testing.T, st store.Store, d time.Duration) {
 }
 
 // drained waits up to d for nothing to be pending.
-func drained(st store.Store, d time.Duration) bool {
+func drained(st driver.Store, d time.Duration) bool {
 	deadline := time.Now().Add(d)
 	for {
 		if s, err := st.Stats(context.Background()); err == nil && s.Pending() == 0 {
@@ -185,7 +186,7 @@ func drained(st store.Store, d time.Duration) bool {
 }
 
 // pendingReport is the outbox's stats and the first DEAD events' errors.
-func pendingReport(st store.Store) string {
+func pendingReport(st driver.Store) string {
 	s, err := st.Stats(context.Background())
 	why := fmt.Sprintf("%+v %v", s, err)
 	if dead, _ := st.ListDead(context.Background(), store.DeadQuery{Limit: 3}); len(dead) > 0 {
@@ -249,49 +250,45 @@ func dumpRows(db *sql.DB, title, query string) string {
 
 func relayArgs(o teststores.Opened, brokerURL string) []string {
 	return []string{"--db", o.URL, "--table", o.Opts.Table, "--broker", brokerURL,
-		"--lease", "2s", "--batch", "50", "--poll", "50ms", "--backoff", "20ms", "--backoff-max", "500ms", "--log", "warn"}
+		"--lease", "2s", "--batch", "50", "--poll", "50ms", "--backoff", "20ms", "--backoff-max", "500ms", "--log-level", "warn"}
 }
 
 // Three relay processes share the work; one is SIGKILLed mid-stream twice
-// and restarted. Nothing may be lost and per-key order must hold, with
-// either engine (ordering by ownership, the default, and --engine
-// exclusion).
+// and restarted. Nothing may be lost and per-key order must hold.
 func TestThreeRelaysOneKilledTwice(t *testing.T) {
 	for _, kind := range teststores.Kinds {
-		for _, engine := range []string{"ownership", "exclusion"} {
-			t.Run(kind+"/"+engine, func(t *testing.T) {
-				t.Parallel()
-				o := teststores.Open(t, kind, store.Options{})
-				natsURL := testnats.Shared(t)
-				s := testnats.NewStream(t, natsURL)
-				msgs := keyedWorkload(t, o.Store, s.Topic("orders"), 3000, 40)
-				args := append(relayArgs(o, natsURL), "--engine", engine, "--log", "info")
-				relays := []*proc{startRelay(t, args...), startRelay(t, args...), startRelay(t, args...)}
-				ctx := context.Background()
-				for _, at := range []uint64{600, 1800} {
-					deadline := time.Now().Add(60 * time.Second)
-					for {
-						n, _ := s.Count(ctx)
-						if n >= at {
-							break
-						}
-						if time.Now().After(deadline) {
-							t.Fatalf("stream stuck below %d messages; relay stderr:\n%s", at, relays[0].stderr)
-						}
-						time.Sleep(5 * time.Millisecond)
+		t.Run(kind, func(t *testing.T) {
+			t.Parallel()
+			o := teststores.Open(t, kind, store.Options{})
+			natsURL := testnats.Shared(t)
+			s := testnats.NewStream(t, natsURL)
+			msgs := keyedWorkload(t, o.Store, s.Topic("orders"), 3000, 40)
+			args := append(relayArgs(o, natsURL), "--log-level", "info")
+			relays := []*proc{startRelay(t, args...), startRelay(t, args...), startRelay(t, args...)}
+			ctx := context.Background()
+			for _, at := range []uint64{600, 1800} {
+				deadline := time.Now().Add(60 * time.Second)
+				for {
+					n, _ := s.Count(ctx)
+					if n >= at {
+						break
 					}
-					relays[0].kill()
-					relays[0] = startRelay(t, args...)
-				}
-				waitRelaysDrained(t, o, kind, 90*time.Second, relays)
-				for _, r := range relays {
-					if d := r.stop(t); d > 10*time.Second {
-						t.Errorf("graceful stop took %s, promised ≤ 10s", d)
+					if time.Now().After(deadline) {
+						t.Fatalf("stream stuck below %d messages; relay stderr:\n%s", at, relays[0].stderr)
 					}
+					time.Sleep(5 * time.Millisecond)
 				}
-				checkStream(t, s, msgs)
-			})
-		}
+				relays[0].kill()
+				relays[0] = startRelay(t, args...)
+			}
+			waitRelaysDrained(t, o, kind, 90*time.Second, relays)
+			for _, r := range relays {
+				if d := r.stop(t); d > 10*time.Second {
+					t.Errorf("graceful stop took %s, promised ≤ 10s", d)
+				}
+			}
+			checkStream(t, s, msgs)
+		})
 	}
 }
 

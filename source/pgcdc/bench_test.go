@@ -75,7 +75,7 @@ func benchDrain(b *testing.B, tableLess bool, n int) {
 	b.StopTimer()
 	f := newBenchFixture(b, tableLess)
 	ctx := context.Background()
-	cfg, _ := f.cfg.WithDefaults()
+	cfg := f.cfg.WithDefaults()
 	if err := pgcdc.Setup(ctx, f.pool, f.cfg); err != nil {
 		b.Fatal(err)
 	}

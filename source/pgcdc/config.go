@@ -76,8 +76,8 @@ type Config struct {
 	Logger *slog.Logger
 }
 
-// WithDefaults fills the defaults and validates c.
-func (c Config) WithDefaults() (Config, error) {
+// WithDefaults returns c with the default in every zero field.
+func (c Config) WithDefaults() Config {
 	if c.Table == "" {
 		c.Table = store.DefaultTable
 	}
@@ -90,33 +90,11 @@ func (c Config) WithDefaults() (Config, error) {
 	if c.Prefix == "" {
 		c.Prefix = DefaultPrefix
 	}
-	for _, n := range []struct{ kind, name string }{{"table", c.Table}, {"slot", c.Slot}, {"publication", c.Publication}} {
-		if err := store.ValidateName(n.kind, n.name); err != nil {
-			return c, fmt.Errorf("pgcdc: %w", err)
-		}
-	}
-	if len(c.Table) > 55 { // room for _parked, _cdc, …
-		return c, fmt.Errorf("pgcdc: table name %q is longer than 55 characters, which leaves no room for its _parked and _cdc tables", c.Table)
-	}
-	if c.Schema != "" {
-		if err := store.ValidateName("schema", c.Schema); err != nil {
-			return c, fmt.Errorf("pgcdc: %w", err)
-		}
-	}
 	if c.Owner == "" {
 		c.Owner = defaultOwner()
 	}
-	if len(c.Owner) > 64 {
-		return c, fmt.Errorf("pgcdc: Owner %q is longer than 64 characters", c.Owner)
-	}
-	if c.LeaseFor < 0 || c.StatusInterval < 0 || c.DeleteBatch < 0 || c.MaxBuffered < 0 {
-		return c, errors.New("pgcdc: LeaseFor, StatusInterval, DeleteBatch and MaxBuffered must not be negative (0 means the default)")
-	}
 	if c.LeaseFor == 0 {
 		c.LeaseFor = DefaultLeaseFor
-	}
-	if c.LeaseFor < 300*time.Millisecond {
-		return c, errors.New("pgcdc: LeaseFor must be at least 300ms")
 	}
 	if c.Heartbeat == 0 {
 		c.Heartbeat = DefaultHeartbeat
@@ -133,7 +111,35 @@ func (c Config) WithDefaults() (Config, error) {
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
-	return c, nil
+	return c
+}
+
+// Validate refuses what WithDefaults left unusable: names a database
+// cannot take, negative values, a lease too short to renew.
+func (c Config) Validate() error {
+	for _, n := range []struct{ kind, name string }{{"table", c.Table}, {"slot", c.Slot}, {"publication", c.Publication}} {
+		if err := store.ValidateName(n.kind, n.name); err != nil {
+			return fmt.Errorf("pgcdc: %w", err)
+		}
+	}
+	if len(c.Table) > 55 { // room for _parked, _cdc, …
+		return fmt.Errorf("pgcdc: table name %q is longer than 55 characters, which leaves no room for its _parked and _cdc tables", c.Table)
+	}
+	if c.Schema != "" {
+		if err := store.ValidateName("schema", c.Schema); err != nil {
+			return fmt.Errorf("pgcdc: %w", err)
+		}
+	}
+	if len(c.Owner) > 64 {
+		return fmt.Errorf("pgcdc: Owner %q is longer than 64 characters", c.Owner)
+	}
+	if c.LeaseFor < 0 || c.StatusInterval < 0 || c.DeleteBatch < 0 || c.MaxBuffered < 0 {
+		return errors.New("pgcdc: LeaseFor, StatusInterval, DeleteBatch and MaxBuffered must not be negative (0 means the default)")
+	}
+	if c.LeaseFor < 300*time.Millisecond {
+		return errors.New("pgcdc: LeaseFor must be at least 300ms")
+	}
+	return nil
 }
 
 // names are the quoted identifiers a Config leads to.

@@ -13,7 +13,7 @@ import (
 	"github.com/jackc/pglogrepl"
 
 	outbox "github.com/outbox-go/outbox"
-	"github.com/outbox-go/outbox/store"
+	"github.com/outbox-go/outbox/store/driver"
 )
 
 // The outbox table's columns the source reads, by the table contract.
@@ -111,7 +111,7 @@ func decodeRow(rel *relation, cols []*pglogrepl.TupleDataColumn) (decodedRow, er
 	d.ev.ID = id
 	bad := func(format string, args ...any) (decodedRow, error) {
 		if d.bad == nil {
-			d.bad = store.BadRow(format, args...)
+			d.bad = driver.BadRow(format, args...)
 		}
 		return d, nil
 	}
@@ -155,7 +155,7 @@ func decodeRow(rel *relation, cols []*pglogrepl.TupleDataColumn) (decodedRow, er
 		return bad("payload: %v", err)
 	}
 	m.Payload = payload
-	h, err := store.DecodeHeaders([]byte(fields[colHeaders]))
+	h, err := driver.DecodeHeaders([]byte(fields[colHeaders]))
 	if err != nil {
 		d.bad = err
 		return d, nil
@@ -165,7 +165,7 @@ func decodeRow(rel *relation, cols []*pglogrepl.TupleDataColumn) (decodedRow, er
 	if at := parseTime(fields[colNextAttemptAt]); !at.IsZero() && at.After(d.ev.CreatedAt) && d.ev.Attempts == 0 {
 		m.AvailableAt = at
 	}
-	if err := store.CheckRow(&d.ev); err != nil {
+	if err := driver.CheckRow(&d.ev); err != nil {
 		d.bad = err
 	}
 	return d, nil

@@ -76,8 +76,8 @@ func New(pool *pgxpool.Pool, cfg Config) (*Source, error) {
 	if pool == nil {
 		return nil, errors.New("pgcdc: pool is nil")
 	}
-	cfg, err := cfg.WithDefaults()
-	if err != nil {
+	cfg = cfg.WithDefaults()
+	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
 	return &Source{cfg: cfg, n: cfg.names(), pool: pool, log: cfg.Logger,

@@ -96,7 +96,7 @@ func (f *fixture) cleanup() {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	f.store.Close()
-	cfg, _ := f.cfg.WithDefaults()
+	cfg := f.cfg.WithDefaults()
 	dropSlot(ctx, f.t, f.pool, cfg.Slot)
 	_, _ = f.pool.Exec(ctx, "DROP PUBLICATION IF EXISTS "+pgx.Identifier{cfg.Publication}.Sanitize())
 	for _, suffix := range []string{"", "_cdc", "_parked", "_archive", "_claims", "_migrations", "_parked_archive", "_parked_claims", "_parked_migrations"} {
@@ -633,7 +633,7 @@ func TestDropSlotRefusesUndelivered(t *testing.T) {
 	if err := pgcdc.DropSlot(context.Background(), f.pool, f.cfg, true); err != nil {
 		t.Fatal(err)
 	}
-	cfg, _ := f.cfg.WithDefaults()
+	cfg := f.cfg.WithDefaults()
 	if slotConfirmed(t, f.pool, cfg.Slot) != 0 {
 		t.Fatal("the slot is still there")
 	}

@@ -100,9 +100,9 @@ func TestSIGKILLMidStream(t *testing.T) {
 	stream := testnats.NewStream(t, natsURL)
 	topic := stream.Topic("orders")
 	url := testenv.Require(t, testenv.Postgres)
-	cfg, _ := f.cfg.WithDefaults()
+	cfg := f.cfg.WithDefaults()
 	args := []string{"--db", url, "--broker", natsURL, "--source", "pgcdc", "--table", f.cfg.Table, "--slot", cfg.Slot,
-		"--lease", "2s", "--backoff", "20ms", "--backoff-max", "500ms", "--log", "debug"}
+		"--lease", "2s", "--backoff", "20ms", "--backoff-max", "500ms", "--log-level", "debug"}
 	a := startRelayProc(t, append(args, "--owner", "relay-a")...)
 	waitFor(t, "relay a to stream", 60*time.Second, func() bool { return strings.Contains(a.stderr.String(), "outbox relay: started") })
 	b := startRelayProc(t, append(args, "--owner", "relay-b")...)

@@ -10,7 +10,7 @@ import (
 	"github.com/jackc/pglogrepl"
 
 	outbox "github.com/outbox-go/outbox"
-	"github.com/outbox-go/outbox/store"
+	"github.com/outbox-go/outbox/store/driver"
 )
 
 // The table-less mode's record (the content of its logical messages),
@@ -127,7 +127,7 @@ func decodeMessage(lsn pglogrepl.LSN, content []byte, commitTime time.Time) deco
 	raw := func(why string) decodedRow {
 		d.ev.Message = outbox.Message{Payload: append([]byte{}, content...), ContentType: "application/octet-stream", SchemaVersion: 1}
 		d.ev = parkable(d.ev)
-		d.bad = store.BadRow("the logical message at %s is not an outbox record (%s); its raw content is the payload", lsn, why)
+		d.bad = driver.BadRow("the logical message at %s is not an outbox record (%s); its raw content is the payload", lsn, why)
 		return d
 	}
 	if len(content) == 0 {
@@ -136,7 +136,7 @@ func decodeMessage(lsn pglogrepl.LSN, content []byte, commitTime time.Time) deco
 	if v := content[0]; v != messageFormatVersion {
 		if v > messageFormatVersion && v < 32 {
 			d = raw(fmt.Sprintf("format version %d", v))
-			d.bad = store.BadRow("the logical message at %s has record format version %d; this relay reads version %d: upgrade the relay", lsn, v, messageFormatVersion)
+			d.bad = driver.BadRow("the logical message at %s has record format version %d; this relay reads version %d: upgrade the relay", lsn, v, messageFormatVersion)
 			return d
 		}
 		return raw(fmt.Sprintf("it starts with byte %#x, not a format version", v))
@@ -181,7 +181,7 @@ func decodeMessage(lsn pglogrepl.LSN, content []byte, commitTime time.Time) deco
 	if m.ContentType == "" {
 		m.ContentType = outbox.DefaultContentType
 	}
-	if err := store.CheckRow(&d.ev); err != nil {
+	if err := driver.CheckRow(&d.ev); err != nil {
 		d.bad = err
 		d.ev = parkable(d.ev)
 	}

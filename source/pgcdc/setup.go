@@ -41,8 +41,8 @@ func CheckWALLevel(ctx context.Context, pool *pgxpool.Pool) error {
 // `outbox migrate --publication` runs it. In table mode the outbox table
 // must exist (outbox migrate creates it).
 func Setup(ctx context.Context, pool *pgxpool.Pool, cfg Config) error {
-	cfg, err := cfg.WithDefaults()
-	if err != nil {
+	cfg = cfg.WithDefaults()
+	if err := cfg.Validate(); err != nil {
 		return err
 	}
 	n := cfg.names()
@@ -268,8 +268,8 @@ var ErrUndelivered = errors.New("pgcdc: events are not delivered yet")
 // the state table, so the next start creates a new one without reporting
 // a lost slot. Dropping a missing slot is not an error.
 func DropSlot(ctx context.Context, pool *pgxpool.Pool, cfg Config, force bool) error {
-	cfg, err := cfg.WithDefaults()
-	if err != nil {
+	cfg = cfg.WithDefaults()
+	if err := cfg.Validate(); err != nil {
 		return err
 	}
 	n := cfg.names()

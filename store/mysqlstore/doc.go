@@ -54,7 +54,7 @@
 // DEAD with the reason: adding a CHECK to an existing table copies and
 // checks the whole table, under a lock that stops enqueues.
 //
-// # Ordering by ownership (store.Owned)
+// # Ordering by ownership (driver.Driver)
 //
 // Requires MariaDB 10.6+ (FOR UPDATE SKIP LOCKED, indexed VIRTUAL columns,
 // ALGORITHM=INSTANT for the columns migration 2 adds); it was built and
@@ -104,31 +104,11 @@
 // copied, and producers keep inserting meanwhile (BENCHMARKS.md §11 has
 // the cost on a 1,000,000-row table).
 //
-// A relay's row in <table>_relays outlives its membership: the mixed-mode
-// check below tells an ownership relay's in-flight events by it. Each row
-// records its relay's own lease (lease_for, migration 3), and a heartbeat
-// deletes a stopped relay's row only once it ended more than ten minutes
-// or twice that lease ago, whichever is longer, so relays of one table may
-// use different leases. A row that records none (a relay of an earlier
-// version wrote it) is judged by the heartbeating relay's lease; relays of
-// earlier versions judge every row by their own, so while they run the
-// relays of a table need one lease (README).
-//
-// Exclusion beside ownership (a rolling upgrade). This version's
-// exclusion-mode Claim locks every shard row for its two statements, and
-// an owned claim its owner's: the two exclude each other (owned claims of
-// different relays do not), and each sees the other's in-flight rows. A
-// relay of an earlier version claims by exclusion under a GET_LOCK only,
-// which owned claims cannot share (GET_LOCK has no shared mode), so they
-// do not exclude each other: an ownership relay's heartbeat therefore
-// refuses, with an error naming the other relay, and its claims refuse,
-// while any event is in flight under a live lease of an owner that is not
-// an ownership relay (no row in <table>_relays); the ownership relays hold
-// nothing until those events are settled. That check sees an exclusion
-// relay only once it has claimed: an earlier version's first claim can
-// still race an owned claim. The safe upgrade from an earlier version is
-// therefore in two steps: run this version with --engine exclusion everywhere
-// first, then switch relays to ownership one by one (README, upgrading).
+// A relay's row in <table>_relays outlives its membership: each row
+// records its relay's own lease (lease_for), and a heartbeat deletes a
+// stopped relay's row only once it ended more than ten minutes or twice
+// that lease ago, whichever is longer, so relays of one table may use
+// different leases.
 //
 // MySQL has no LISTEN: Notify is an in-process signal after Enqueue and
 // EnqueueTx through this Store (for EnqueueTx also once more shortly after,
@@ -136,7 +116,7 @@
 //
 // Files by role: mysqlstore.go (the Store, Open, locks, errors), schema.go
 // (migrations), enqueue.go (the producer's side), claim.go and settle.go
-// (the relay's: claim, extend, ack, retry, bury, release), owned.go
-// (ordering by ownership: Balance, ClaimOwned, parking), admin.go (the
+// (the relay's: row decoding, extend, ack, retry, bury, release), owned.go
+// (ordering by ownership: Balance, Claim, parking), admin.go (the
 // operator's: get, dead letters, purge, stats), backlog.go, notify.go, dsn.go.
 package mysqlstore

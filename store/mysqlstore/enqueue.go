@@ -8,6 +8,7 @@ import (
 
 	outbox "github.com/outbox-go/outbox"
 	"github.com/outbox-go/outbox/store"
+	"github.com/outbox-go/outbox/store/driver"
 )
 
 // Limits of one INSERT: MySQL's 65535 placeholders of a prepared statement
@@ -38,7 +39,7 @@ func (s *Store) buildInsert(msgs []outbox.Message) (stmts []string, args [][]any
 		for start+n < len(msgs) && n < maxRowsPerInsert {
 			m := msgs[start+n]
 			size := len(m.Payload) + len(m.Topic) + len(m.Key) + len(m.Type) + len(m.AggregateType) + 256
-			headers := store.EncodeHeaders(m.Headers)
+			headers := driver.EncodeHeaders(m.Headers)
 			size += len(headers)
 			if n > 0 && bytes+size > maxBytesPerInsert {
 				break
@@ -76,7 +77,7 @@ func (s *Store) Enqueue(ctx context.Context, msgs ...outbox.Message) error {
 	if len(msgs) == 0 {
 		return nil
 	}
-	norm, err := s.opts.Prepare(msgs)
+	norm, err := driver.Prepare(s.opts, msgs)
 	if err != nil {
 		return err
 	}
@@ -111,7 +112,7 @@ func (s *Store) EnqueueTx(ctx context.Context, tx store.Execer, msgs ...outbox.M
 	if len(msgs) == 0 {
 		return nil
 	}
-	norm, err := s.opts.Prepare(msgs)
+	norm, err := driver.Prepare(s.opts, msgs)
 	if err != nil {
 		return err
 	}

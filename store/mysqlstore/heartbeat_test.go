@@ -3,15 +3,14 @@ package mysqlstore_test
 import (
 	"context"
 	"database/sql"
-	"errors"
 	"fmt"
-	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	outbox "github.com/outbox-go/outbox"
 	"github.com/outbox-go/outbox/store"
+	"github.com/outbox-go/outbox/store/driver"
 	"github.com/outbox-go/outbox/store/mysqlstore"
 )
 
@@ -39,7 +38,7 @@ func TestBalanceBesideOwnClaim(t *testing.T) {
 		t.Fatal(err)
 	}
 	const leaseFor = 2 * time.Second
-	a, err := st.Balance(ctx, store.BalanceRequest{Owner: "a", LeaseFor: leaseFor})
+	a, err := st.Balance(ctx, driver.BalanceParams{Owner: "a", LeaseFor: leaseFor})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -56,15 +55,17 @@ func TestBalanceBesideOwnClaim(t *testing.T) {
 		})
 	})
 	type result struct {
-		c   store.Claim
+		c   driver.Claim
 		err error
 	}
 	claimed := make(chan result, 1)
-	lease := store.Lease{Owner: "a", Epoch: 1}
+	lease := driver.Lease{Owner: "a", Epoch: 1}
 	go func() {
-		c, err := st.ClaimOwned(ctx, store.OwnedClaimRequest{
-			ClaimRequest: store.ClaimRequest{Lease: lease, Limit: 100, LeaseFor: time.Minute},
-			Shards:       a.Held,
+		c, err := st.Claim(ctx, driver.ClaimParams{
+			Lease:    lease,
+			Limit:    100,
+			LeaseFor: time.Minute,
+			Shards:   a.Held,
 		})
 		claimed <- result{c, err}
 	}()
@@ -83,12 +84,12 @@ func TestBalanceBesideOwnClaim(t *testing.T) {
 		t.Fatal("the claim did not reach its commit within a minute")
 	}
 
-	beat := func(owner string) (store.Ownership, time.Duration) {
+	beat := func(owner string) (driver.Ownership, time.Duration) {
 		t.Helper()
 		bctx, cancel := context.WithTimeout(ctx, heartbeatDeadline)
 		defer cancel()
 		start := time.Now()
-		own, err := st.Balance(bctx, store.BalanceRequest{Owner: owner, LeaseFor: leaseFor})
+		own, err := st.Balance(bctx, driver.BalanceParams{Owner: owner, LeaseFor: leaseFor})
 		if err != nil {
 			t.Fatalf("relay %s's heartbeat beside relay a's open claim: %v (it waited for the claim's locks)", owner, err)
 		}
@@ -125,9 +126,11 @@ func TestBalanceBesideOwnClaim(t *testing.T) {
 	if len(b.Held) != 64 {
 		t.Fatalf("relay b holds %d shards after relay a's lease ran out and its claim ended, want 64", len(b.Held))
 	}
-	cb, err := st.ClaimOwned(ctx, store.OwnedClaimRequest{
-		ClaimRequest: store.ClaimRequest{Lease: store.Lease{Owner: "b", Epoch: 1}, Limit: 100, LeaseFor: time.Minute},
-		Shards:       b.Held,
+	cb, err := st.Claim(ctx, driver.ClaimParams{
+		Lease:    driver.Lease{Owner: "b", Epoch: 1},
+		Limit:    100,
+		LeaseFor: time.Minute,
+		Shards:   b.Held,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -139,7 +142,7 @@ func TestBalanceBesideOwnClaim(t *testing.T) {
 	for i, e := range r.c.Events {
 		ids[i] = e.ID
 	}
-	if err := st.Ack(ctx, lease, ids); err != nil {
+	if err := st.Ack(ctx, driver.AckParams{Lease: lease, IDs: ids}); err != nil {
 		t.Fatalf("relay a acks its claim after losing the shards: %v", err)
 	}
 	var left int
@@ -151,132 +154,6 @@ func TestBalanceBesideOwnClaim(t *testing.T) {
 	}
 }
 
-// TestOwnershipWaitsBesideExclusion: while an exclusion-mode relay (here
-// this version's Claim; an earlier version's leaves the same rows) has
-// events in flight, an ownership relay's heartbeat and claims refuse with
-// an error naming it, and hold nothing; once its events are settled the
-// ownership relay takes the shards and claims.
-func TestOwnershipWaitsBesideExclusion(t *testing.T) {
-	t.Parallel()
-	ctx := context.Background()
-	_, st, _ := migratedStore(t, "modes_")
-	var msgs []outbox.Message
-	for i := range 10 {
-		msgs = append(msgs, outbox.Message{Topic: "t", Key: fmt.Sprintf("k%d", i%3), Type: "T", Payload: []byte(`{}`)})
-	}
-	if err := st.Enqueue(ctx, msgs...); err != nil {
-		t.Fatal(err)
-	}
-	// The ownership relay first: it holds every shard, and claims nothing
-	// yet.
-	own, err := st.Balance(ctx, store.BalanceRequest{Owner: "new", LeaseFor: time.Minute})
-	if err != nil || len(own.Held) != 64 {
-		t.Fatalf("ownership relay alone: %d shards, %v", len(own.Held), err)
-	}
-	oldLease := store.Lease{Owner: "old-relay", Epoch: 1}
-	ex, err := st.Claim(ctx, store.ClaimRequest{Lease: oldLease, Limit: 4, LeaseFor: time.Minute})
-	if err != nil || len(ex.Events) == 0 {
-		t.Fatalf("exclusion claim: %d events, %v", len(ex.Events), err)
-	}
-	_, err = st.Balance(ctx, store.BalanceRequest{Owner: "new", LeaseFor: time.Minute})
-	if err == nil || !strings.Contains(err.Error(), `"old-relay"`) || !strings.Contains(err.Error(), "exclusion") {
-		t.Fatalf("ownership heartbeat beside an exclusion relay's claim: %v, want a refusal naming it", err)
-	}
-	t.Logf("refused: %v", err)
-	c, err := st.ClaimOwned(ctx, store.OwnedClaimRequest{
-		ClaimRequest: store.ClaimRequest{Lease: store.Lease{Owner: "new", Epoch: 1}, Limit: 100, LeaseFor: time.Minute},
-		Shards:       own.Held,
-	})
-	if err == nil || !errors.Is(err, store.ErrNothingClaimed) || len(c.Events) != 0 {
-		t.Fatalf("owned claim beside an exclusion relay's claim: %d events, %v; want a refusal", len(c.Events), err)
-	}
-	ids := make([]int64, len(ex.Events))
-	for i, e := range ex.Events {
-		ids[i] = e.ID
-	}
-	if err := st.Ack(ctx, oldLease, ids); err != nil {
-		t.Fatal(err)
-	}
-	own, err = st.Balance(ctx, store.BalanceRequest{Owner: "new", LeaseFor: time.Minute})
-	if err != nil || len(own.Held) != 64 {
-		t.Fatalf("ownership relay after the exclusion relay's events were settled: %d shards, %v", len(own.Held), err)
-	}
-	c, err = st.ClaimOwned(ctx, store.OwnedClaimRequest{
-		ClaimRequest: store.ClaimRequest{Lease: store.Lease{Owner: "new", Epoch: 2}, Limit: 100, LeaseFor: time.Minute},
-		Shards:       own.Held,
-	})
-	if err != nil || len(c.Events) != len(msgs)-len(ids) {
-		t.Fatalf("owned claim after the exclusion relay stopped: %d events, %v; want %d", len(c.Events), err, len(msgs)-len(ids))
-	}
-}
-
-// TestExclusionClaimBesideOwnedClaim: this version's exclusion-mode Claim
-// and an owned claim exclude each other. An owned claim held open before
-// its commit has taken a key's first two events; an exclusion claim that
-// starts meanwhile must not take that key's later events (it waits for
-// the owned claim and then sees the key in flight).
-func TestExclusionClaimBesideOwnedClaim(t *testing.T) {
-	t.Parallel()
-	ctx := context.Background()
-	_, st, _ := migratedStore(t, "mixed_")
-	var msgs []outbox.Message
-	for range 5 {
-		msgs = append(msgs, outbox.Message{Topic: "t", Key: "k", Type: "T", Payload: []byte(`{}`)})
-	}
-	if err := st.Enqueue(ctx, msgs...); err != nil {
-		t.Fatal(err)
-	}
-	own, err := st.Balance(ctx, store.BalanceRequest{Owner: "a", LeaseFor: time.Minute})
-	if err != nil {
-		t.Fatal(err)
-	}
-	entered, release := make(chan struct{}), make(chan struct{})
-	var once sync.Once
-	mysqlstore.SetClaimHook(st, func() {
-		once.Do(func() {
-			close(entered)
-			<-release
-		})
-	})
-	type result struct {
-		c   store.Claim
-		err error
-	}
-	owned, excl := make(chan result, 1), make(chan result, 1)
-	go func() {
-		c, err := st.ClaimOwned(ctx, store.OwnedClaimRequest{
-			ClaimRequest: store.ClaimRequest{Lease: store.Lease{Owner: "a", Epoch: 1}, Limit: 2, LeaseFor: time.Minute},
-			Shards:       own.Held,
-		})
-		owned <- result{c, err}
-	}()
-	<-entered
-	go func() {
-		c, err := st.Claim(ctx, store.ClaimRequest{Lease: store.Lease{Owner: "x", Epoch: 1}, Limit: 10, LeaseFor: time.Minute})
-		excl <- result{c, err}
-	}()
-	// Let the exclusion claim run as far as it can while the owned one is
-	// open (on the old code: its SELECT read all five as claimable).
-	time.Sleep(time.Second)
-	close(release)
-	o, x := <-owned, <-excl
-	if o.err != nil || x.err != nil {
-		t.Fatalf("owned claim: %v; exclusion claim: %v", o.err, x.err)
-	}
-	if len(o.c.Events) != 2 {
-		t.Fatalf("the owned claim took %d events, want 2", len(o.c.Events))
-	}
-	if len(x.c.Events) != 0 {
-		ids := make([]int64, len(x.c.Events))
-		for i, e := range x.c.Events {
-			ids[i] = e.ID
-		}
-		t.Fatalf("the exclusion claim took events %v of key k while its events %d and %d were in flight under the owned claim", ids, o.c.Events[0].ID, o.c.Events[1].ID)
-	}
-}
-
-// migratedStore opens a Store over a fresh, migrated table named after
-// prefix (dropped when t ends), and returns its database and table too.
 func migratedStore(t *testing.T, prefix string) (*sql.DB, *mysqlstore.Store, string) {
 	t.Helper()
 	db := openStore(t).DB()
@@ -319,21 +196,21 @@ func TestRelayRowsOutlastLongLeases(t *testing.T) {
 		return n == 1
 	}
 	ended(11 * time.Minute)
-	if _, err := st.Balance(ctx, store.BalanceRequest{Owner: "b", LeaseFor: 30 * time.Minute}); err != nil {
+	if _, err := st.Balance(ctx, driver.BalanceParams{Owner: "b", LeaseFor: 30 * time.Minute}); err != nil {
 		t.Fatal(err)
 	}
 	if !kept() {
 		t.Fatal("a heartbeat with a 30 min lease deleted the row of a relay whose membership ended 11 min ago; its claims may still be leased")
 	}
 	ended(61 * time.Minute)
-	if _, err := st.Balance(ctx, store.BalanceRequest{Owner: "b", LeaseFor: 30 * time.Minute}); err != nil {
+	if _, err := st.Balance(ctx, driver.BalanceParams{Owner: "b", LeaseFor: 30 * time.Minute}); err != nil {
 		t.Fatal(err)
 	}
 	if kept() {
 		t.Fatal("a row ended 61 min ago outlived twice the 30 min lease")
 	}
 	ended(11 * time.Minute)
-	if _, err := st.Balance(ctx, store.BalanceRequest{Owner: "b", LeaseFor: time.Minute}); err != nil {
+	if _, err := st.Balance(ctx, driver.BalanceParams{Owner: "b", LeaseFor: time.Minute}); err != nil {
 		t.Fatal(err)
 	}
 	if kept() {
@@ -362,13 +239,15 @@ func TestRelayRowsKeptByOwnLease(t *testing.T) {
 		t.Fatal(err)
 	}
 	const long, short = 30 * time.Minute, time.Minute
-	own, err := st.Balance(ctx, store.BalanceRequest{Owner: "long", LeaseFor: long})
+	own, err := st.Balance(ctx, driver.BalanceParams{Owner: "long", LeaseFor: long})
 	if err != nil || len(own.Held) != 64 {
 		t.Fatalf("relay long alone: %d shards, %v", len(own.Held), err)
 	}
-	c, err := st.ClaimOwned(ctx, store.OwnedClaimRequest{
-		ClaimRequest: store.ClaimRequest{Lease: store.Lease{Owner: "long", Epoch: 1}, Limit: 100, LeaseFor: long},
-		Shards:       own.Held,
+	c, err := st.Claim(ctx, driver.ClaimParams{
+		Lease:    driver.Lease{Owner: "long", Epoch: 1},
+		Limit:    100,
+		LeaseFor: long,
+		Shards:   own.Held,
 	})
 	if err != nil || len(c.Events) != len(msgs) {
 		t.Fatalf("relay long's claim: %d events, %v; want %d", len(c.Events), err, len(msgs))
@@ -393,7 +272,7 @@ func TestRelayRowsKeptByOwnLease(t *testing.T) {
 	}
 	ended("long", 11*time.Minute)
 	for i := range 2 {
-		if _, err := st.Balance(ctx, store.BalanceRequest{Owner: "short", LeaseFor: short}); err != nil {
+		if _, err := st.Balance(ctx, driver.BalanceParams{Owner: "short", LeaseFor: short}); err != nil {
 			t.Fatalf("relay short's heartbeat %d while relay long's claims are leased: %v", i+1, err)
 		}
 		if !kept("long") {
@@ -403,7 +282,7 @@ func TestRelayRowsKeptByOwnLease(t *testing.T) {
 	// The other way round: relay short's row, ended 11 min ago, is kept
 	// its own ten minutes, not twice the heartbeating relay's lease.
 	ended("short", 11*time.Minute)
-	if _, err := st.Balance(ctx, store.BalanceRequest{Owner: "other", LeaseFor: long}); err != nil {
+	if _, err := st.Balance(ctx, driver.BalanceParams{Owner: "other", LeaseFor: long}); err != nil {
 		t.Fatal(err)
 	}
 	if kept("short") {
@@ -413,7 +292,7 @@ func TestRelayRowsKeptByOwnLease(t *testing.T) {
 		t.Fatal("relay other's heartbeat deleted relay long's row, ended 11 min ago under a 30 min lease")
 	}
 	ended("long", 61*time.Minute)
-	if _, err := st.Balance(ctx, store.BalanceRequest{Owner: "other", LeaseFor: short}); err != nil {
+	if _, err := st.Balance(ctx, driver.BalanceParams{Owner: "other", LeaseFor: short}); err != nil {
 		t.Fatal(err)
 	}
 	if kept("long") {

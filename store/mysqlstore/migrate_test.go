@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/outbox-go/outbox/store"
+	"github.com/outbox-go/outbox/store/driver"
 	"github.com/outbox-go/outbox/store/mysqlstore"
 )
 
@@ -56,7 +57,7 @@ func TestMigrateRelayLeases(t *testing.T) {
 	if v := version(); v != 2 {
 		t.Fatalf("schema version %d after migrating to 2", v)
 	}
-	_, err = st.Balance(ctx, store.BalanceRequest{Owner: "new", LeaseFor: time.Minute})
+	_, err = st.Balance(ctx, driver.BalanceParams{Owner: "new", LeaseFor: time.Minute})
 	if err == nil || !strings.Contains(err.Error(), "outbox migrate") || strings.Contains(err.Error(), "\n") {
 		t.Fatalf("a heartbeat on a table of version 2: %v; want one line saying to run outbox migrate", err)
 	}
@@ -69,7 +70,7 @@ func TestMigrateRelayLeases(t *testing.T) {
 	if v := leaseFor("old"); v.Valid {
 		t.Fatalf("the row written before the upgrade records a lease of %dµs; want none", v.Int64)
 	}
-	if _, err := st.Balance(ctx, store.BalanceRequest{Owner: "new", LeaseFor: 45 * time.Second}); err != nil {
+	if _, err := st.Balance(ctx, driver.BalanceParams{Owner: "new", LeaseFor: 45 * time.Second}); err != nil {
 		t.Fatalf("a heartbeat after the upgrade: %v", err)
 	}
 	if v := leaseFor("new"); !v.Valid || v.Int64 != (45*time.Second).Microseconds() {
@@ -83,14 +84,14 @@ func TestMigrateRelayLeases(t *testing.T) {
 	if _, err := db.ExecContext(ctx, "UPDATE "+relays+" SET lease_until = UNIX_TIMESTAMP(NOW(6)) * 1000000 - ? WHERE owner = 'old'", (11 * time.Minute).Microseconds()); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := st.Balance(ctx, store.BalanceRequest{Owner: "new", LeaseFor: 30 * time.Minute}); err != nil {
+	if _, err := st.Balance(ctx, driver.BalanceParams{Owner: "new", LeaseFor: 30 * time.Minute}); err != nil {
 		t.Fatal(err)
 	}
 	var n int
 	if err := db.QueryRowContext(ctx, "SELECT COUNT(*) FROM "+relays+" WHERE owner = 'old'").Scan(&n); err != nil || n != 1 {
 		t.Fatalf("a 30 min heartbeat deleted the lease-less row ended 11 min ago (%d rows, %v)", n, err)
 	}
-	if _, err := st.Balance(ctx, store.BalanceRequest{Owner: "new", LeaseFor: time.Minute}); err != nil {
+	if _, err := st.Balance(ctx, driver.BalanceParams{Owner: "new", LeaseFor: time.Minute}); err != nil {
 		t.Fatal(err)
 	}
 	if err := db.QueryRowContext(ctx, "SELECT COUNT(*) FROM "+relays+" WHERE owner = 'old'").Scan(&n); err != nil || n != 0 {

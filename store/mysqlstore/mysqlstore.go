@@ -3,7 +3,7 @@ package mysqlstore
 import (
 	"context"
 	"database/sql"
-	"database/sql/driver"
+	sqldriver "database/sql/driver"
 	"errors"
 	"fmt"
 	"math"
@@ -13,6 +13,7 @@ import (
 	"github.com/go-sql-driver/mysql"
 
 	"github.com/outbox-go/outbox/store"
+	"github.com/outbox-go/outbox/store/driver"
 )
 
 // Config configures a Store. The zero value is usable.
@@ -29,20 +30,16 @@ type Store struct {
 	table, archive, migrations string // quoted
 	schema                     any    // nil, or the schema name (for lock names)
 
-	claimSQL, claimHoldDeadSQL string
-
 	mu      sync.Mutex
-	wakeups store.Wakeups
+	wakeups driver.Wakeups
 	closed  bool
 	watch   watcher // notify.go
 
 	sweepAfter string // owned.go: where the next sweep of parked keys starts
 	claimHook  func() // tests: runs in an owned claim before its commit
-	exclusion  string // owned.go: an exclusion-mode relay the last heartbeat saw, or ""
 }
 
 var _ store.Store = (*Store)(nil)
-var _ store.Notifier = (*Store)(nil)
 
 // New returns a store over db, which stays the caller's to close. db may come
 // from any DSN of github.com/go-sql-driver/mysql: times are read as Unix
@@ -56,7 +53,8 @@ func New(db *sql.DB, cfg Config) (*Store, error) {
 	if db == nil {
 		return nil, errors.New("mysqlstore: db is nil")
 	}
-	opts, err := cfg.Options.Normalize()
+	opts := cfg.Options.WithDefaults()
+	err := opts.Validate()
 	if err != nil {
 		return nil, err
 	}
@@ -77,8 +75,6 @@ func New(db *sql.DB, cfg Config) (*Store, error) {
 		s.schema = opts.Schema
 	}
 	s.watch.every = opts.ProbeInterval
-	s.claimSQL = s.buildClaimSQL(false)
-	s.claimHoldDeadSQL = s.buildClaimSQL(true)
 	return s, nil
 }
 
@@ -88,7 +84,7 @@ func quote(name string) string { return "`" + name + "`" }
 // Open connects to url (mysql://user:pass@host:3306/db?param=…, see DSN)
 // with a pool of its own, closed by Close.
 func Open(ctx context.Context, url string, cfg Config) (*Store, error) {
-	if _, err := cfg.Options.Normalize(); err != nil {
+	if err := cfg.Options.WithDefaults().Validate(); err != nil {
 		return nil, err
 	}
 	mc, err := parseURL(url)
@@ -156,12 +152,9 @@ func (s *Store) Close() error {
 // Hashed because MySQL refuses names longer than 64 characters.
 const lockName = "CONCAT('outbox:', SHA1(CONCAT_WS('.', COALESCE(?, DATABASE()), ?, ?)))"
 
-// How long GET_LOCK waits when ctx has no deadline. A claim holds its lock
-// for two short statements; a migration for its DDL.
-const (
-	claimLockWait   = 30 * time.Second
-	migrateLockWait = 5 * time.Minute
-)
+// migrateLockWait is how long GET_LOCK waits for another migration's DDL
+// when ctx has no deadline.
+const migrateLockWait = 5 * time.Minute
 
 // heldLock is a GET_LOCK held by a dedicated connection.
 type heldLock struct {
@@ -198,7 +191,7 @@ func (s *Store) lock(ctx context.Context, purpose string, wait time.Duration) (*
 // discard closes the connection instead of pooling it: a pooled connection
 // must never hold the lock.
 func (l *heldLock) discard() {
-	_ = l.conn.Raw(func(any) error { return driver.ErrBadConn })
+	_ = l.conn.Raw(func(any) error { return sqldriver.ErrBadConn })
 	_ = l.conn.Close()
 }
 

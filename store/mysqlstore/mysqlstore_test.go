@@ -11,6 +11,7 @@ import (
 	neturl "net/url"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/go-sql-driver/mysql"
 	"go.uber.org/goleak"
@@ -18,6 +19,7 @@ import (
 	outbox "github.com/outbox-go/outbox"
 	"github.com/outbox-go/outbox/internal/testenv"
 	"github.com/outbox-go/outbox/store"
+	"github.com/outbox-go/outbox/store/driver"
 	"github.com/outbox-go/outbox/store/mysqlstore"
 	"github.com/outbox-go/outbox/store/storetest"
 )
@@ -63,7 +65,7 @@ func plainDB(t testing.TB) *sql.DB {
 func harness(name string, db *sql.DB) storetest.Harness {
 	return storetest.Harness{
 		Name: name,
-		New: func(opts store.Options) (store.Store, error) {
+		New: func(opts store.Options) (driver.Store, error) {
 			return mysqlstore.New(db, mysqlstore.Config{Options: opts})
 		},
 		Open: func(t *testing.T, opts store.Options) storetest.Fixture {
@@ -75,7 +77,7 @@ func harness(name string, db *sql.DB) storetest.Harness {
 			t.Cleanup(func() { st.Close() })
 			return storetest.Fixture{Store: st, DB: db, Table: st.Table(), Placeholder: storetest.Question}
 		},
-		ClaimReads: func(ctx context.Context, st store.Store, req store.OwnedClaimRequest) (store.Claim, int64, error) {
+		ClaimReads: func(ctx context.Context, st driver.Store, req driver.ClaimParams) (driver.Claim, int64, error) {
 			return st.(*mysqlstore.Store).ClaimOwnedReads(ctx, req)
 		},
 	}
@@ -136,10 +138,7 @@ func TestEnqueueChunks(t *testing.T) {
 	if err := st.Enqueue(ctx, msgs...); err != nil {
 		t.Fatal(err)
 	}
-	c, err := st.Claim(ctx, store.ClaimRequest{Lease: store.Lease{Owner: "t", Epoch: 1}, Limit: len(msgs)})
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := claimAll(t, st, driver.ClaimParams{Lease: driver.Lease{Owner: "t", Epoch: 1}, Limit: len(msgs)})
 	if len(c.Events) != len(msgs) {
 		t.Fatalf("claimed %d of %d", len(c.Events), len(msgs))
 	}
@@ -182,8 +181,8 @@ func TestOpen(t *testing.T) {
 	if err := st.Enqueue(ctx, outbox.Message{Topic: "t", Type: "T"}); err != nil {
 		t.Fatal(err)
 	}
-	if c, err := st.Claim(ctx, store.ClaimRequest{Lease: store.Lease{Owner: "o", Epoch: 1}}); err != nil || len(c.Events) != 1 {
-		t.Fatalf("Claim in database %s: %d events, %v", schema, len(c.Events), err)
+	if c := claimAll(t, st, driver.ClaimParams{Lease: driver.Lease{Owner: "o", Epoch: 1}}); len(c.Events) != 1 {
+		t.Fatalf("claim in database %s: %d events", schema, len(c.Events))
 	}
 
 	noDB, err := neturl.Parse(url)
@@ -210,4 +209,20 @@ func TestOpen(t *testing.T) {
 			t.Errorf("Open(%s): errors.Is(%v, ErrBadURL) = %v, want %v", testenv.Mask(tt.url), err, !tt.badURL, tt.badURL)
 		}
 	}
+}
+
+// claimAll claims from every shard as req.Lease.Owner, the only relay.
+func claimAll(t testing.TB, st *mysqlstore.Store, req driver.ClaimParams) driver.Claim {
+	t.Helper()
+	ctx := context.Background()
+	own, err := st.Balance(ctx, driver.BalanceParams{Owner: req.Lease.Owner, LeaseFor: time.Minute, HoldDeadKeys: req.HoldDeadKeys})
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Shards = own.Held
+	c, err := st.Claim(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
 }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"strconv"
 	"time"
+
+	"github.com/outbox-go/outbox/store/driver"
 )
 
 // watcher is the state of the probe that Notify starts (guarded by
@@ -14,6 +16,8 @@ type watcher struct {
 	stop    context.CancelFunc
 	done    chan struct{}
 }
+
+var _ driver.Notifier = (*Store)(nil)
 
 // Notify returns a channel that receives a value soon after events may have
 // been committed. MySQL has no LISTEN, so two sources feed it: Enqueue and

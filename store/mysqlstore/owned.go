@@ -15,10 +15,10 @@ import (
 	"github.com/go-sql-driver/mysql"
 
 	outbox "github.com/outbox-go/outbox"
-	"github.com/outbox-go/outbox/store"
+	"github.com/outbox-go/outbox/store/driver"
 )
 
-// Ordering by ownership (store.Owned) on MariaDB; the why is in doc.go.
+// Ordering by ownership (driver.Driver) on MariaDB; the why is in doc.go.
 
 // numShards is S, the number of shards of a table.
 const numShards = 64
@@ -38,7 +38,7 @@ const (
 	sweepKeys   = 100
 )
 
-// maxDeadlockRetries bounds how often ClaimOwned and Balance run again
+// maxDeadlockRetries bounds how often Claim and Balance run again
 // after InnoDB chose them as a deadlock's victim (it rolled them back).
 const maxDeadlockRetries = 5
 
@@ -51,10 +51,8 @@ func (e *afterCommit) Error() string { return e.err.Error() }
 func (e *afterCommit) Unwrap() error { return e.err }
 
 // relayRetention is how long, at least, a relay's row in <table>_relays
-// stays after its membership ended (it left, or its lease ran out):
-// checkModes tells the events still in flight under its claims from an
-// exclusion-mode relay's by that row, so the row must outlast the claims.
-// A claim's lease ends at most about one LeaseFor after the membership's
+// stays after its membership ended (it left, or its lease ran out), so
+// that the row outlasts the claims made under it. A claim's lease ends at most about one LeaseFor after the membership's
 // (both are renewed by the same relay), so each row records its relay's
 // LeaseFor (lease_for, migration 3) and a heartbeat deletes a row only
 // once it ended more than the longer of this and twice that lease ago,
@@ -77,12 +75,6 @@ func expireRelaysSQL(relays string) string {
 // sweepTimeout bounds Balance's orphan sweep.
 const sweepTimeout = 500 * time.Millisecond
 
-// noTable reports whether err is MySQL's "table does not exist" (1146).
-func noTable(err error) bool {
-	var me *mysql.MySQLError
-	return errors.As(err, &me) && me.Number == errNoSuchTable
-}
-
 // deadlock reports whether err is InnoDB's deadlock error (1213), after
 // which the transaction was rolled back.
 func deadlock(err error) bool {
@@ -90,11 +82,11 @@ func deadlock(err error) bool {
 	return errors.As(err, &me) && me.Number == 1213
 }
 
-// maxParkingRounds bounds the claims one ClaimOwned runs while each only
+// maxParkingRounds bounds the claims one Claim runs while each only
 // parks rows.
 const maxParkingRounds = 8
 
-var _ store.Owned = (*Store)(nil)
+var _ driver.Driver = (*Store)(nil)
 
 // Names of migration 2's indexes, after the table's short name.
 func (s *Store) laneIdx() string   { return s.opts.Table + "_lane_idx" }
@@ -231,14 +223,14 @@ func dueSQL(p string) string {
 	return "(" + p + "next_attempt_at <= NOW(6) OR " + p + "next_attempt_at <= " + p + "created_at)"
 }
 
-// ClaimOwned takes up to req.Limit ready events from the shards of
+// Claim takes up to req.Limit ready events from the shards of
 // req.Shards that req.Lease.Owner still holds under their epochs and that
 // no live claim of another owner touches, in id order within each shard.
 // ErrLeaseLost when it holds none of them any more.
 //
 // A claim whose candidates were all held parks them and claims nothing;
 // it then runs again at once (up to maxParkingRounds times).
-func (s *Store) ClaimOwned(ctx context.Context, req store.OwnedClaimRequest) (store.Claim, error) {
+func (s *Store) Claim(ctx context.Context, req driver.ClaimParams) (driver.Claim, error) {
 	for round, deadlocks := 1, 0; ; round++ {
 		c, parked, err := s.claimOwned(ctx, req, nil)
 		var done *afterCommit
@@ -255,11 +247,11 @@ func (s *Store) ClaimOwned(ctx context.Context, req store.OwnedClaimRequest) (st
 	}
 }
 
-// ClaimOwnedReads is ClaimOwned (one round) that also returns how many
+// ClaimOwnedReads is Claim (one round) that also returns how many
 // index and table rows its statements read, by the session's Handler_read
 // counters. For tests and diagnosis: a claim should read about as many
 // rows as it claims and parks, whatever the backlog behind it.
-func (s *Store) ClaimOwnedReads(ctx context.Context, req store.OwnedClaimRequest) (store.Claim, int64, error) {
+func (s *Store) ClaimOwnedReads(ctx context.Context, req driver.ClaimParams) (driver.Claim, int64, error) {
 	var reads int64
 	c, _, err := s.claimOwned(ctx, req, &reads)
 	return c, reads, err
@@ -292,21 +284,15 @@ type candidate struct {
 //
 // It returns the claim and how many rows it parked; reads, when not nil,
 // gets the rows its statements read.
-func (s *Store) claimOwned(ctx context.Context, req store.OwnedClaimRequest, reads *int64) (store.Claim, int, error) {
-	req = req.Normalize()
-	c := store.Claim{Lease: req.Lease}
+func (s *Store) claimOwned(ctx context.Context, req driver.ClaimParams, reads *int64) (driver.Claim, int, error) {
+	req = req.WithDefaults()
+	c := driver.Claim{Lease: req.Lease}
 	if len(req.Shards) == 0 {
 		return c, 0, nil
 	}
-	s.mu.Lock()
-	other := s.exclusion
-	s.mu.Unlock()
-	if other != "" {
-		return c, 0, fmt.Errorf("%w (%w)", mixedModes("claim", other), store.ErrNothingClaimed)
-	}
 	leases := slices.Clone(req.Shards)
-	slices.SortFunc(leases, func(a, b store.ShardLease) int { return cmp.Compare(a.Shard, b.Shard) })
-	leases = slices.CompactFunc(leases, func(a, b store.ShardLease) bool { return a.Shard == b.Shard })
+	slices.SortFunc(leases, func(a, b driver.ShardLease) int { return cmp.Compare(a.Shard, b.Shard) })
+	leases = slices.CompactFunc(leases, func(a, b driver.ShardLease) bool { return a.Shard == b.Shard })
 	epochs := map[int]int64{}
 	shardArgs := make([]any, 0, len(leases))
 	for _, l := range leases {
@@ -316,8 +302,8 @@ func (s *Store) claimOwned(ctx context.Context, req store.OwnedClaimRequest, rea
 		epochs[l.Shard] = l.Epoch
 		shardArgs = append(shardArgs, l.Shard)
 	}
-	nothing := func(err error) (store.Claim, int, error) {
-		return store.Claim{Lease: req.Lease}, 0, fmt.Errorf("mysqlstore: claim: %w (%w)", err, store.ErrNothingClaimed)
+	nothing := func(err error) (driver.Claim, int, error) {
+		return driver.Claim{Lease: req.Lease}, 0, fmt.Errorf("mysqlstore: claim: %w (%w)", err, driver.ErrNothingClaimed)
 	}
 	conn, err := s.db.Conn(ctx)
 	if err != nil {
@@ -367,7 +353,7 @@ func (s *Store) claimOwned(ctx context.Context, req store.OwnedClaimRequest, rea
 		held = nil
 	}
 	if len(held) == 0 {
-		return store.Claim{}, 0, fmt.Errorf("mysqlstore: claim: owner %q holds none of the %d shards asked for (%s) under their epochs any more: %w", req.Lease.Owner, len(leases), fmtShards(leases), store.ErrLeaseLost)
+		return driver.Claim{}, 0, fmt.Errorf("mysqlstore: claim: owner %q holds none of the %d shards asked for (%s) under their epochs any more: %w", req.Lease.Owner, len(leases), fmtShards(leases), driver.ErrLeaseLost)
 	}
 
 	var before int64
@@ -598,7 +584,7 @@ func (s *Store) claimOwned(ctx context.Context, req store.OwnedClaimRequest, rea
 	if err := tx.Commit(); err != nil {
 		// The commit's outcome is unknown: no ErrNothingClaimed, and no
 		// second run under the same lease.
-		return store.Claim{Lease: req.Lease}, 0, &afterCommit{wrap("claim: commit", err)}
+		return driver.Claim{Lease: req.Lease}, 0, &afterCommit{wrap("claim: commit", err)}
 	}
 	if parked > 0 && len(c.Events) == 0 {
 		return c, parked, nil
@@ -606,11 +592,11 @@ func (s *Store) claimOwned(ctx context.Context, req store.OwnedClaimRequest, rea
 	if len(c.Events) == 0 {
 		return c, parked, nil
 	}
-	if err = store.ScreenClaim(ctx, &c, bad, req.HoldDeadKeys, s.Bury, s.Release); err != nil {
+	if err = driver.ScreenClaim(ctx, &c, bad, req.HoldDeadKeys, s.Bury, s.Release); err != nil {
 		// The claim is committed: running it again under the same lease
 		// would leave these rows claimed and unseen (a deadlock here must
-		// not be retried by ClaimOwned).
-		return store.Claim{Lease: req.Lease}, parked, &afterCommit{fmt.Errorf("mysqlstore: claim: %w", err)}
+		// not be retried by Claim).
+		return driver.Claim{Lease: req.Lease}, parked, &afterCommit{fmt.Errorf("mysqlstore: claim: %w", err)}
 	}
 	return c, parked, nil
 }
@@ -679,7 +665,7 @@ func handlerReads(ctx context.Context, tx *sql.Tx) (int64, error) {
 }
 
 // fmtShards lists shard leases as shard@epoch, for error messages.
-func fmtShards(ls []store.ShardLease) string {
+func fmtShards(ls []driver.ShardLease) string {
 	parts := make([]string, 0, min(len(ls), 8))
 	for i, l := range ls {
 		if i == 8 {
@@ -710,25 +696,20 @@ func fmtShards(ls []store.ShardLease) string {
 // or taken by a later heartbeat. A heartbeat that waited behind its own
 // relay's claims let the leases run out under load and left the relay
 // holding nothing (pgstore's torture showed it).
-func (s *Store) Balance(ctx context.Context, req store.BalanceRequest) (store.Ownership, error) {
-	req = req.Normalize()
-	own := store.Ownership{Shards: numShards}
-	if err := req.Check(numShards); err != nil {
+func (s *Store) Balance(ctx context.Context, req driver.BalanceParams) (driver.Ownership, error) {
+	req = req.WithDefaults()
+	own := driver.Ownership{Shards: numShards}
+	if err := req.Validate(numShards); err != nil {
 		return own, fmt.Errorf("mysqlstore: balance: %w", err)
 	}
-	if !req.Leave {
-		if err := s.checkModes(ctx); err != nil {
-			return own, err
-		}
-	}
 	for tries := 1; ; tries++ {
-		own = store.Ownership{Shards: numShards}
+		own = driver.Ownership{Shards: numShards}
 		err := s.balance(ctx, req, &own)
 		if err == nil {
 			break
 		}
 		if !deadlock(err) || tries == maxDeadlockRetries || ctx.Err() != nil {
-			return store.Ownership{Shards: numShards}, wrap("balance", err)
+			return driver.Ownership{Shards: numShards}, wrap("balance", err)
 		}
 	}
 	// The heartbeat stands whatever the orphan sweep does: it runs under a
@@ -738,40 +719,6 @@ func (s *Store) Balance(ctx context.Context, req store.BalanceRequest) (store.Ow
 	_ = s.sweep(sctx, req.HoldDeadKeys)
 	cancel()
 	return own, nil
-}
-
-// checkModes refuses to heartbeat, and makes this Store's owned claims
-// refuse, while events of the table are in flight under a live lease of
-// an owner that is no relay of ownership mode (no row in <table>_relays):
-// an exclusion-mode relay (a relay of an earlier version, during a rolling
-// upgrade, or one run without ownership). Its claims and owned claims do
-// not exclude each other on MariaDB (exclusion claims serialize on a
-// GET_LOCK, which has no shared mode for owned claims to take), so a key's
-// later events could be published by one relay while its earlier ones are
-// in flight at the other. The ownership relays wait (their leases run out)
-// until it stops. One probe of the busy index per in-flight row.
-func (s *Store) checkModes(ctx context.Context) error {
-	var other string
-	err := s.db.QueryRowContext(ctx, "SELECT o.lease_owner FROM "+s.table+" o FORCE INDEX ("+s.busyIdx()+") WHERE o.busy BETWEEN 0 AND ? AND o.lease_until > NOW(6) AND NOT EXISTS (SELECT 1 FROM "+s.relaysTable()+" r WHERE r.owner = o.lease_owner) LIMIT 1", numShards-1).Scan(&other)
-	if errors.Is(err, sql.ErrNoRows) {
-		s.mu.Lock()
-		s.exclusion = ""
-		s.mu.Unlock()
-		return nil
-	}
-	if err != nil {
-		return wrap("balance", err)
-	}
-	s.mu.Lock()
-	s.exclusion = other
-	s.mu.Unlock()
-	return mixedModes("balance", other)
-}
-
-// mixedModes is the error of a heartbeat or owned claim refused beside an
-// exclusion-mode relay.
-func mixedModes(op, other string) error {
-	return fmt.Errorf("mysqlstore: %s: relay %q claims from this table by exclusion (an earlier version, or --engine exclusion), which ownership relays cannot run beside on MariaDB; they hold no shard while it has events in flight: stop it, or restart it without --engine exclusion (README, upgrading MariaDB relays)", op, other)
 }
 
 // lockUnclaimed locks the shard rows that where selects (a condition with
@@ -804,7 +751,7 @@ func freeShards(ctx context.Context, tx *sql.Tx, shards, owner string, locked []
 	return err
 }
 
-func (s *Store) balance(ctx context.Context, req store.BalanceRequest, own *store.Ownership) error {
+func (s *Store) balance(ctx context.Context, req driver.BalanceParams, own *driver.Ownership) error {
 	shards, relays := s.shardsTable(), s.relaysTable()
 	lease := req.LeaseFor.Microseconds()
 	tx, err := s.db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
@@ -828,7 +775,7 @@ func (s *Store) balance(ctx context.Context, req store.BalanceRequest, own *stor
 			return err
 		}
 		// The membership ends now; its row stays a while (see
-		// relayRetention), naming an ownership relay to checkModes.
+		// relayRetention).
 		if _, err := tx.ExecContext(ctx, "UPDATE "+relays+" SET lease_until = LEAST(lease_until, ?) WHERE owner = ?", now, req.Owner); err != nil {
 			return err
 		}
@@ -940,7 +887,7 @@ func (s *Store) balance(ctx context.Context, req store.BalanceRequest, own *stor
 		return err
 	}
 	for rows.Next() {
-		var l store.ShardLease
+		var l driver.ShardLease
 		if err := rows.Scan(&l.Shard, &l.Epoch); err != nil {
 			rows.Close()
 			return err

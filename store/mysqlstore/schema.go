@@ -85,7 +85,7 @@ func migrations(t, archive, short string) [][]string {
 	PRIMARY KEY (id),
 	KEY %[3]s_archive_sent_idx (sent_at)
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin`, t, archive, short)},
-		// 2: ordering by ownership (store.Owned); see owned.go. parked is
+		// 2: ordering by ownership (driver.Driver); see owned.go. parked is
 		// an ordinary column with a constant default and the others are
 		// VIRTUAL, so the ALTERs that add them change only the table's
 		// metadata (ALGORITHM=INSTANT); the three indexes over them are

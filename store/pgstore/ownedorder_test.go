@@ -8,7 +8,7 @@ import (
 	"time"
 
 	outbox "github.com/outbox-go/outbox"
-	"github.com/outbox-go/outbox/store"
+	"github.com/outbox-go/outbox/store/driver"
 	"github.com/outbox-go/outbox/store/pgstore"
 )
 
@@ -21,21 +21,11 @@ import (
 // alone: that let a key's events be published out of order (torture cell
 // postgres_nats_poll_keys3, seed 1090828571, versions 175 before 174).
 func TestClaimOwnedKeyOrderAcrossClaimStart(t *testing.T) {
-	for _, owned := range []bool{true, false} {
-		name := "exclusion"
-		if owned {
-			name = "owned"
-		}
-		t.Run(name, func(t *testing.T) { testClaimKeyOrderAcrossClaimStart(t, owned) })
-	}
-}
-
-func testClaimKeyOrderAcrossClaimStart(t *testing.T, owned bool) {
 	ctx := context.Background()
 	pool, _ := openPool(t)
 	st, table := migratedStore(t, pool, "ordstart_", pgstore.Config{})
 	const owner = "relay-a"
-	own, err := st.Balance(ctx, store.BalanceRequest{Owner: owner, LeaseFor: 30 * time.Second})
+	own, err := st.Balance(ctx, driver.BalanceParams{Owner: owner, LeaseFor: 30 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -80,43 +70,25 @@ func testClaimKeyOrderAcrossClaimStart(t *testing.T, owned bool) {
 	time.Sleep(20 * time.Millisecond)
 
 	// Something holds the claim back after its transaction began: a
-	// lock on the shard rows (a Balance holds them) or, for the exclusion
-	// claim, on an expired claim it takes over.
+	// lock on the shard rows (a Balance holds them).
 	blocker, err := pool.Begin(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer blocker.Rollback(ctx) //nolint:errcheck // released below
-	if owned {
-		if _, err := blocker.Exec(ctx, "SELECT shard FROM "+table+"_shards FOR UPDATE"); err != nil {
-			t.Fatal(err)
-		}
-	} else {
-		// an expired claim the claim's takeover must delete, locked (a
-		// table lock would stop the statements' preparation, before the
-		// transaction begins)
-		if _, err := pool.Exec(ctx, "INSERT INTO "+table+"_claims (owner, epoch, lease_until, ids, n, keys) VALUES ('other', 1, now() - interval '1 hour', '{}', 0, '{}')"); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := blocker.Exec(ctx, "SELECT 1 FROM "+table+"_claims WHERE owner = 'other' FOR UPDATE"); err != nil {
-			t.Fatal(err)
-		}
+	if _, err := blocker.Exec(ctx, "SELECT shard FROM "+table+"_shards FOR UPDATE"); err != nil {
+		t.Fatal(err)
 	}
 	type result struct {
-		c   store.Claim
+		c   driver.Claim
 		err error
 	}
 	done := make(chan result, 1)
-	lease := store.Lease{Owner: owner, Epoch: 1}
+	lease := driver.Lease{Owner: owner, Epoch: 1}
 	go func() {
-		req := store.ClaimRequest{Lease: lease, Limit: 10, LeaseFor: 30 * time.Second}
-		var c store.Claim
-		var err error
-		if owned {
-			c, err = st.ClaimOwned(ctx, store.OwnedClaimRequest{ClaimRequest: req, Shards: own.Held})
-		} else {
-			c, err = st.Claim(ctx, req)
-		}
+		req := driver.ClaimParams{Lease: lease, Limit: 10, LeaseFor: 30 * time.Second}
+		req.Shards = own.Held
+		c, err := st.Claim(ctx, req)
 		done <- result{c, err}
 	}()
 	// Wait until the claim waits for the lock (its transaction has begun).
@@ -166,7 +138,7 @@ func testClaimKeyOrderAcrossClaimStart(t *testing.T, owned bool) {
 	if len(got) == 1 || (len(got) == 2 && (got[0] != ids[0] || got[1] != ids[1])) {
 		t.Fatalf("claim took %v of the key's rows %v: the later row without the earlier one", got, ids)
 	}
-	if owned && len(got) != 2 {
+	if len(got) != 2 {
 		// both rows were committed before the claim statement's
 		// snapshot (it is taken after the lock wait): the claim must
 		// have walked k's shard and taken them
@@ -185,7 +157,7 @@ func TestClaimOwnedLeaseLostOnlyWhenNoShardIsHeld(t *testing.T) {
 	ctx := context.Background()
 	pool, _ := openPool(t)
 	st, table := migratedStore(t, pool, "lost_", pgstore.Config{})
-	own, err := st.Balance(ctx, store.BalanceRequest{Owner: "a", LeaseFor: 30 * time.Second})
+	own, err := st.Balance(ctx, driver.BalanceParams{Owner: "a", LeaseFor: 30 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -200,8 +172,8 @@ func TestClaimOwnedLeaseLostOnlyWhenNoShardIsHeld(t *testing.T) {
 	if _, err := pool.Exec(ctx, "UPDATE "+table+"_shards SET owner = 'b', epoch = epoch + 1 WHERE shard = $1", shard); err != nil {
 		t.Fatal(err)
 	}
-	req := store.OwnedClaimRequest{ClaimRequest: store.ClaimRequest{Lease: store.Lease{Owner: "a", Epoch: 1}, Limit: 10, LeaseFor: 30 * time.Second}, Shards: own.Held}
-	c, err := st.ClaimOwned(ctx, req)
+	req := driver.ClaimParams{Lease: driver.Lease{Owner: "a", Epoch: 1}, Limit: 10, LeaseFor: 30 * time.Second, Shards: own.Held}
+	c, err := st.Claim(ctx, req)
 	if err != nil {
 		t.Fatalf("claim over %d shards, one of them lost: %v; want nothing claimed and no error", len(own.Held), err)
 	}
@@ -209,8 +181,8 @@ func TestClaimOwnedLeaseLostOnlyWhenNoShardIsHeld(t *testing.T) {
 		t.Fatalf("claimed %d events from a shard that changed hands", len(c.Events))
 	}
 	// holding none of the shards it names: ErrLeaseLost
-	req.Shards = []store.ShardLease{{Shard: shard, Epoch: own.Held[shard].Epoch}}
-	if _, err := st.ClaimOwned(ctx, req); !errors.Is(err, store.ErrLeaseLost) {
+	req.Shards = []driver.ShardLease{{Shard: shard, Epoch: own.Held[shard].Epoch}}
+	if _, err := st.Claim(ctx, req); !errors.Is(err, driver.ErrLeaseLost) {
 		t.Fatalf("claim over the one lost shard: %v, want ErrLeaseLost", err)
 	}
 }

@@ -18,6 +18,7 @@ import (
 
 	outbox "github.com/outbox-go/outbox"
 	"github.com/outbox-go/outbox/store"
+	"github.com/outbox-go/outbox/store/driver"
 )
 
 // Config configures a Store. The zero value is usable.
@@ -93,7 +94,7 @@ type Store struct {
 	// probeEvery is Options.ProbeInterval with its default (<0: off).
 	probeEvery time.Duration
 
-	// busyOwners holds the owners whose last ClaimOwned took or parked at
+	// busyOwners holds the owners whose last Claim took or parked at
 	// least half its Limit (a backlog): their next claim skips the
 	// pending probe (it would most likely name every shard, and cost a
 	// round trip before the claim).
@@ -118,8 +119,8 @@ type Store struct {
 	sweepAfter string
 
 	mu         sync.Mutex
-	wakeups    store.Wakeups
-	rebalance  store.Wakeups // BalanceNotify's
+	wakeups    driver.Wakeups
+	rebalance  driver.Wakeups // BalanceNotify's
 	listening  bool
 	stopListen context.CancelFunc
 	listenDone chan struct{}
@@ -127,14 +128,14 @@ type Store struct {
 }
 
 var _ store.Store = (*Store)(nil)
-var _ store.Notifier = (*Store)(nil)
 
 // New returns a store over pool, which stays the caller's to close.
 func New(pool *pgxpool.Pool, cfg Config) (*Store, error) {
 	if pool == nil {
 		return nil, errors.New("pgstore: pool is nil")
 	}
-	opts, err := cfg.Options.Normalize()
+	opts := cfg.Options.WithDefaults()
+	err := opts.Validate()
 	if err != nil {
 		return nil, err
 	}
@@ -154,8 +155,8 @@ func New(pool *pgxpool.Pool, cfg Config) (*Store, error) {
 		archive:     q(opts.Table + "_archive"),
 		migrations:  q(opts.Table + "_migrations"),
 		channel:     opts.Schema + "." + opts.Table + "_events",
-		claimLock:   opts.LockKey("claim"),
-		migrateLock: opts.LockKey("migrate"),
+		claimLock:   driver.LockKey(opts, "claim"),
+		migrateLock: driver.LockKey(opts, "migrate"),
 	}
 	s.probeEvery = opts.ProbeInterval
 	s.vacuumAfter = cfg.VacuumAfter
@@ -427,7 +428,7 @@ func (s *Store) buildInsert(msgs []outbox.Message, notify bool) (string, []any) 
 		if !m.AvailableAt.IsZero() {
 			avail = m.AvailableAt
 		}
-		a = append(a, store.EncodeHeaders(m.Headers), avail)
+		a = append(a, driver.EncodeHeaders(m.Headers), avail)
 		b = appendParam(b, n+9)
 		b = append(b, "::jsonb,COALESCE("...)
 		b = appendParam(b, n+10)
@@ -452,7 +453,7 @@ func (s *Store) Enqueue(ctx context.Context, msgs ...outbox.Message) error {
 	if len(msgs) == 0 {
 		return nil
 	}
-	norm, err := s.opts.Prepare(msgs)
+	norm, err := driver.Prepare(s.opts, msgs)
 	if err != nil {
 		return err
 	}
@@ -470,7 +471,7 @@ func (s *Store) EnqueuePgxTx(ctx context.Context, tx pgx.Tx, msgs ...outbox.Mess
 	if len(msgs) == 0 {
 		return nil
 	}
-	norm, err := s.opts.Prepare(msgs)
+	norm, err := driver.Prepare(s.opts, msgs)
 	if err != nil {
 		return err
 	}
@@ -496,7 +497,7 @@ func (s *Store) EnqueueInBatch(b *pgx.Batch, msgs ...outbox.Message) error {
 	if len(msgs) == 0 {
 		return nil
 	}
-	norm, err := s.opts.Prepare(msgs)
+	norm, err := driver.Prepare(s.opts, msgs)
 	if err != nil {
 		return err
 	}
@@ -519,7 +520,7 @@ func (s *Store) EnqueueTx(ctx context.Context, tx store.Execer, msgs ...outbox.M
 	if len(msgs) == 0 {
 		return nil
 	}
-	norm, err := s.opts.Prepare(msgs)
+	norm, err := driver.Prepare(s.opts, msgs)
 	if err != nil {
 		return err
 	}
@@ -568,7 +569,7 @@ func scanRecord(row pgx.Row) (store.Record, error) {
 	r.CreatedAt, r.NextAttemptAt, r.LeaseUntil, r.SentAt = finite(created), finite(next), finite(until), finite(sent)
 	// A row whose headers break the contract is still shown (its
 	// last_error says why once a claim buried it), without headers.
-	r.Headers, _ = store.DecodeHeaders(headers)
+	r.Headers, _ = driver.DecodeHeaders(headers)
 	return r, nil
 }
 
@@ -611,7 +612,7 @@ const deadFilter = " WHERE status = 'DEAD' AND ($1 = '' OR topic = $1) AND ($2 =
 // ListDead lists DEAD events in id order.
 func (s *Store) ListDead(ctx context.Context, q store.DeadQuery) ([]store.Record, error) {
 	if q.Limit <= 0 {
-		q.Limit = store.DefaultLimit
+		q.Limit = driver.DefaultLimit
 	}
 	rows, err := s.pool.Query(ctx, "SELECT "+previewCols+" FROM "+s.table+deadFilter+" AND id > $4 ORDER BY id LIMIT $5",
 		q.Topic, q.Key, nonNil(q.IDs), q.After(), q.Limit)
@@ -650,7 +651,8 @@ func (s *Store) RequeueDead(ctx context.Context, q store.DeadQuery) (int64, erro
 // Purge deletes SENT (archived) or DEAD events older than req.OlderThan in
 // batches of req.BatchSize.
 func (s *Store) Purge(ctx context.Context, req store.PurgeRequest) (int64, error) {
-	req, err := req.Normalize()
+	req = req.WithDefaults()
+	err := req.Validate()
 	if err != nil {
 		return 0, err
 	}

@@ -16,6 +16,7 @@ import (
 	outbox "github.com/outbox-go/outbox"
 	"github.com/outbox-go/outbox/internal/testenv"
 	"github.com/outbox-go/outbox/store"
+	"github.com/outbox-go/outbox/store/driver"
 	"github.com/outbox-go/outbox/store/pgstore"
 	"github.com/outbox-go/outbox/store/storetest"
 )
@@ -85,10 +86,10 @@ func TestConformance(t *testing.T) {
 	storetest.Run(t, storetest.Harness{
 		Name:          "postgres",
 		ClaimedStatus: outbox.StatusNew, // claims live in <table>_claims
-		ClaimReads: func(ctx context.Context, st store.Store, req store.OwnedClaimRequest) (store.Claim, int64, error) {
+		ClaimReads: func(ctx context.Context, st driver.Store, req driver.ClaimParams) (driver.Claim, int64, error) {
 			return st.(*pgstore.Store).ClaimOwnedReads(ctx, req)
 		},
-		New: func(opts store.Options) (store.Store, error) {
+		New: func(opts store.Options) (driver.Store, error) {
 			return pgstore.New(pool, pgstore.Config{Options: opts})
 		},
 		Loosen: func(t *testing.T, fx storetest.Fixture) {
@@ -137,19 +138,19 @@ func itoa(n int) string {
 
 // A claim that meets only rows of a held key parks them and runs again at
 // once: behind 3,000 rows of a key whose first event is DEAD, one
-// ClaimOwned of 1,000 returns the other keys' events, not an empty claim
+// Claim of 1,000 returns the other keys' events, not an empty claim
 // that a relay would take for "caught up".
 func TestClaimOwnedParksThenClaims(t *testing.T) {
 	pool, _ := openPool(t)
 	ctx := context.Background()
 	st, table := migratedStore(t, pool, "own_", pgstore.Config{})
-	own, err := st.Balance(ctx, store.BalanceRequest{Owner: "a", LeaseFor: time.Minute, HoldDeadKeys: true})
+	own, err := st.Balance(ctx, driver.BalanceParams{Owner: "a", LeaseFor: time.Minute, HoldDeadKeys: true})
 	if err != nil {
 		t.Fatal(err)
 	}
-	claim := func(epoch int64) store.Claim {
+	claim := func(epoch int64) driver.Claim {
 		t.Helper()
-		c, err := st.ClaimOwned(ctx, store.OwnedClaimRequest{ClaimRequest: store.ClaimRequest{Lease: store.Lease{Owner: "a", Epoch: epoch}, Limit: 1000, LeaseFor: time.Minute, HoldDeadKeys: true}, Shards: own.Held})
+		c, err := st.Claim(ctx, driver.ClaimParams{Lease: driver.Lease{Owner: "a", Epoch: epoch}, Limit: 1000, LeaseFor: time.Minute, HoldDeadKeys: true, Shards: own.Held})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -159,7 +160,7 @@ func TestClaimOwnedParksThenClaims(t *testing.T) {
 		t.Fatal(err)
 	}
 	c := claim(1)
-	if err := st.Bury(ctx, c.Lease, []store.Burial{{ID: c.Events[0].ID, Error: "poison"}}); err != nil {
+	if err := st.Bury(ctx, driver.BuryParams{Lease: c.Lease, Burials: []driver.Burial{{ID: c.Events[0].ID, Error: "poison"}}}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := pool.Exec(ctx, "INSERT INTO "+table+" (topic, event_key, event_type) SELECT 'orders', 'HOT', 'T' FROM generate_series(1, 3000)"); err != nil {
@@ -170,7 +171,7 @@ func TestClaimOwnedParksThenClaims(t *testing.T) {
 	}
 	c = claim(2)
 	if len(c.Events) != 5 {
-		t.Fatalf("ClaimOwned behind 3,000 held rows returned %d events; want the 5 of other keys", len(c.Events))
+		t.Fatalf("Claim behind 3,000 held rows returned %d events; want the 5 of other keys", len(c.Events))
 	}
 	var parked int
 	if err := pool.QueryRow(ctx, "SELECT count(*) FROM "+table+" WHERE parked").Scan(&parked); err != nil || parked != 3000 {
@@ -178,49 +179,18 @@ func TestClaimOwnedParksThenClaims(t *testing.T) {
 	}
 }
 
-// During a rolling upgrade an exclusion-mode relay (Claim) and an owned
-// one (ClaimOwned) share a table: neither claims a key the other holds in
-// flight, and a key's events still come in order.
-func TestClaimBesideClaimOwned(t *testing.T) {
-	pool, _ := openPool(t)
+// claimAll claims from every shard as req.Lease.Owner, the only relay.
+func claimAll(t testing.TB, st *pgstore.Store, req driver.ClaimParams) driver.Claim {
+	t.Helper()
 	ctx := context.Background()
-	st, _ := migratedStore(t, pool, "mix_", pgstore.Config{})
-	msgs := []outbox.Message{}
-	for _, l := range []string{"k1", "k2", "k3"} {
-		msgs = append(msgs, outbox.Message{Topic: "orders", Key: "K", Type: l, Payload: []byte("{}")})
-	}
-	if err := st.Enqueue(ctx, msgs...); err != nil {
-		t.Fatal(err)
-	}
-	old, err := st.Claim(ctx, store.ClaimRequest{Lease: store.Lease{Owner: "old", Epoch: 1}, Limit: 1, LeaseFor: time.Minute})
-	if err != nil || len(old.Events) != 1 || old.Events[0].Type != "k1" {
-		t.Fatalf("Claim: %v %v; want k1", old.Events, err)
-	}
-	own, err := st.Balance(ctx, store.BalanceRequest{Owner: "new", LeaseFor: time.Minute})
+	own, err := st.Balance(ctx, driver.BalanceParams{Owner: req.Lease.Owner, LeaseFor: time.Minute, HoldDeadKeys: req.HoldDeadKeys})
 	if err != nil {
 		t.Fatal(err)
 	}
-	req := store.OwnedClaimRequest{ClaimRequest: store.ClaimRequest{Lease: store.Lease{Owner: "new", Epoch: 1}, Limit: 10, LeaseFor: time.Minute}, Shards: own.Held}
-	if c, err := st.ClaimOwned(ctx, req); err != nil || len(c.Events) != 0 {
-		t.Fatalf("ClaimOwned while Claim holds k1: %v %v; want nothing of K", c.Events, err)
-	}
-	if err := st.AckClaim(ctx, old.Lease, 1); err != nil {
+	req.Shards = own.Held
+	c, err := st.Claim(ctx, req)
+	if err != nil {
 		t.Fatal(err)
 	}
-	req.Lease.Epoch = 2
-	req.Limit = 1
-	c, err := st.ClaimOwned(ctx, req)
-	if err != nil || len(c.Events) != 1 || c.Events[0].Type != "k2" {
-		t.Fatalf("ClaimOwned after k1's ack: %v %v; want k2", c.Events, err)
-	}
-	if o, err := st.Claim(ctx, store.ClaimRequest{Lease: store.Lease{Owner: "old", Epoch: 2}, Limit: 10, LeaseFor: time.Minute}); err != nil || len(o.Events) != 0 {
-		t.Fatalf("Claim while ClaimOwned holds k2: %v %v; want nothing of K", o.Events, err)
-	}
-	if err := st.AckClaim(ctx, c.Lease, 1); err != nil {
-		t.Fatal(err)
-	}
-	o, err := st.Claim(ctx, store.ClaimRequest{Lease: store.Lease{Owner: "old", Epoch: 3}, Limit: 10, LeaseFor: time.Minute})
-	if err != nil || len(o.Events) != 1 || o.Events[0].Type != "k3" {
-		t.Fatalf("Claim after k2's ack: %v %v; want k3", o.Events, err)
-	}
+	return c
 }

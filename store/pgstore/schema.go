@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/outbox-go/outbox/store/driver"
 )
 
 // migrations are applied in order; each runs once, in its own transaction,
@@ -176,7 +177,7 @@ END $$;
 		// shard leases and relay heartbeats are tables of their own, with
 		// the 64 shard rows made here. A claim in flight from an earlier
 		// version gets no shard list (NULL): until it is settled or
-		// expires, ClaimOwned treats it as touching every shard, so an
+		// expires, Claim treats it as touching every shard, so an
 		// upgrade during a drain cannot split a key between an old relay
 		// and a new one. The two indexes are built in the migration's
 		// transaction when the table is small (an index build holds a
@@ -334,7 +335,7 @@ func (s *Store) ensureIndexes(ctx context.Context) error {
 		return err
 	}
 	defer conn.Release()
-	key := s.opts.LockKey("migrate-index")
+	key := driver.LockKey(s.opts, "migrate-index")
 	var got bool
 	if err := conn.QueryRow(ctx, "SELECT pg_try_advisory_lock($1)", key).Scan(&got); err != nil || !got {
 		return err // another process builds them

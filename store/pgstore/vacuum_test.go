@@ -7,7 +7,7 @@ import (
 	"time"
 
 	outbox "github.com/outbox-go/outbox"
-	"github.com/outbox-go/outbox/store"
+	"github.com/outbox-go/outbox/store/driver"
 	"github.com/outbox-go/outbox/store/pgstore"
 )
 
@@ -27,14 +27,11 @@ func TestVacuumAfter(t *testing.T) {
 				t.Fatal(err)
 			}
 			for epoch := int64(1); ; epoch++ {
-				c, err := st.Claim(ctx, store.ClaimRequest{Lease: store.Lease{Owner: "v", Epoch: epoch}, Limit: 50, LeaseFor: time.Minute})
-				if err != nil {
-					t.Fatal(err)
-				}
+				c := claimAll(t, st, driver.ClaimParams{Lease: driver.Lease{Owner: "v", Epoch: epoch}, Limit: 50, LeaseFor: time.Minute})
 				if len(c.Events) == 0 {
 					break
 				}
-				if err := st.AckClaim(ctx, c.Lease, len(c.Events)); err != nil {
+				if err := st.AckClaim(ctx, driver.AckClaimParams{Lease: c.Lease, N: len(c.Events)}); err != nil {
 					t.Fatal(err)
 				}
 			}

@@ -52,7 +52,7 @@
 //     into schema_version as text: the claim reads it as it is and buries
 //     the row rather than failing.
 //
-// Ordering by ownership (store.Owned, engine v2) has one shard here, where
+// Ordering by ownership (store/driver) has one shard here, where
 // PostgreSQL and MariaDB have 64: SQLite has one writer and is embedded,
 // so spreading keys over shards would buy no concurrency. Balance gives
 // the shard to one relay at a time; the others wait and take it over when

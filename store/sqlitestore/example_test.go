@@ -7,6 +7,8 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/jmoiron/sqlx"
+
 	outbox "github.com/outbox-go/outbox"
 	"github.com/outbox-go/outbox/store/sqlitestore"
 )
@@ -72,4 +74,39 @@ func ExampleDSN() {
 	}
 	fmt.Println(dsn)
 	// Output: data/app.db?_pragma=busy_timeout%285000%29&_pragma=foreign_keys%281%29&_pragma=journal_mode%28WAL%29&_txlock=immediate
+}
+
+// Enqueue inside a transaction that sqlx hands out (GORM, ent and bun work
+// the same way: each exposes a *sql.Tx, or something with ExecContext).
+func Example_sqlx() {
+	ctx := context.Background()
+	dir, _ := os.MkdirTemp("", "example")
+	defer os.RemoveAll(dir)
+	url := "sqlite:" + filepath.Join(dir, "app.db")
+
+	st, err := sqlitestore.Open(ctx, url, sqlitestore.Config{})
+	if err != nil {
+		panic(err)
+	}
+	defer st.Close()
+	if err := st.Migrate(ctx); err != nil {
+		panic(err)
+	}
+	dsn, _ := sqlitestore.DSN(url)
+	db := sqlx.MustOpen("sqlite", dsn)
+	defer db.Close()
+	db.MustExec("CREATE TABLE orders (id INTEGER PRIMARY KEY, status TEXT)")
+
+	tx := db.MustBeginTx(ctx, nil)
+	tx.MustExec("INSERT INTO orders (id, status) VALUES (42, 'PAID')")
+	err = st.EnqueueTx(ctx, tx, outbox.Message{Topic: "orders.paid", Key: "order-42", Type: "OrderPaid", Payload: []byte(`{"order_id":42}`)})
+	if err != nil {
+		panic(err)
+	}
+	if err := tx.Commit(); err != nil {
+		panic(err)
+	}
+	stats, _ := st.Stats(ctx)
+	fmt.Println("pending events:", stats.Pending())
+	// Output: pending events: 1
 }

@@ -4,7 +4,11 @@ import (
 	"context"
 	"database/sql"
 	"time"
+
+	"github.com/outbox-go/outbox/store/driver"
 )
+
+var _ driver.Notifier = (*Store)(nil)
 
 // Notify returns a channel that receives a value soon after events may have
 // been committed. SQLite has no LISTEN, so two sources feed it: Enqueue and

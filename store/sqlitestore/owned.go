@@ -12,10 +12,10 @@ import (
 	"strings"
 
 	outbox "github.com/outbox-go/outbox"
-	"github.com/outbox-go/outbox/store"
+	"github.com/outbox-go/outbox/store/driver"
 )
 
-// Ordering by ownership (store.Owned) on SQLite.
+// Ordering by ownership (driver.Driver) on SQLite.
 //
 // SQLite has one writer per file and runs inside the application, so it
 // has one shard, where PostgreSQL and MariaDB have 64: Balance gives it to
@@ -89,7 +89,7 @@ const (
 	unparkBound = 1000
 )
 
-var _ store.Owned = (*Store)(nil)
+var _ driver.Driver = (*Store)(nil)
 
 func (s *Store) shardsTable() string { return quote(s.opts.Table + "_shards") }
 func (s *Store) relaysTable() string { return quote(s.opts.Table + "_relays") }
@@ -100,12 +100,12 @@ func (s *Store) relaysTable() string { return quote(s.opts.Table + "_relays") }
 // shard is never marked Revoke: it changes hands when its holder leaves or
 // stalls. Balance also unparks rows whose key holds nothing any more, so a
 // parked row can never be forgotten.
-func (s *Store) Balance(ctx context.Context, req store.BalanceRequest) (store.Ownership, error) {
-	req = req.Normalize()
-	if err := req.Check(shardCount); err != nil {
-		return store.Ownership{}, fmt.Errorf("sqlitestore: balance: %w", err)
+func (s *Store) Balance(ctx context.Context, req driver.BalanceParams) (driver.Ownership, error) {
+	req = req.WithDefaults()
+	if err := req.Validate(shardCount); err != nil {
+		return driver.Ownership{}, fmt.Errorf("sqlitestore: balance: %w", err)
 	}
-	own := store.Ownership{Shards: shardCount}
+	own := driver.Ownership{Shards: shardCount}
 	lease := req.LeaseFor.Microseconds()
 	sh, rl := s.shardsTable(), s.relaysTable()
 	err := s.writeTx(ctx, "balance", func(q func(string) (*sql.Stmt, error)) error {
@@ -178,7 +178,7 @@ func (s *Store) Balance(ctx context.Context, req store.BalanceRequest) (store.Ow
 				return err
 			}
 			for rows.Next() {
-				var l store.ShardLease
+				var l driver.ShardLease
 				if err := rows.Scan(&l.Shard, &l.Epoch); err != nil {
 					rows.Close()
 					return err
@@ -194,7 +194,7 @@ func (s *Store) Balance(ctx context.Context, req store.BalanceRequest) (store.Ow
 		return exec(s.sweepSQL(), unparkBound)
 	})
 	if err != nil {
-		return store.Ownership{Shards: shardCount}, err
+		return driver.Ownership{Shards: shardCount}, err
 	}
 	return own, nil
 }
@@ -244,14 +244,14 @@ func (s *Store) candidateSQL(from string) string {
 FROM ` + from + ` AND o.id > ?4 ORDER BY o.id LIMIT ?5`
 }
 
-// ClaimOwned claims from the one shard when req.Shards names it under the
+// Claim claims from the one shard when req.Shards names it under the
 // epoch the owner still holds and no other owner's claim is live; see the
 // comment at the top of this file. An empty req.Shards claims nothing; a
-// shard the owner no longer holds is an error wrapping store.ErrLeaseLost
+// shard the owner no longer holds is an error wrapping driver.ErrLeaseLost
 // (the relay's view is stale: it heartbeats).
-func (s *Store) ClaimOwned(ctx context.Context, req store.OwnedClaimRequest) (store.Claim, error) {
-	req = req.Normalize()
-	c := store.Claim{Lease: req.Lease}
+func (s *Store) Claim(ctx context.Context, req driver.ClaimParams) (driver.Claim, error) {
+	req = req.WithDefaults()
+	c := driver.Claim{Lease: req.Lease}
 	if len(req.Shards) == 0 {
 		return c, nil
 	}
@@ -262,18 +262,18 @@ func (s *Store) ClaimOwned(ctx context.Context, req store.OwnedClaimRequest) (st
 		}
 	}
 	if epoch < 0 {
-		return c, fmt.Errorf("sqlitestore: claim: SQLite has one shard, 0; none of %v is held: %w", req.Shards, store.ErrLeaseLost)
+		return c, fmt.Errorf("sqlitestore: claim: SQLite has one shard, 0; none of %v is held: %w", req.Shards, driver.ErrLeaseLost)
 	}
 	// Phase 1, a plain read (WAL: it waits for no writer, and no writer
 	// for it): the candidates, and the rows to park. The scan reads past
 	// delayed heads and parks what is held, so it is the long part.
 	readNow, err := s.now(ctx)
 	if err != nil {
-		return c, fmt.Errorf("sqlitestore: claim: %w (%w)", err, store.ErrNothingClaimed)
+		return c, fmt.Errorf("sqlitestore: claim: %w (%w)", err, driver.ErrNothingClaimed)
 	}
 	take, park, err := s.scanOwned(ctx, func(q string) (*sql.Stmt, error) { return s.stmt(ctx, q) }, req, readNow)
 	if err != nil {
-		return c, fmt.Errorf("sqlitestore: claim: %w (%w)", err, store.ErrNothingClaimed)
+		return c, fmt.Errorf("sqlitestore: claim: %w (%w)", err, driver.ErrNothingClaimed)
 	}
 	if len(take) == 0 && len(park) == 0 {
 		return c, nil
@@ -356,17 +356,17 @@ func (s *Store) ClaimOwned(ctx context.Context, req store.OwnedClaimRequest) (st
 		// One transaction in a local file: when it fails, nothing of it
 		// committed (database/sql rolls it back, and a failed COMMIT
 		// leaves the file as it was).
-		return store.Claim{Lease: req.Lease}, fmt.Errorf("%w (%w)", err, store.ErrNothingClaimed)
+		return driver.Claim{Lease: req.Lease}, fmt.Errorf("%w (%w)", err, driver.ErrNothingClaimed)
 	}
 	if lost {
-		return c, fmt.Errorf("sqlitestore: claim: shard 0 is no longer held by %s under epoch %d: %w", req.Lease.Owner, epoch, store.ErrLeaseLost)
+		return c, fmt.Errorf("sqlitestore: claim: shard 0 is no longer held by %s under epoch %d: %w", req.Lease.Owner, epoch, driver.ErrLeaseLost)
 	}
 	if len(c.Events) == 0 {
 		return c, nil
 	}
 	sort.Slice(c.Events, func(i, j int) bool { return c.Events[i].ID < c.Events[j].ID })
-	if err = store.ScreenClaim(ctx, &c, bad, req.HoldDeadKeys, s.Bury, s.Release); err != nil {
-		return store.Claim{Lease: req.Lease}, fmt.Errorf("sqlitestore: claim: %w", err)
+	if err = driver.ScreenClaim(ctx, &c, bad, req.HoldDeadKeys, s.Bury, s.Release); err != nil {
+		return driver.Claim{Lease: req.Lease}, fmt.Errorf("sqlitestore: claim: %w", err)
 	}
 	return c, nil
 }
@@ -374,7 +374,7 @@ func (s *Store) ClaimOwned(ctx context.Context, req store.OwnedClaimRequest) (st
 // scanOwned reads the candidates of a claim at now, through prepared
 // statements from q: the rows to take (expired claims first, then NEW
 // rows, in id order) and the rows to park. See candidateSQL.
-func (s *Store) scanOwned(ctx context.Context, q func(string) (*sql.Stmt, error), req store.OwnedClaimRequest, now int64) (take, park []int64, err error) {
+func (s *Store) scanOwned(ctx context.Context, q func(string) (*sql.Stmt, error), req driver.ClaimParams, now int64) (take, park []int64, err error) {
 	for pass, from := range []string{
 		s.table + ` AS o INDEXED BY "` + s.opts.Table + `_sending_idx" WHERE o.status = 'SENDING' AND ` + leaseExpired("o.", "?1"),
 		s.table + ` AS o INDEXED BY "` + s.opts.Table + `_ready_idx" WHERE o.status = 'NEW' AND o.parked = 0`,
@@ -459,7 +459,7 @@ func scanClaimed(rows *sql.Rows) (e outbox.Event, until int64, broken error, err
 		return e, 0, nil, err
 	}
 	e.SchemaVersion, broken = schemaVersion(version)
-	if h, herr := store.DecodeHeaders(headers); herr != nil {
+	if h, herr := driver.DecodeHeaders(headers); herr != nil {
 		broken = herr
 	} else {
 		e.Headers = h

@@ -10,6 +10,7 @@ import (
 
 	outbox "github.com/outbox-go/outbox"
 	"github.com/outbox-go/outbox/store"
+	"github.com/outbox-go/outbox/store/driver"
 	"github.com/outbox-go/outbox/store/sqlitestore"
 )
 
@@ -26,7 +27,7 @@ func openOwned(t *testing.T) *sqlitestore.Store {
 	return st
 }
 
-func balance(t *testing.T, st *sqlitestore.Store, req store.BalanceRequest) store.Ownership {
+func balance(t *testing.T, st *sqlitestore.Store, req driver.BalanceParams) driver.Ownership {
 	t.Helper()
 	o, err := st.Balance(t.Context(), req)
 	if err != nil {
@@ -35,13 +36,16 @@ func balance(t *testing.T, st *sqlitestore.Store, req store.BalanceRequest) stor
 	return o
 }
 
-func claimOwned(t *testing.T, st *sqlitestore.Store, o store.Ownership, owner string, epoch int64, limit int) []outbox.Event {
+func claimOwned(t *testing.T, st *sqlitestore.Store, o driver.Ownership, owner string, epoch int64, limit int) []outbox.Event {
 	t.Helper()
-	c, err := st.ClaimOwned(t.Context(), store.OwnedClaimRequest{
-		ClaimRequest: store.ClaimRequest{Lease: store.Lease{Owner: owner, Epoch: epoch}, Limit: limit, LeaseFor: 5 * time.Second, HoldDeadKeys: true},
+	c, err := st.Claim(t.Context(), driver.ClaimParams{
+		Lease:        driver.Lease{Owner: owner, Epoch: epoch},
+		Limit:        limit,
+		LeaseFor:     5 * time.Second,
+		HoldDeadKeys: true,
 		Shards:       o.Held,
 	})
-	if errors.Is(err, store.ErrLeaseLost) {
+	if errors.Is(err, driver.ErrLeaseLost) {
 		return nil // not held (any more)
 	}
 	if err != nil {
@@ -80,18 +84,18 @@ func parked(t *testing.T, st *sqlitestore.Store) int {
 // over (with a new epoch) when the first leaves.
 func TestOwnedOneShardChangesHandsOnLeave(t *testing.T) {
 	st := openOwned(t)
-	a := balance(t, st, store.BalanceRequest{Owner: "a", LeaseFor: 5 * time.Second})
-	b := balance(t, st, store.BalanceRequest{Owner: "b", LeaseFor: 5 * time.Second})
+	a := balance(t, st, driver.BalanceParams{Owner: "a", LeaseFor: 5 * time.Second})
+	b := balance(t, st, driver.BalanceParams{Owner: "b", LeaseFor: 5 * time.Second})
 	if a.Shards != 1 || len(a.Held) != 1 || a.Held[0].Revoke || len(b.Held) != 0 || b.Relays != 2 {
 		t.Fatalf("a=%+v b=%+v: want a to hold the one shard, b nothing, 2 relays", a, b)
 	}
-	if a2 := balance(t, st, store.BalanceRequest{Owner: "a", LeaseFor: 5 * time.Second}); len(a2.Held) != 1 || a2.Held[0].Epoch != a.Held[0].Epoch {
+	if a2 := balance(t, st, driver.BalanceParams{Owner: "a", LeaseFor: 5 * time.Second}); len(a2.Held) != 1 || a2.Held[0].Epoch != a.Held[0].Epoch {
 		t.Fatalf("renewal changed the lease: %+v then %+v", a, a2)
 	}
-	if l := balance(t, st, store.BalanceRequest{Owner: "a", Leave: true}); len(l.Held) != 0 {
+	if l := balance(t, st, driver.BalanceParams{Owner: "a", Leave: true}); len(l.Held) != 0 {
 		t.Fatalf("after Leave a holds %+v", l.Held)
 	}
-	b = balance(t, st, store.BalanceRequest{Owner: "b", LeaseFor: 5 * time.Second})
+	b = balance(t, st, driver.BalanceParams{Owner: "b", LeaseFor: 5 * time.Second})
 	if len(b.Held) != 1 || b.Held[0].Epoch <= a.Held[0].Epoch || b.Relays != 1 {
 		t.Fatalf("b = %+v: want the shard under a newer epoch than %d", b, a.Held[0].Epoch)
 	}
@@ -115,16 +119,18 @@ func TestOwnedTakeoverAfterExpiry(t *testing.T) {
 	// the claim must outlive everything below, however slow the machine.
 	// A loaded machine may stall past the 300 ms between the two calls
 	// (the claim then finds the shard's lease run out): take it again.
-	var a store.Ownership
-	var c store.Claim
+	var a driver.Ownership
+	var c driver.Claim
 	for attempt := 1; ; attempt++ {
-		a = balance(t, st, store.BalanceRequest{Owner: "a", LeaseFor: 300 * time.Millisecond})
+		a = balance(t, st, driver.BalanceParams{Owner: "a", LeaseFor: 300 * time.Millisecond})
 		var err error
-		c, err = st.ClaimOwned(ctx, store.OwnedClaimRequest{
-			ClaimRequest: store.ClaimRequest{Lease: store.Lease{Owner: "a", Epoch: 1}, Limit: 1, LeaseFor: time.Minute},
-			Shards:       a.Held,
+		c, err = st.Claim(ctx, driver.ClaimParams{
+			Lease:    driver.Lease{Owner: "a", Epoch: 1},
+			Limit:    1,
+			LeaseFor: time.Minute,
+			Shards:   a.Held,
 		})
-		if errors.Is(err, store.ErrLeaseLost) && attempt < 20 {
+		if errors.Is(err, driver.ErrLeaseLost) && attempt < 20 {
 			t.Logf("attempt %d: the 300 ms lease ran out before the claim (a stalled machine): %v", attempt, err)
 			continue
 		}
@@ -134,7 +140,7 @@ func TestOwnedTakeoverAfterExpiry(t *testing.T) {
 		break
 	}
 	time.Sleep(400 * time.Millisecond) // a's shard lease has run out
-	b := balance(t, st, store.BalanceRequest{Owner: "b", LeaseFor: 5 * time.Second})
+	b := balance(t, st, driver.BalanceParams{Owner: "b", LeaseFor: 5 * time.Second})
 	if len(b.Held) != 1 || b.Held[0].Epoch <= a.Held[0].Epoch {
 		t.Fatalf("b = %+v: want the expired shard", b)
 	}
@@ -144,7 +150,7 @@ func TestOwnedTakeoverAfterExpiry(t *testing.T) {
 	if got := claimOwned(t, st, a, "a", 2, 10); len(got) != 0 {
 		t.Fatalf("a claimed %s from a shard that changed hands", payloads(got))
 	}
-	if err := st.Ack(ctx, c.Lease, []int64{c.Events[0].ID}); err != nil {
+	if err := st.Ack(ctx, driver.AckParams{Lease: c.Lease, IDs: []int64{c.Events[0].ID}}); err != nil {
 		t.Fatal(err)
 	}
 	if got := claimOwned(t, st, b, "b", 2, 10); payloads(got) != "[k#2 k#3]" {
@@ -156,7 +162,7 @@ func TestOwnedTakeoverAfterExpiry(t *testing.T) {
 // while the earlier ones are in flight (the relay orders them).
 func TestOwnedClaimPipelinesAKey(t *testing.T) {
 	st := openOwned(t)
-	o := balance(t, st, store.BalanceRequest{Owner: "a"})
+	o := balance(t, st, driver.BalanceParams{Owner: "a"})
 	enqueueKeyed(t, st, "k", 4)
 	if got := claimOwned(t, st, o, "a", 1, 2); payloads(got) != "[k#1 k#2]" {
 		t.Fatalf("first claim %s", payloads(got))
@@ -184,11 +190,11 @@ func TestOwnedParkingBehindARetry(t *testing.T) {
 func parkingBehindARetry(t *testing.T, delay time.Duration) bool {
 	st := openOwned(t)
 	ctx := t.Context()
-	o := balance(t, st, store.BalanceRequest{Owner: "a"})
+	o := balance(t, st, driver.BalanceParams{Owner: "a"})
 	enqueueKeyed(t, st, "k", 1)
 	first := claimOwned(t, st, o, "a", 1, 10)
 	retried := time.Now()
-	if err := st.Retry(ctx, store.Lease{Owner: "a", Epoch: 1}, []store.Retry{{ID: first[0].ID, Delay: delay, Error: "x"}}); err != nil {
+	if err := st.Retry(ctx, driver.RetryParams{Lease: driver.Lease{Owner: "a", Epoch: 1}, Retries: []driver.Retry{{ID: first[0].ID, Delay: delay, Error: "x"}}}); err != nil {
 		t.Fatal(err)
 	}
 	for i := 2; i <= 4; i++ {
@@ -214,7 +220,7 @@ func parkingBehindARetry(t *testing.T, delay time.Duration) bool {
 	if payloads(got) != "[k#1]" {
 		t.Fatalf("after the delay: %s, want the retried k#1 alone", payloads(got))
 	}
-	if err := st.Ack(ctx, store.Lease{Owner: "a", Epoch: 3}, []int64{got[0].ID}); err != nil {
+	if err := st.Ack(ctx, driver.AckParams{Lease: driver.Lease{Owner: "a", Epoch: 3}, IDs: []int64{got[0].ID}}); err != nil {
 		t.Fatal(err)
 	}
 	if n := parked(t, st); n != 0 {
@@ -232,10 +238,10 @@ func parkingBehindARetry(t *testing.T, delay time.Duration) bool {
 func TestOwnedParkingBehindDead(t *testing.T) {
 	st := openOwned(t)
 	ctx := t.Context()
-	o := balance(t, st, store.BalanceRequest{Owner: "a"})
+	o := balance(t, st, driver.BalanceParams{Owner: "a"})
 	enqueueKeyed(t, st, "k", 3)
 	first := claimOwned(t, st, o, "a", 1, 1)
-	if err := st.Bury(ctx, store.Lease{Owner: "a", Epoch: 1}, []store.Burial{{ID: first[0].ID, Error: "poison"}}); err != nil {
+	if err := st.Bury(ctx, driver.BuryParams{Lease: driver.Lease{Owner: "a", Epoch: 1}, Burials: []driver.Burial{{ID: first[0].ID, Error: "poison"}}}); err != nil {
 		t.Fatal(err)
 	}
 	if got := claimOwned(t, st, o, "a", 2, 10); len(got) != 0 {
@@ -255,10 +261,10 @@ func TestOwnedParkingBehindDead(t *testing.T) {
 		t.Fatalf("after requeue: %s", payloads(got))
 	}
 	// bury k#1 again, park the rest, purge the dead one
-	if err := st.Bury(ctx, store.Lease{Owner: "a", Epoch: 3}, []store.Burial{{ID: got[0].ID, Error: "poison"}}); err != nil {
+	if err := st.Bury(ctx, driver.BuryParams{Lease: driver.Lease{Owner: "a", Epoch: 3}, Burials: []driver.Burial{{ID: got[0].ID, Error: "poison"}}}); err != nil {
 		t.Fatal(err)
 	}
-	if err := st.Release(ctx, store.Lease{Owner: "a", Epoch: 3}, []int64{got[1].ID, got[2].ID}); err != nil {
+	if err := st.Release(ctx, driver.ReleaseParams{Lease: driver.Lease{Owner: "a", Epoch: 3}, IDs: []int64{got[1].ID, got[2].ID}}); err != nil {
 		t.Fatal(err)
 	}
 	if got := claimOwned(t, st, o, "a", 4, 10); len(got) != 0 || parked(t, st) != 2 {
@@ -275,12 +281,12 @@ func TestOwnedParkingBehindDead(t *testing.T) {
 	if _, err := st.DB().Exec("UPDATE " + st.Table() + " SET parked = 1"); err != nil {
 		t.Fatal(err)
 	}
-	balance(t, st, store.BalanceRequest{Owner: "a"})
+	balance(t, st, driver.BalanceParams{Owner: "a"})
 	got = claimOwned(t, st, o, "a", 5, 10)
 	if payloads(got) != "[k#2]" {
 		t.Fatalf("after the sweep: %s", payloads(got))
 	}
-	if err := st.Ack(ctx, store.Lease{Owner: "a", Epoch: 5}, []int64{got[0].ID}); err != nil {
+	if err := st.Ack(ctx, driver.AckParams{Lease: driver.Lease{Owner: "a", Epoch: 5}, IDs: []int64{got[0].ID}}); err != nil {
 		t.Fatal(err)
 	}
 	if got := claimOwned(t, st, o, "a", 6, 10); payloads(got) != "[k#3]" {
@@ -291,7 +297,7 @@ func TestOwnedParkingBehindDead(t *testing.T) {
 // Bad input is refused with a message, not a panic.
 func TestOwnedBalanceRefusesAnEmptyOwner(t *testing.T) {
 	st := openOwned(t)
-	_, err := st.Balance(context.Background(), store.BalanceRequest{})
+	_, err := st.Balance(context.Background(), driver.BalanceParams{})
 	if err == nil || errors.Is(err, store.ErrNotMigrated) {
 		t.Fatalf("err = %v", err)
 	}

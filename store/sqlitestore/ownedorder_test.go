@@ -6,7 +6,7 @@ import (
 	"time"
 
 	outbox "github.com/outbox-go/outbox"
-	"github.com/outbox-go/outbox/store"
+	"github.com/outbox-go/outbox/store/driver"
 	"github.com/outbox-go/outbox/store/sqlitestore"
 )
 
@@ -19,68 +19,54 @@ import (
 // happen. What SQLite cannot rule out is the clock itself: stepped back
 // (NTP) after B's insert, A's row has the earlier created_at and a claim
 // runs at A's time (replayed by moving B's timestamps ahead). A row never
-// delayed is due whatever the clock says, on the exclusion and the owned
-// claim alike.
+// delayed is due whatever the clock says.
 func TestClaimKeyOrderAcrossClaimStart(t *testing.T) {
-	for _, owned := range []bool{false, true} {
-		name := "exclusion"
-		if owned {
-			name = "owned"
+	ctx := context.Background()
+	st := openOwned(t)
+	msg := func(v string) outbox.Message {
+		return outbox.Message{Topic: "t", Key: "k", Type: "T", Payload: []byte(`{"v":` + v + `}`)}
+	}
+	epoch := int64(0)
+	claim := func() []outbox.Event {
+		epoch++
+		req := driver.ClaimParams{Lease: driver.Lease{Owner: "relay-a", Epoch: epoch}, Limit: 10, LeaseFor: time.Minute}
+		own := balance(t, st, driver.BalanceParams{Owner: "relay-a", LeaseFor: time.Minute})
+		req.Shards = own.Held
+		c, err := st.Claim(ctx, req)
+		if err != nil {
+			t.Fatal(err)
 		}
-		t.Run(name, func(t *testing.T) {
-			ctx := context.Background()
-			st := openOwned(t)
-			msg := func(v string) outbox.Message {
-				return outbox.Message{Topic: "t", Key: "k", Type: "T", Payload: []byte(`{"v":` + v + `}`)}
-			}
-			epoch := int64(0)
-			claim := func() []outbox.Event {
-				epoch++
-				req := store.ClaimRequest{Lease: store.Lease{Owner: "relay-a", Epoch: epoch}, Limit: 10, LeaseFor: time.Minute}
-				var c store.Claim
-				var err error
-				if owned {
-					own := balance(t, st, store.BalanceRequest{Owner: "relay-a", LeaseFor: time.Minute})
-					c, err = st.ClaimOwned(ctx, store.OwnedClaimRequest{ClaimRequest: req, Shards: own.Held})
-				} else {
-					c, err = st.Claim(ctx, req)
-				}
-				if err != nil {
-					t.Fatal(err)
-				}
-				if len(c.Events) > 0 {
-					if err := st.Release(ctx, c.Lease, ids(c.Events)); err != nil {
-						t.Fatal(err)
-					}
-				}
-				return c.Events
-			}
-			check := func(what string, evs []outbox.Event, rows []int64) {
-				t.Helper()
-				for i, e := range evs {
-					if i >= len(rows) || e.ID != rows[i] {
-						t.Fatalf("%s: claim took %v of the key's rows %v: not a prefix, in order", what, ids(evs), rows)
-					}
-				}
-			}
-			// The clock stepped back between B's insert and A's.
-			if err := st.Enqueue(ctx, msg("1")); err != nil {
+		if len(c.Events) > 0 {
+			if err := st.Release(ctx, driver.ReleaseParams{Lease: c.Lease, IDs: ids(c.Events)}); err != nil {
 				t.Fatal(err)
 			}
-			ahead := (5 * time.Second).Microseconds()
-			if _, err := st.DB().ExecContext(ctx, "UPDATE "+st.Table()+" SET created_at = created_at + ?1, next_attempt_at = next_attempt_at + ?1", ahead); err != nil {
-				t.Fatal(err)
+		}
+		return c.Events
+	}
+	check := func(what string, evs []outbox.Event, rows []int64) {
+		t.Helper()
+		for i, e := range evs {
+			if i >= len(rows) || e.ID != rows[i] {
+				t.Fatalf("%s: claim took %v of the key's rows %v: not a prefix, in order", what, ids(evs), rows)
 			}
-			if err := st.Enqueue(ctx, msg("2")); err != nil {
-				t.Fatal(err)
-			}
-			rows := rowIDs(t, st)
-			evs := claim()
-			check("after a clock step", evs, rows)
-			if len(evs) != 2 {
-				t.Fatalf("after a clock step: claim took %v of %v; want both (neither was ever delayed)", ids(evs), rows)
-			}
-		})
+		}
+	}
+	// The clock stepped back between B's insert and A's.
+	if err := st.Enqueue(ctx, msg("1")); err != nil {
+		t.Fatal(err)
+	}
+	ahead := (5 * time.Second).Microseconds()
+	if _, err := st.DB().ExecContext(ctx, "UPDATE "+st.Table()+" SET created_at = created_at + ?1, next_attempt_at = next_attempt_at + ?1", ahead); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Enqueue(ctx, msg("2")); err != nil {
+		t.Fatal(err)
+	}
+	rows := rowIDs(t, st)
+	evs := claim()
+	check("after a clock step", evs, rows)
+	if len(evs) != 2 {
+		t.Fatalf("after a clock step: claim took %v of %v; want both (neither was ever delayed)", ids(evs), rows)
 	}
 }
 

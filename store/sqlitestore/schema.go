@@ -78,7 +78,7 @@ func migrations(t, archive, short string) [][]string {
 )`, archive),
 			fmt.Sprintf(`CREATE INDEX IF NOT EXISTS "%[2]s_archive_sent_idx" ON %[1]s (sent_at)`, archive, short),
 		},
-		// 2: ordering by ownership (store.Owned). SQLite has one shard
+		// 2: ordering by ownership (driver.Driver). SQLite has one shard
 		// (see owned.go): the shard table holds one row, and a relay
 		// takes it over when its holder's lease ran out or it left.
 		// parked has a constant default, so adding it rewrites nothing.

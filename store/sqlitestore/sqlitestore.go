@@ -3,7 +3,7 @@ package sqlitestore
 import (
 	"context"
 	"database/sql"
-	"database/sql/driver"
+	sqldriver "database/sql/driver"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -11,17 +11,16 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"sort"
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	_ "modernc.org/sqlite" // registers the "sqlite" driver
 
 	outbox "github.com/outbox-go/outbox"
 	"github.com/outbox-go/outbox/store"
+	"github.com/outbox-go/outbox/store/driver"
 )
 
 // Config configures a Store. The zero value is usable.
@@ -42,25 +41,18 @@ type Store struct {
 
 	table, archive, migrations string // quoted
 
-	claimSQL, candidatesSQL string
-	claimGate               gate         // one claim of this store at a time
-	claimGen                atomic.Int64 // claims this store made
-
 	stmtMu sync.Mutex
 	stmts  map[string]*sql.Stmt // nil after Close
 
 	mu        sync.Mutex
-	wakeups   store.Wakeups
+	wakeups   driver.Wakeups
 	watching  bool
 	stopWatch context.CancelFunc
 	watchDone chan struct{}
 	closed    bool
 }
 
-var (
-	_ store.Store    = (*Store)(nil)
-	_ store.Notifier = (*Store)(nil)
-)
+var _ store.Store = (*Store)(nil)
 
 // New returns a store over db, which stays the caller's to close. db must be
 // a SQLite database/sql handle (modernc.org/sqlite, or any driver that takes
@@ -71,7 +63,8 @@ func New(db *sql.DB, cfg Config) (*Store, error) {
 	if db == nil {
 		return nil, errors.New("sqlitestore: db is nil")
 	}
-	opts, err := cfg.Options.Normalize()
+	opts := cfg.Options.WithDefaults()
+	err := opts.Validate()
 	if err != nil {
 		return nil, err
 	}
@@ -83,10 +76,8 @@ func New(db *sql.DB, cfg Config) (*Store, error) {
 		archive:    q(opts.Table + "_archive"),
 		migrations: q(opts.Table + "_migrations"),
 		gate:       acquireWriteGate(db),
-		claimGate:  newGate(),
 		stmts:      map[string]*sql.Stmt{},
 	}
-	s.claimSQL, s.candidatesSQL = s.buildClaimSQL(), s.buildCandidatesSQL()
 	return s, nil
 }
 
@@ -210,7 +201,7 @@ func (s *Store) immediate(ctx context.Context, op string, fn func(c *sql.Conn) e
 func rollback(c *sql.Conn) {
 	_, err := c.ExecContext(context.Background(), "ROLLBACK")
 	if err != nil && !strings.Contains(err.Error(), "no transaction is active") {
-		_ = c.Raw(func(any) error { return driver.ErrBadConn })
+		_ = c.Raw(func(any) error { return sqldriver.ErrBadConn })
 	}
 }
 
@@ -315,7 +306,7 @@ func (s *Store) buildInsert(msgs []outbox.Message) []insert {
 				b.WriteByte(',')
 			}
 			b.WriteString(row)
-			a = append(a, m.EventID, m.Topic, m.Key, m.Type, m.AggregateType, int64(m.SchemaVersion), m.Payload, m.ContentType, store.EncodeHeaders(m.Headers))
+			a = append(a, m.EventID, m.Topic, m.Key, m.Type, m.AggregateType, int64(m.SchemaVersion), m.Payload, m.ContentType, driver.EncodeHeaders(m.Headers))
 			if delayed {
 				var avail any
 				if !m.AvailableAt.IsZero() {
@@ -385,7 +376,7 @@ func (s *Store) Enqueue(ctx context.Context, msgs ...outbox.Message) error {
 	if len(msgs) == 0 {
 		return nil
 	}
-	norm, err := s.opts.Prepare(msgs)
+	norm, err := driver.Prepare(s.opts, msgs)
 	if err != nil {
 		return err
 	}
@@ -419,7 +410,7 @@ func (s *Store) EnqueueTx(ctx context.Context, tx store.Execer, msgs ...outbox.M
 	if len(msgs) == 0 {
 		return nil
 	}
-	norm, err := s.opts.Prepare(msgs)
+	norm, err := driver.Prepare(s.opts, msgs)
 	if err != nil {
 		return err
 	}
@@ -455,20 +446,6 @@ func micros(us int64) time.Time { return time.UnixMicro(us) }
 const yearUS = "31536000000000"
 
 
-// claimable is the WHERE clause of a claim over rows "o", with the
-// placeholders hold (HoldDeadKeys) and now (the claim's clock): ready (NEW and due, or SENDING under an expired lease) and
-// its key not held. Each "held" check is a seek in its own partial index.
-// A NEW row never delayed (next_attempt_at at most created_at) is due
-// whatever the clock says: after the clock stepped back, a key's earlier
-// row would otherwise wait while its later row is claimed.
-func (s *Store) claimable(hold, now string) string {
-	return `((o.status = 'NEW' AND (o.next_attempt_at <= ` + now + ` OR o.next_attempt_at <= o.created_at)) OR (o.status = 'SENDING' AND ` + leaseExpired("o.", now) + `))
-	  AND (o.event_key = '' OR (
-		NOT EXISTS (SELECT 1 FROM ` + s.table + ` AS h WHERE h.status = 'SENDING' AND h.event_key = o.event_key AND h.lease_until > ` + now + `)
-		AND NOT EXISTS (SELECT 1 FROM ` + s.table + ` AS h WHERE h.status = 'DEAD' AND h.event_key = o.event_key AND h.id < o.id AND ` + hold + `)
-		AND NOT EXISTS (SELECT 1 FROM ` + s.table + ` AS h WHERE h.status = 'NEW' AND h.next_attempt_at > h.created_at AND h.event_key = o.event_key AND h.id < o.id AND h.next_attempt_at > ` + now + `)))`
-}
-
 // leaseExpired is the SQL of "the lease of SENDING row p ran out at now":
 // its lease_until has passed, or it has none. A relay never writes a
 // SENDING row without a lease; a plain-SQL producer that sets the status
@@ -478,130 +455,6 @@ func (s *Store) claimable(hold, now string) string {
 // halves are one range of a key: SQLite sorts NULL first.
 func leaseExpired(p, now string) string {
 	return "(" + p + "lease_until IS NULL OR " + p + "lease_until <= " + now + ")"
-}
-
-// candidatesSQL takes ?1 HoldDeadKeys, ?2 limit, ?3 the claim's "now" (µs):
-// what a claim would take, read without the write lock.
-func (s *Store) buildCandidatesSQL() string {
-	return `SELECT o.id FROM ` + s.table + ` AS o WHERE ` + s.claimable("?1", "?3") + ` ORDER BY o.id LIMIT ?2`
-}
-
-// claimSQL takes ?1 owner, ?2 epoch, ?3 HoldDeadKeys, ?4 candidate ids (a
-// JSON array), ?5 lease length in µs, ?6 the claim's "now" (µs). It
-// re-checks every candidate under the write lock; the IN subquery is
-// evaluated in full before any row changes, so candidates do not hold each
-// other's keys.
-//
-// "now" is read once and bound: SQLite evaluates 'now' per step, so within
-// one scan a retrying event could look not-yet-ready when its own row was
-// checked and no longer delaying when a later event of its key was, and
-// that later event went out first (caught by the relay's outage test).
-func (s *Store) buildClaimSQL() string {
-	return `UPDATE ` + s.table + ` SET status = 'SENDING', lease_owner = ?1, lease_epoch = ?2, lease_until = ?6 + ?5, parked = 0
-WHERE id IN (SELECT o.id FROM ` + s.table + ` AS o WHERE o.id IN (SELECT value FROM json_each(?4)) AND ` + s.claimable("?3", "?6") + `)
-RETURNING ` + eventCols + `, lease_until`
-}
-
-// Claim takes up to req.Limit ready events in id order under a new lease.
-//
-// It finds the candidates with a plain read, then claims them with one
-// UPDATE … WHERE id IN (candidates that are still claimable) RETURNING. A
-// read waits for no writer (WAL) and no writer for it, so relays scanning
-// an outbox whose keys are all held neither hold SQLite's single write lock
-// while they scan nor queue in front of the acks that would free the keys;
-// the write lock is held only to re-check and update at most Limit rows.
-// The re-check applies every rule of a one-statement claim, so it is as
-// safe: in SQLite ids are assigned under the write lock, so no earlier event
-// of a candidate's key can appear between the read and the write. When
-// another relay took every candidate in between, Claim looks again (a few
-// times) rather than return empty-handed while events are waiting.
-func (s *Store) Claim(ctx context.Context, req store.ClaimRequest) (store.Claim, error) {
-	req = req.Normalize()
-	look, err := s.stmt(ctx, s.candidatesSQL)
-	if err != nil {
-		return store.Claim{Lease: req.Lease}, wrap("claim", err)
-	}
-	for range 4 {
-		c, again, err := s.claimOnce(ctx, look, req)
-		if err != nil || !again {
-			return c, err
-		}
-	}
-	return store.Claim{Lease: req.Lease}, nil
-}
-
-// claimOnce reads candidates and claims those still claimable. again says
-// that every candidate was taken by another process in between, so looking
-// again may find more.
-func (s *Store) claimOnce(ctx context.Context, look *sql.Stmt, req store.ClaimRequest) (c store.Claim, again bool, err error) {
-	c = store.Claim{Lease: req.Lease}
-	var bad map[int64]error // rows that break the contract, by id
-	gen := s.claimGen.Load()
-	now, err := s.now(ctx)
-	if err != nil {
-		return c, false, wrap("claim", err)
-	}
-	cands, err := readIDs(ctx, look, req.HoldDeadKeys, req.Limit, now)
-	if err != nil || len(cands) == 0 {
-		return c, false, wrap("claim", err)
-	}
-	// One claim of this store at a time, so that relays of one process do
-	// not all race for the same candidates.
-	if err := s.claimGate.lock(ctx); err != nil {
-		return c, false, wrap("claim", err)
-	}
-	defer s.claimGate.unlock()
-	if s.claimGen.Load() != gen {
-		// Another claim of this store committed after the read and has
-		// probably taken these candidates: look again, now that no claim
-		// of this store can come in between.
-		if now, err = s.now(ctx); err != nil {
-			return c, false, wrap("claim", err)
-		}
-		if cands, err = readIDs(ctx, look, req.HoldDeadKeys, req.Limit, now); err != nil || len(cands) == 0 {
-			return c, false, wrap("claim", err)
-		}
-	}
-	err = s.query(ctx, s.claimSQL, func(rows *sql.Rows) error {
-		var e outbox.Event
-		var headers []byte
-		var version any // SQLite keeps what a producer wrote: text in an INTEGER column stays text
-		var created, until int64
-		if err := rows.Scan(&e.ID, &e.EventID, &e.Topic, &e.Key, &e.Type, &e.AggregateType, &version, &e.Payload, &e.ContentType, &headers, &e.Attempts, &created, &until); err != nil {
-			return err
-		}
-		// A row that breaks the contract is claimed all the same, and
-		// buried below under the claim's lease.
-		var broken error
-		e.SchemaVersion, broken = schemaVersion(version)
-		if h, err := store.DecodeHeaders(headers); err != nil {
-			broken = err
-		} else {
-			e.Headers = h
-		}
-		if broken != nil {
-			if bad == nil {
-				bad = map[int64]error{}
-			}
-			bad[e.ID] = broken
-		}
-		e.CreatedAt = micros(created)
-		c.Until = micros(until)
-		c.Events = append(c.Events, e)
-		return nil
-	}, req.Lease.Owner, req.Lease.Epoch, req.HoldDeadKeys, idsJSON(cands), req.LeaseFor.Microseconds(), now)
-	if err != nil {
-		return store.Claim{Lease: req.Lease}, false, wrap("claim", err)
-	}
-	if len(c.Events) == 0 {
-		return c, true, nil
-	}
-	s.claimGen.Add(1)
-	sort.Slice(c.Events, func(i, j int) bool { return c.Events[i].ID < c.Events[j].ID })
-	if err = store.ScreenClaim(ctx, &c, bad, req.HoldDeadKeys, s.Bury, s.Release); err != nil {
-		return store.Claim{Lease: req.Lease}, false, fmt.Errorf("sqlitestore: claim: %w", err)
-	}
-	return c, false, nil
 }
 
 // schemaVersion reads the schema_version column, which SQLite's type
@@ -618,7 +471,7 @@ func schemaVersion(v any) (int, error) {
 			return int(x), nil
 		}
 	}
-	return 0, store.BadRow("schema_version is not an integer: it holds %q; use 0 or a positive version", fmt.Sprint(v))
+	return 0, driver.BadRow("schema_version is not an integer: it holds %q; use 0 or a positive version", fmt.Sprint(v))
 }
 
 // now reads the database clock once, in µs.
@@ -626,23 +479,6 @@ func (s *Store) now(ctx context.Context) (int64, error) {
 	var now int64
 	err := s.db.QueryRowContext(ctx, "SELECT "+nowUS).Scan(&now)
 	return now, err
-}
-
-func readIDs(ctx context.Context, st *sql.Stmt, args ...any) ([]int64, error) {
-	rows, err := st.QueryContext(ctx, args...)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var ids []int64
-	for rows.Next() {
-		var id int64
-		if err := rows.Scan(&id); err != nil {
-			return nil, err
-		}
-		ids = append(ids, id)
-	}
-	return ids, rows.Err()
 }
 
 // leaseCheck is the compare-and-swap every state change does.
@@ -664,13 +500,14 @@ func (s *Store) leased(op string, res sql.Result, err error, want int) error {
 		return wrap(op, err)
 	}
 	if int(n) < want {
-		return fmt.Errorf("sqlitestore: %s: %d of %d events: %w", op, want-int(n), want, store.ErrLeaseLost)
+		return fmt.Errorf("sqlitestore: %s: %d of %d events: %w", op, want-int(n), want, driver.ErrLeaseLost)
 	}
 	return nil
 }
 
 // Extend renews the lease on ids until now+d (database clock).
-func (s *Store) Extend(ctx context.Context, lease store.Lease, ids []int64, d time.Duration) (time.Time, error) {
+func (s *Store) Extend(ctx context.Context, p driver.ExtendParams) (time.Time, error) {
+	lease, ids, d := p.Lease, p.IDs, p.For
 	if len(ids) == 0 {
 		return time.Time{}, nil
 	}
@@ -685,7 +522,7 @@ func (s *Store) Extend(ctx context.Context, lease store.Lease, ids []int64, d ti
 		return time.Time{}, wrap("extend", err)
 	}
 	if len(until) < len(ids) {
-		return time.Time{}, fmt.Errorf("sqlitestore: extend: %d of %d events: %w", len(ids)-len(until), len(ids), store.ErrLeaseLost)
+		return time.Time{}, fmt.Errorf("sqlitestore: extend: %d of %d events: %w", len(ids)-len(until), len(ids), driver.ErrLeaseLost)
 	}
 	return micros(until[0]), nil
 }
@@ -696,7 +533,8 @@ const archiveCols = "id, event_id, topic, event_key, event_type, aggregate_type,
 // Ack deletes ids, or with KeepSent moves them to the archive as SENT (an
 // INSERT … SELECT and a DELETE in one transaction). Like on
 // PostgreSQL an expired lease may still ack: the broker confirmed.
-func (s *Store) Ack(ctx context.Context, lease store.Lease, ids []int64) error {
+func (s *Store) Ack(ctx context.Context, p driver.AckParams) error {
+	lease, ids := p.Lease, p.IDs
 	if len(ids) == 0 {
 		return nil
 	}
@@ -709,10 +547,11 @@ func (s *Store) Ack(ctx context.Context, lease store.Lease, ids []int64) error {
 	return s.ackToArchive(ctx, "INSERT INTO "+s.archive+" ("+archiveCols+", status, sent_at) SELECT "+archiveCols+", 'SENT', "+nowUS+" FROM "+s.table+where, del, len(ids), args)
 }
 
-// AckClaim acks every event of the claim lease (store.ClaimAcker): one
+// AckClaim acks every event of the claim lease (driver.Driver): one
 // statement finds them by (owner, epoch) through the in-flight index, so no
 // id list is sent. ErrLeaseLost when fewer than n are still held.
-func (s *Store) AckClaim(ctx context.Context, lease store.Lease, n int) error {
+func (s *Store) AckClaim(ctx context.Context, p driver.AckClaimParams) error {
+	lease, n := p.Lease, p.N
 	where := " INDEXED BY " + quote(s.opts.Table+"_sending_idx") + " WHERE status = 'SENDING' AND lease_owner = ?1 AND lease_epoch = ?2"
 	del := "DELETE FROM " + s.table + where + " RETURNING event_key"
 	args := []any{lease.Owner, lease.Epoch}
@@ -732,7 +571,7 @@ func (s *Store) deleteAcked(ctx context.Context, del string, want int, args []an
 	}
 	s.unparkKeys(ctx, k.keys)
 	if k.n < want {
-		return fmt.Errorf("sqlitestore: ack: %d of %d events: %w", want-k.n, want, store.ErrLeaseLost)
+		return fmt.Errorf("sqlitestore: ack: %d of %d events: %w", want-k.n, want, driver.ErrLeaseLost)
 	}
 	return nil
 }
@@ -803,7 +642,7 @@ func (s *Store) ackToArchive(ctx context.Context, copySQL, del string, want int,
 	}
 	var lost error
 	if k.n < want {
-		lost = fmt.Errorf("sqlitestore: ack: %d of %d events: %w", want-k.n, want, store.ErrLeaseLost)
+		lost = fmt.Errorf("sqlitestore: ack: %d of %d events: %w", want-k.n, want, driver.ErrLeaseLost)
 	}
 	if err := s.unpark(ctx, tx, k.keys); err != nil {
 		return wrap("ack", err)
@@ -815,13 +654,14 @@ func (s *Store) ackToArchive(ctx context.Context, copySQL, del string, want int,
 }
 
 // Retry gives events back for a later attempt. The lease must still be live.
-func (s *Store) Retry(ctx context.Context, lease store.Lease, retries []store.Retry) error {
+func (s *Store) Retry(ctx context.Context, p driver.RetryParams) error {
+	lease, retries := p.Lease, p.Retries
 	if len(retries) == 0 {
 		return nil
 	}
 	rows := make([][3]any, len(retries))
 	for i, r := range retries {
-		rows[i] = [3]any{r.ID, max(r.Delay, 0).Microseconds(), store.CleanError(r.Error)}
+		rows[i] = [3]any{r.ID, max(r.Delay, 0).Microseconds(), driver.CleanError(r.Error)}
 	}
 	js, err := json.Marshal(rows)
 	if err != nil {
@@ -835,13 +675,14 @@ func (s *Store) Retry(ctx context.Context, lease store.Lease, retries []store.Re
 }
 
 // Bury marks events DEAD with their reason. The lease must still be live.
-func (s *Store) Bury(ctx context.Context, lease store.Lease, burials []store.Burial) error {
+func (s *Store) Bury(ctx context.Context, p driver.BuryParams) error {
+	lease, burials := p.Lease, p.Burials
 	if len(burials) == 0 {
 		return nil
 	}
 	rows := make([][2]any, len(burials))
 	for i, b := range burials {
-		rows[i] = [2]any{b.ID, store.CleanError(b.Error)}
+		rows[i] = [2]any{b.ID, driver.CleanError(b.Error)}
 	}
 	js, err := json.Marshal(rows)
 	if err != nil {
@@ -859,13 +700,14 @@ func (s *Store) Bury(ctx context.Context, lease store.Lease, burials []store.Bur
 	}
 	s.unparkKeys(ctx, k.keys)
 	if k.n < len(burials) {
-		return fmt.Errorf("sqlitestore: bury: %d of %d events: %w", len(burials)-k.n, len(burials), store.ErrLeaseLost)
+		return fmt.Errorf("sqlitestore: bury: %d of %d events: %w", len(burials)-k.n, len(burials), driver.ErrLeaseLost)
 	}
 	return nil
 }
 
 // Release gives events back untouched. The lease must still be live.
-func (s *Store) Release(ctx context.Context, lease store.Lease, ids []int64) error {
+func (s *Store) Release(ctx context.Context, p driver.ReleaseParams) error {
+	lease, ids := p.Lease, p.IDs
 	if len(ids) == 0 {
 		return nil
 	}
@@ -895,7 +737,7 @@ func scanRecord(row scanner) (store.Record, error) {
 	r.LeaseUntil, r.SentAt = looseMicros(until), looseMicros(sent)
 	// A row whose headers break the contract is still shown (its
 	// last_error says why once a claim buried it), without headers.
-	r.Headers, _ = store.DecodeHeaders(headers)
+	r.Headers, _ = driver.DecodeHeaders(headers)
 	return r, nil
 }
 
@@ -929,7 +771,7 @@ const deadFilter = " WHERE status = 'DEAD' AND (?1 = '' OR topic = ?1) AND (?2 =
 // ListDead lists DEAD events in id order.
 func (s *Store) ListDead(ctx context.Context, q store.DeadQuery) ([]store.Record, error) {
 	if q.Limit <= 0 {
-		q.Limit = store.DefaultLimit
+		q.Limit = driver.DefaultLimit
 	}
 	rows, err := s.db.QueryContext(ctx, "SELECT "+previewCols+" FROM "+s.table+deadFilter+" AND id > ?4 ORDER BY id LIMIT ?5",
 		q.Topic, q.Key, idsJSON(q.IDs), q.After(), q.Limit)
@@ -968,7 +810,8 @@ func (s *Store) RequeueDead(ctx context.Context, q store.DeadQuery) (int64, erro
 // batches of req.BatchSize, one short write transaction each, so enqueuers
 // and relays get the write lock in between.
 func (s *Store) Purge(ctx context.Context, req store.PurgeRequest) (int64, error) {
-	req, err := req.Normalize()
+	req = req.WithDefaults()
+	err := req.Validate()
 	if err != nil {
 		return 0, err
 	}

@@ -12,6 +12,7 @@ import (
 
 	outbox "github.com/outbox-go/outbox"
 	"github.com/outbox-go/outbox/store"
+	"github.com/outbox-go/outbox/store/driver"
 	"github.com/outbox-go/outbox/store/sqlitestore"
 	"github.com/outbox-go/outbox/store/storetest"
 )
@@ -45,7 +46,7 @@ func conformance(t *testing.T, name string, url func(t *testing.T, table string)
 		SingleWriter: true,
 		// New must reach the database of the table it is asked for: the
 		// suite migrates one table from several stores at once.
-		New: func(opts store.Options) (store.Store, error) {
+		New: func(opts store.Options) (driver.Store, error) {
 			mu.Lock()
 			db := dbs[opts.Table]
 			mu.Unlock()
@@ -148,7 +149,8 @@ func TestEnqueueChunksAndOrder(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("Enqueue of %d messages: %v", n, time.Since(start))
-	c, err := st.Claim(ctx, store.ClaimRequest{Lease: store.Lease{Owner: "r", Epoch: 1}, Limit: n})
+	own := balance(t, st, driver.BalanceParams{Owner: "r", LeaseFor: time.Minute})
+	c, err := st.Claim(ctx, driver.ClaimParams{Lease: driver.Lease{Owner: "r", Epoch: 1}, Limit: n, Shards: own.Held})
 	if err != nil {
 		t.Fatal(err)
 	}

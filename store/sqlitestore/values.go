@@ -5,7 +5,7 @@ import (
 	"math"
 	"time"
 
-	"github.com/outbox-go/outbox/store"
+	"github.com/outbox-go/outbox/store/driver"
 )
 
 // SQLite's type affinity keeps what a producer wrote where an INTEGER
@@ -22,13 +22,13 @@ func integer(column string, v any, min, max int64) (int64, error) {
 		if x >= min && x <= max {
 			return x, nil
 		}
-		return 0, store.BadRow("%s is %d: use a value from %d to %d", column, x, min, max)
+		return 0, driver.BadRow("%s is %d: use a value from %d to %d", column, x, min, max)
 	case float64:
 		if x == math.Trunc(x) && x >= float64(min) && x <= float64(max) {
 			return int64(x), nil
 		}
 	}
-	return 0, store.BadRow("%s is not an integer: it holds %s; write an integer (times are microseconds since 1970 UTC)", column, describe(v))
+	return 0, driver.BadRow("%s is not an integer: it holds %s; write an integer (times are microseconds since 1970 UTC)", column, describe(v))
 }
 
 // describe names a value SQLite returned, for a one-line reason.

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/outbox-go/outbox/store"
+	"github.com/outbox-go/outbox/store/driver"
 )
 
 // testBacklog: the bounded-cost summary agrees with what the table holds:
@@ -35,14 +36,14 @@ func (s *suite) testBacklog(t *testing.T) {
 	if b := backlog(); b.Pending != 10 || b.Dead != 0 || b.OldestPendingAge < 10*time.Millisecond || b.OldestPendingAge > time.Minute {
 		t.Fatalf("Backlog with 10 waiting (4 claimed) = %+v", b)
 	}
-	var bs []store.Burial
+	var bs []driver.Burial
 	for _, e := range c.Events[:2] {
-		bs = append(bs, store.Burial{ID: e.ID, Error: "poison"})
+		bs = append(bs, driver.Burial{ID: e.ID, Error: "poison"})
 	}
-	if err := fx.Store.Bury(t.Context(), c.Lease, bs); err != nil {
+	if err := fx.Store.Bury(t.Context(), driver.BuryParams{Lease: c.Lease, Burials: bs}); err != nil {
 		t.Fatal(err)
 	}
-	if err := fx.Store.Ack(t.Context(), c.Lease, ids(c.Events[2:])); err != nil {
+	if err := fx.Store.Ack(t.Context(), driver.AckParams{Lease: c.Lease, IDs: ids(c.Events[2:])}); err != nil {
 		t.Fatal(err)
 	}
 	if b := backlog(); b.Pending != 6 || b.Dead != 2 {

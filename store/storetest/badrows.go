@@ -9,6 +9,7 @@ import (
 
 	outbox "github.com/outbox-go/outbox"
 	"github.com/outbox-go/outbox/store"
+	"github.com/outbox-go/outbox/store/driver"
 )
 
 // BadRow is a row a careless producer writes with plain SQL that breaks the
@@ -132,8 +133,8 @@ func (s *suite) testBadRows(t *testing.T) {
 			if len(dead) != 1 || dead[0].Key != b.Key() || dead[0].Status != outbox.StatusDead {
 				t.Fatalf("ListDead: %d records %v; want the bad row alone, DEAD", len(dead), dead)
 			}
-			if r := dead[0].LastError; !strings.Contains(r, b.Reason) || !strings.Contains(r, store.ErrBadRow.Error()) {
-				t.Errorf("the bad row's last_error is %q; want it to say %q (and %q)", r, b.Reason, store.ErrBadRow)
+			if r := dead[0].LastError; !strings.Contains(r, b.Reason) || !strings.Contains(r, driver.ErrBadRow.Error()) {
+				t.Errorf("the bad row's last_error is %q; want it to say %q (and %q)", r, b.Reason, driver.ErrBadRow)
 			}
 			if strings.ContainsAny(dead[0].LastError, "\n\r") {
 				t.Errorf("the bad row's last_error spans lines: %q", dead[0].LastError)

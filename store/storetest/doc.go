@@ -1,12 +1,14 @@
 // Package storetest is the conformance suite every SQL store (store/pgstore,
 // store/mysqlstore, store/sqlitestore) runs against a real server. It checks
-// the contracts of package store as the relay and operators rely on them:
-// migration, the raw-INSERT table contract and its bad rows (refused at
-// INSERT or buried DEAD by the claim, never failing it), enqueueing inside the caller's
-// transaction, out-of-order commits, batches, concurrent claimers, per-key
-// order (in flight, retrying, delayed, dead), leases and fencing, retry and
-// dead-letter bookkeeping, retention of sent events, stats, and byte-exact
-// payloads.
+// the contracts of package store (what users call) and of package
+// store/driver (what the relay calls) as they are relied on: migration,
+// the raw-INSERT table contract and its bad rows (refused at INSERT or
+// buried DEAD by the claim, never failing it), enqueueing inside the
+// caller's transaction, out-of-order commits, batches, shard leases and
+// their rebalancing, per-key order (retrying, delayed, dead, parked),
+// leases and fencing, retry and dead-letter bookkeeping, retention of sent
+// events, stats, and byte-exact payloads. It is the one suite of both
+// seams, and changes with them.
 //
 // A store's test file builds its database handle and calls Run with a
 // Harness. Open gives the suite a store over a table name the suite chose;
@@ -23,7 +25,7 @@
 //		}
 //		storetest.Run(t, storetest.Harness{
 //			Name: "postgres",
-//			New:  func(opts store.Options) (store.Store, error) { return newStore(opts) },
+//			New:  func(opts store.Options) (driver.Store, error) { return newStore(opts) },
 //			Open: func(t *testing.T, opts store.Options) storetest.Fixture {
 //				st, err := newStore(opts)
 //				if err != nil {

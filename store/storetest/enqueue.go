@@ -14,6 +14,7 @@ import (
 	"github.com/google/uuid"
 	outbox "github.com/outbox-go/outbox"
 	"github.com/outbox-go/outbox/store"
+	"github.com/outbox-go/outbox/store/driver"
 )
 
 // testTableContract: a producer in any language enqueues with a plain
@@ -246,7 +247,7 @@ func (s *suite) testBatch(t *testing.T) {
 
 	small := claim(t, fx, req(s.lease("relay"), 10))
 	wantLabels(t, "Claim(Limit 10) of the batch (the first 10 in id order, several of one key included)", small.Events, "e0000", "e0001", "e0002", "e0003", "e0004", "e0005", "e0006", "e0007", "e0008", "e0009")
-	if err := fx.Store.Release(t.Context(), small.Lease, ids(small.Events)); err != nil {
+	if err := fx.Store.Release(t.Context(), driver.ReleaseParams{Lease: small.Lease, IDs: ids(small.Events)}); err != nil {
 		t.Fatalf("Release: %v", err)
 	}
 
@@ -435,12 +436,12 @@ func (s *suite) testFields(t *testing.T) {
 	}
 }
 
-// testNotifier: a store offering store.Notifier signals soon after a commit.
+// testNotifier: a store offering driver.Notifier signals soon after a commit.
 func (s *suite) testNotifier(t *testing.T) {
 	fx := s.migrated(t, store.Options{})
-	n, ok := fx.Store.(store.Notifier)
+	n, ok := fx.Store.(driver.Notifier)
 	if !ok {
-		t.Skipf("%s store does not implement store.Notifier", s.h.Name)
+		t.Skipf("%s store does not implement driver.Notifier", s.h.Name)
 	}
 	ch := n.Notify(t.Context())
 	time.Sleep(200 * time.Millisecond) // let a LISTEN take effect

@@ -8,6 +8,7 @@ import (
 
 	outbox "github.com/outbox-go/outbox"
 	"github.com/outbox-go/outbox/store"
+	"github.com/outbox-go/outbox/store/driver"
 )
 
 // outcome is what may become of a hostile row a database accepted.
@@ -157,7 +158,7 @@ func (s *suite) hostile(t *testing.T, h Hostile) {
 			break
 		}
 		var acks []int64
-		var burials []store.Burial
+		var burials []driver.Burial
 		for _, e := range c.Events {
 			if strings.HasPrefix(e.Type, "canary-") {
 				claimed = append(claimed, e.Type)
@@ -166,13 +167,13 @@ func (s *suite) hostile(t *testing.T, h Hostile) {
 			}
 			hostileID = e.ID
 			claimed = append(claimed, hostileLabel)
-			burials = append(burials, store.Burial{ID: e.ID, Error: "buried by the hostile-values case"})
+			burials = append(burials, driver.Burial{ID: e.ID, Error: "buried by the hostile-values case"})
 		}
-		if err := fx.Store.Ack(ctx, c.Lease, acks); err != nil {
+		if err := fx.Store.Ack(ctx, driver.AckParams{Lease: c.Lease, IDs: acks}); err != nil {
 			t.Fatalf("Ack of the canaries beside the %s %s: %v", h.Column, h.Name, err)
 		}
 		if len(burials) > 0 {
-			if err := fx.Store.Bury(ctx, c.Lease, burials); err != nil {
+			if err := fx.Store.Bury(ctx, driver.BuryParams{Lease: c.Lease, Burials: burials}); err != nil {
 				t.Fatalf("Bury of the row with the %s %s, claimed: %v", h.Column, h.Name, err)
 			}
 		}
@@ -230,8 +231,8 @@ func (s *suite) hostile(t *testing.T, h Hostile) {
 			t.Errorf("the row's last_error spans lines: %q", r.LastError)
 		}
 		if outcomeGot == dead {
-			if !strings.Contains(r.LastError, h.Column) || !strings.Contains(r.LastError, store.ErrBadRow.Error()) {
-				t.Errorf("the row's last_error is %q; want it to name the column %s (and say %q)", r.LastError, h.Column, store.ErrBadRow)
+			if !strings.Contains(r.LastError, h.Column) || !strings.Contains(r.LastError, driver.ErrBadRow.Error()) {
+				t.Errorf("the row's last_error is %q; want it to name the column %s (and say %q)", r.LastError, h.Column, driver.ErrBadRow)
 			}
 		}
 		if hostileID != 0 && r.ID != hostileID {

@@ -24,19 +24,10 @@ func insertLeaseless(t *testing.T, fx Fixture, label, key string) error {
 // testSendingWithoutLease: a plain-SQL row that says SENDING with no lease
 // is an expired lease. It is refused at INSERT, or it is counted as an
 // expired lease, claimed, and delivered ahead of its key's later event;
-// it never holds its key forever nor lets the later event pass it. owned
-// runs the check through store.Owned's ClaimOwned instead of Claim.
-func (s *suite) testSendingWithoutLease(t *testing.T, owned bool) {
+// it never holds its key forever nor lets the later event pass it.
+func (s *suite) testSendingWithoutLease(t *testing.T) {
 	fx := s.migrated(t, store.Options{})
 	drain := func() []outbox.Event { return s.drain(t, fx, "relay", true) }
-	if owned {
-		o := store.OwnedFor(fx.Store)
-		if o == nil {
-			t.Fatalf("%s: the store does not implement store.Owned", s.h.Name)
-		}
-		own := sole(t, o, "relay", true)
-		drain = func() []outbox.Event { return s.drainOwned(t, o, fx, "relay", own, true) }
-	}
 	enqueue(t, fx, msg("first", "k"))
 	err := insertLeaseless(t, fx, "stuck", "k")
 	enqueue(t, fx, msg("after", "k"), msg("other", "k2"))

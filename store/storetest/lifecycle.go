@@ -10,6 +10,7 @@ import (
 
 	outbox "github.com/outbox-go/outbox"
 	"github.com/outbox-go/outbox/store"
+	"github.com/outbox-go/outbox/store/driver"
 )
 
 // testRetry: Retry counts the attempt, keeps the error and schedules the
@@ -22,7 +23,7 @@ func (s *suite) testRetry(t *testing.T) {
 	id := c.Events[0].ID
 	const delay = 2 * time.Second
 	before := time.Now()
-	if err := fx.Store.Retry(t.Context(), c.Lease, []store.Retry{{ID: id, Delay: delay, Error: "broker said no: 503"}}); err != nil {
+	if err := fx.Store.Retry(t.Context(), driver.RetryParams{Lease: c.Lease, Retries: []driver.Retry{{ID: id, Delay: delay, Error: "broker said no: 503"}}}); err != nil {
 		t.Fatalf("Retry: %v", err)
 	}
 	after := time.Now()
@@ -53,7 +54,7 @@ func (s *suite) testRetry(t *testing.T) {
 	if again.Events[0].Attempts != 1 {
 		t.Errorf("claimed again with Attempts %d; want 1", again.Events[0].Attempts)
 	}
-	if err := fx.Store.Retry(t.Context(), again.Lease, []store.Retry{{ID: id, Delay: time.Hour, Error: "second failure"}}); err != nil {
+	if err := fx.Store.Retry(t.Context(), driver.RetryParams{Lease: again.Lease, Retries: []driver.Retry{{ID: id, Delay: time.Hour, Error: "second failure"}}}); err != nil {
 		t.Fatalf("second Retry: %v", err)
 	}
 	if rec := get(t, fx, id); rec.Attempts != 2 || rec.LastError != "second failure" {
@@ -67,10 +68,10 @@ func (s *suite) testBury(t *testing.T) {
 	enqueue(t, fx, msg("poison", ""), msg("fine", ""))
 	c := claim(t, fx, req(s.lease("relay"), 10))
 	wantLabels(t, "claim", c.Events, "poison", "fine")
-	if err := fx.Store.Bury(t.Context(), c.Lease, []store.Burial{{ID: c.Events[0].ID, Error: "message too large for the broker"}}); err != nil {
+	if err := fx.Store.Bury(t.Context(), driver.BuryParams{Lease: c.Lease, Burials: []driver.Burial{{ID: c.Events[0].ID, Error: "message too large for the broker"}}}); err != nil {
 		t.Fatalf("Bury: %v", err)
 	}
-	ack(t, fx, store.Claim{Lease: c.Lease, Events: c.Events[1:]})
+	ack(t, fx, driver.Claim{Lease: c.Lease, Events: c.Events[1:]})
 	rec := get(t, fx, c.Events[0].ID)
 	if rec.Status != outbox.StatusDead || rec.LastError != "message too large for the broker" || rec.Attempts != 1 {
 		t.Errorf("Get after Bury: %s; want DEAD, last error \"message too large for the broker\", attempts 1", describe(rec))
@@ -331,7 +332,7 @@ func (s *suite) testStats(t *testing.T) {
 	doomed := claim(t, fx, req(s.lease("relay"), 10))
 	wantLabels(t, "claim", doomed.Events, "x", "b1")
 	dead := byLabel(doomed.Events)
-	if err := fx.Store.Bury(ctx, doomed.Lease, []store.Burial{{ID: dead["x"].ID, Error: "dead keyless"}, {ID: dead["b1"].ID, Error: "dead keyed"}}); err != nil {
+	if err := fx.Store.Bury(ctx, driver.BuryParams{Lease: doomed.Lease, Burials: []driver.Burial{{ID: dead["x"].ID, Error: "dead keyless"}, {ID: dead["b1"].ID, Error: "dead keyed"}}}); err != nil {
 		t.Fatalf("Bury: %v", err)
 	}
 	time.Sleep(2 * time.Second)
@@ -342,13 +343,13 @@ func (s *suite) testStats(t *testing.T) {
 	c := claim(t, fx, req(s.lease("relay"), 10))
 	wantLabels(t, "claim", c.Events, "a1", "c1", "d1")
 	ev := byLabel(c.Events)
-	if err := fx.Store.Retry(ctx, c.Lease, []store.Retry{{ID: ev["d1"].ID, Delay: time.Hour, Error: "later"}}); err != nil {
+	if err := fx.Store.Retry(ctx, driver.RetryParams{Lease: c.Lease, Retries: []driver.Retry{{ID: ev["d1"].ID, Delay: time.Hour, Error: "later"}}}); err != nil {
 		t.Fatalf("Retry: %v", err)
 	}
-	if err := fx.Store.Release(ctx, c.Lease, []int64{ev["c1"].ID}); err != nil {
+	if err := fx.Store.Release(ctx, driver.ReleaseParams{Lease: c.Lease, IDs: []int64{ev["c1"].ID}}); err != nil {
 		t.Fatalf("Release: %v", err)
 	}
-	r := req(s.lease("short"), 10)
+	r := req(s.lease("relay"), 10) // the same relay: its live claim of a1 holds nothing of its own
 	r.LeaseFor = time.Second
 	short := claim(t, fx, r)
 	wantLabels(t, "claim with a 1s lease", short.Events, "c1")

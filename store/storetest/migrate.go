@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/outbox-go/outbox/store"
+	"github.com/outbox-go/outbox/store/driver"
 )
 
 // testMigrateIdempotent: Migrate three times, then again with data in the
@@ -31,7 +32,7 @@ func (s *suite) testMigrateIdempotent(t *testing.T) {
 func (s *suite) testMigrateConcurrent(t *testing.T) {
 	opts := store.Options{Table: newTableName()}
 	fx := s.open(t, opts)
-	stores := []store.Store{fx.Store}
+	stores := []driver.Store{fx.Store}
 	for range 4 {
 		st, err := s.h.New(opts)
 		if err != nil {
@@ -108,7 +109,7 @@ func (s *suite) testInvalidNames(t *testing.T) {
 		if _, err := st.Stats(t.Context()); !errors.Is(err, store.ErrInvalidName) {
 			t.Errorf("New accepted %s (table %q) and Stats returned %v; want store.ErrInvalidName", tc.why, tc.opts.Table, err)
 		}
-		if _, err := st.Claim(t.Context(), req(s.lease("relay"), 1)); !errors.Is(err, store.ErrInvalidName) {
+		if _, err := tryClaim(t.Context(), st, req(s.lease("relay"), 1)); !errors.Is(err, store.ErrInvalidName) {
 			t.Errorf("New accepted %s (table %q) and Claim returned %v; want store.ErrInvalidName", tc.why, tc.opts.Table, err)
 		}
 		if err := st.Enqueue(t.Context(), msg("x", "")); !errors.Is(err, store.ErrInvalidName) {
@@ -116,7 +117,7 @@ func (s *suite) testInvalidNames(t *testing.T) {
 		}
 		_ = st.Close()
 	}
-	c, err := victim.Store.Claim(t.Context(), req(s.lease("relay"), 10))
+	c, err := tryClaim(t.Context(), victim.Store, req(s.lease("relay"), 10))
 	if err != nil {
 		t.Fatalf("the table %s named in the injection attempts is no longer usable: Claim: %v", victim.Table, err)
 	}
@@ -126,7 +127,7 @@ func (s *suite) testInvalidNames(t *testing.T) {
 // testNotMigrated: before Migrate, Claim and Stats say ErrNotMigrated.
 func (s *suite) testNotMigrated(t *testing.T) {
 	fx := s.open(t, store.Options{})
-	if _, err := fx.Store.Claim(t.Context(), req(s.lease("relay"), 10)); !errors.Is(err, store.ErrNotMigrated) {
+	if _, err := tryClaim(t.Context(), fx.Store, req(s.lease("relay"), 10)); !errors.Is(err, store.ErrNotMigrated) {
 		t.Errorf("Claim before Migrate: %v; want an error matching store.ErrNotMigrated", err)
 	}
 	if _, err := fx.Store.Stats(t.Context()); !errors.Is(err, store.ErrNotMigrated) {

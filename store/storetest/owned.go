@@ -13,10 +13,10 @@ import (
 
 	outbox "github.com/outbox-go/outbox"
 	"github.com/outbox-go/outbox/store"
+	"github.com/outbox-go/outbox/store/driver"
 )
 
-// The Owned group: ordering by ownership (store.Owned), for every store
-// that implements it. Each subtest balances one or more owners on a table
+// The Owned group: ordering by ownership (driver.Driver). Each subtest balances one or more owners on a table
 // of its own, claims from the shards they hold and checks the rules of
 // store/owned.go: fair shares that sum to the table's shards, takeover
 // after expiry with higher epochs, cooperative revoke and release, fencing
@@ -26,20 +26,16 @@ import (
 // Harness.ClaimReads) that a claim reads O(batch) rows behind a held key.
 
 // ownedTests are the Owned group's subtests that apply to the harness's
-// store: none when it does not implement store.Owned, and only those that
-// need one shard when its tables have one (SQLite); it says which it
-// leaves out, and why, in t's log. It finds out on a scratch table.
+// store: only those that need one shard when its tables have one (SQLite);
+// it says which it leaves out, and why, in t's log. It finds out on a
+// scratch table.
 func (s *suite) ownedTests(t *testing.T) []struct {
 	name string
 	fn   func(*testing.T)
 } {
 	t.Helper()
 	fx := s.open(t, store.Options{})
-	o := store.OwnedFor(fx.Store)
-	if o == nil {
-		t.Logf("%s: the store does not implement store.Owned: the Owned group does not apply", s.h.Name)
-		return nil
-	}
+	o := fx.Store
 	if err := fx.Store.Migrate(t.Context()); err != nil {
 		t.Fatalf("Migrate on a fresh table: %v", err)
 	}
@@ -48,11 +44,11 @@ func (s *suite) ownedTests(t *testing.T) []struct {
 	// database (PostgreSQL's Balance runs under a 5 s statement timeout,
 	// and CI once hit it here): try again, a few times, and fail with
 	// every error if it keeps failing.
-	var probe store.Ownership
+	var probe driver.Ownership
 	var errs []error
 	for len(errs) < 5 {
 		var err error
-		if probe, err = o.Balance(t.Context(), store.BalanceRequest{Owner: "probe", LeaseFor: time.Minute}); err == nil {
+		if probe, err = o.Balance(t.Context(), driver.BalanceParams{Owner: "probe", LeaseFor: time.Minute}); err == nil {
 			break
 		}
 		t.Logf("Balance on a fresh table, attempt %d: %v", len(errs)+1, err)
@@ -62,7 +58,7 @@ func (s *suite) ownedTests(t *testing.T) []struct {
 	if len(errs) == 5 {
 		t.Fatalf("Balance on a fresh table failed %d times: %v", len(errs), errors.Join(errs...))
 	}
-	if _, err := o.Balance(t.Context(), store.BalanceRequest{Owner: "probe", Leave: true}); err != nil {
+	if _, err := o.Balance(t.Context(), driver.BalanceParams{Owner: "probe", Leave: true}); err != nil {
 		t.Fatalf("Balance(Leave) on a fresh table: %v", err)
 	}
 	all := s.allOwnedTests()
@@ -100,7 +96,6 @@ func (s *suite) allOwnedTests() []struct {
 		{"Owned/SkipsShardOfAnotherLiveClaim", s.testOwnedSkipsBusyShard},
 		{"Owned/OwnInFlightDoesNotHold", s.testOwnedOwnInFlight},
 		{"Owned/OwnExpiredClaimTakenBack", s.testOwnedOwnExpired},
-		{"Owned/SendingWithoutLease", func(t *testing.T) { s.testSendingWithoutLease(t, true) }},
 		{"Owned/PerKey/Delayed", s.testOwnedDelayed},
 		{"Owned/PerKey/Retrying", s.testOwnedRetrying},
 		{"Owned/PerKey/DeadRequeue", func(t *testing.T) { s.testOwnedDead(t, "requeue") }},
@@ -120,17 +115,13 @@ func (s *suite) allOwnedTests() []struct {
 const shardLease = 10 * time.Minute
 
 // ownedFixture is a migrated table and its store's Owned ability.
-func (s *suite) ownedFixture(t *testing.T) (Fixture, store.Owned) {
+func (s *suite) ownedFixture(t *testing.T) (Fixture, driver.Driver) {
 	t.Helper()
 	fx := s.migrated(t, store.Options{})
-	o := store.OwnedFor(fx.Store)
-	if o == nil {
-		t.Fatalf("%s: the store does not implement store.Owned", s.h.Name)
-	}
-	return fx, o
+	return fx, fx.Store
 }
 
-func balance(t *testing.T, o store.Owned, r store.BalanceRequest) store.Ownership {
+func balance(t *testing.T, o driver.Driver, r driver.BalanceParams) driver.Ownership {
 	t.Helper()
 	own, err := o.Balance(t.Context(), r)
 	if err != nil {
@@ -148,8 +139,8 @@ func balance(t *testing.T, o store.Owned, r store.BalanceRequest) store.Ownershi
 }
 
 // claimable is what a relay claims from: the held shards not revoked.
-func claimable(own store.Ownership) []store.ShardLease {
-	var out []store.ShardLease
+func claimable(own driver.Ownership) []driver.ShardLease {
+	var out []driver.ShardLease
 	for _, l := range own.Held {
 		if !l.Revoke {
 			out = append(out, l)
@@ -158,27 +149,30 @@ func claimable(own store.Ownership) []store.ShardLease {
 	return out
 }
 
-func (s *suite) ownedReq(owner string, shards []store.ShardLease, limit int, hold bool) store.OwnedClaimRequest {
-	return store.OwnedClaimRequest{
-		ClaimRequest: store.ClaimRequest{Lease: s.lease(owner), Limit: limit, LeaseFor: longLease, HoldDeadKeys: hold},
+func (s *suite) ownedReq(owner string, shards []driver.ShardLease, limit int, hold bool) driver.ClaimParams {
+	return driver.ClaimParams{
+		Lease:        s.lease(owner),
+		Limit:        limit,
+		LeaseFor:     longLease,
+		HoldDeadKeys: hold,
 		Shards:       shards,
 	}
 }
 
-func claimOwned(t *testing.T, o store.Owned, r store.OwnedClaimRequest) store.Claim {
+func claimOwned(t *testing.T, o driver.Driver, r driver.ClaimParams) driver.Claim {
 	t.Helper()
-	c, err := o.ClaimOwned(t.Context(), r)
+	c, err := o.Claim(t.Context(), r)
 	if err != nil {
-		t.Fatalf("ClaimOwned(%s, %d shards): %v", r.Lease.Owner, len(r.Shards), err)
+		t.Fatalf("Claim(%s, %d shards): %v", r.Lease.Owner, len(r.Shards), err)
 	}
-	checkClaim(t, r.ClaimRequest, c)
+	checkClaim(t, r, c)
 	return c
 }
 
 // sole balances owner alone on the table and returns what it holds: all.
-func sole(t *testing.T, o store.Owned, owner string, hold bool) store.Ownership {
+func sole(t *testing.T, o driver.Driver, owner string, hold bool) driver.Ownership {
 	t.Helper()
-	own := balance(t, o, store.BalanceRequest{Owner: owner, LeaseFor: shardLease, HoldDeadKeys: hold})
+	own := balance(t, o, driver.BalanceParams{Owner: owner, LeaseFor: shardLease, HoldDeadKeys: hold})
 	if len(own.Held) != own.Shards {
 		t.Fatalf("Balance of the only relay: holds %d of %d shards; want all", len(own.Held), own.Shards)
 	}
@@ -186,7 +180,7 @@ func sole(t *testing.T, o store.Owned, owner string, hold bool) store.Ownership 
 }
 
 // drainOwned claims from own's shards and acks until a claim is empty.
-func (s *suite) drainOwned(t *testing.T, o store.Owned, fx Fixture, owner string, own store.Ownership, hold bool) []outbox.Event {
+func (s *suite) drainOwned(t *testing.T, o driver.Driver, fx Fixture, owner string, own driver.Ownership, hold bool) []outbox.Event {
 	t.Helper()
 	var all []outbox.Event
 	for range 1000 {
@@ -212,7 +206,7 @@ func parkedCount(t *testing.T, fx Fixture) int {
 
 // fair checks that the owners' holdings are disjoint, cover every shard,
 // and are each floor or ceil of shards/len(owners).
-func fair(t *testing.T, what string, owns map[string]store.Ownership) {
+func fair(t *testing.T, what string, owns map[string]driver.Ownership) {
 	t.Helper()
 	seen := map[int]string{}
 	total := 0
@@ -241,15 +235,15 @@ func fair(t *testing.T, what string, owns map[string]store.Ownership) {
 // asked to revoke, as a relay does once the shard's events are settled)
 // until nobody is asked to revoke and every shard is held, and returns the
 // holdings. Epochs must not go down for a shard an owner keeps.
-func rebalance(t *testing.T, o store.Owned, owners []string, lease time.Duration) map[string]store.Ownership {
+func rebalance(t *testing.T, o driver.Driver, owners []string, lease time.Duration) map[string]driver.Ownership {
 	t.Helper()
-	owns := map[string]store.Ownership{}
+	owns := map[string]driver.Ownership{}
 	release := map[string][]int{}
 	for round := range 20 {
 		stable := true
 		held := 0
 		for _, owner := range owners {
-			own := balance(t, o, store.BalanceRequest{Owner: owner, LeaseFor: lease, Release: release[owner]})
+			own := balance(t, o, driver.BalanceParams{Owner: owner, LeaseFor: lease, Release: release[owner]})
 			release[owner] = nil
 			for _, l := range own.Held {
 				if l.Revoke {
@@ -281,7 +275,7 @@ func rebalance(t *testing.T, o store.Owned, owners []string, lease time.Duration
 func (s *suite) testOwnedFairShares(t *testing.T) {
 	_, o := s.ownedFixture(t)
 	epochs := map[int]int64{}
-	check := func(what string, owns map[string]store.Ownership) {
+	check := func(what string, owns map[string]driver.Ownership) {
 		t.Helper()
 		fair(t, what, owns)
 		for owner, own := range owns {
@@ -296,11 +290,11 @@ func (s *suite) testOwnedFairShares(t *testing.T) {
 	check("one relay", rebalance(t, o, []string{"a"}, shardLease))
 	check("b joined", rebalance(t, o, []string{"a", "b"}, shardLease))
 	check("c joined", rebalance(t, o, []string{"a", "b", "c"}, shardLease))
-	if own := balance(t, o, store.BalanceRequest{Owner: "b", Leave: true}); len(own.Held) != 0 {
+	if own := balance(t, o, driver.BalanceParams{Owner: "b", Leave: true}); len(own.Held) != 0 {
 		t.Fatalf("Balance(Leave) left b holding %v", own.Held)
 	}
 	check("b left", rebalance(t, o, []string{"a", "c"}, shardLease))
-	balance(t, o, store.BalanceRequest{Owner: "a", Leave: true})
+	balance(t, o, driver.BalanceParams{Owner: "a", Leave: true})
 	check("a left", rebalance(t, o, []string{"c"}, shardLease))
 }
 
@@ -312,7 +306,7 @@ func (s *suite) testOwnedTakeover(t *testing.T) {
 	fx, o := s.ownedFixture(t)
 	const short = 4 * time.Second // generous: a loaded machine may stall between two calls
 	enqueue(t, fx, msg("k1", "K"), msg("n1", ""))
-	a := balance(t, o, store.BalanceRequest{Owner: "a", LeaseFor: short})
+	a := balance(t, o, driver.BalanceParams{Owner: "a", LeaseFor: short})
 	if len(a.Held) != a.Shards {
 		t.Fatalf("a alone holds %d of %d shards", len(a.Held), a.Shards)
 	}
@@ -320,7 +314,7 @@ func (s *suite) testOwnedTakeover(t *testing.T) {
 	for _, l := range a.Held {
 		old[l.Shard] = l.Epoch
 	}
-	b := balance(t, o, store.BalanceRequest{Owner: "b", LeaseFor: shardLease})
+	b := balance(t, o, driver.BalanceParams{Owner: "b", LeaseFor: shardLease})
 	// b.Until is the database's now at b's Balance plus its lease.
 	if bNow := b.Until.Add(-shardLease); bNow.Before(a.Until) {
 		if len(b.Held) != 0 {
@@ -333,7 +327,7 @@ func (s *suite) testOwnedTakeover(t *testing.T) {
 	deadline := time.Now().Add(10 * time.Second)
 	for len(b.Held) < b.Shards && time.Now().Before(deadline) {
 		time.Sleep(100 * time.Millisecond)
-		b = balance(t, o, store.BalanceRequest{Owner: "b", LeaseFor: shardLease})
+		b = balance(t, o, driver.BalanceParams{Owner: "b", LeaseFor: shardLease})
 	}
 	if len(b.Held) != b.Shards || b.Relays != 1 {
 		t.Fatalf("after a's leases expired b holds %d of %d shards and sees %d relays; want all and 1", len(b.Held), b.Shards, b.Relays)
@@ -343,13 +337,13 @@ func (s *suite) testOwnedTakeover(t *testing.T) {
 			t.Errorf("shard %d taken over at epoch %d; want more than a's %d", l.Shard, l.Epoch, old[l.Shard])
 		}
 	}
-	_, err := o.ClaimOwned(t.Context(), s.ownedReq("a", a.Held, 10, true))
-	if !errors.Is(err, store.ErrLeaseLost) {
+	_, err := o.Claim(t.Context(), s.ownedReq("a", a.Held, 10, true))
+	if !errors.Is(err, driver.ErrLeaseLost) {
 		t.Fatalf("the stale owner's claim after the takeover: %v; want ErrLeaseLost", err)
 	}
 	got := s.drainOwned(t, o, fx, "b", b, true)
 	wantLabelSet(t, "b's claims after the takeover", got, "k1", "n1")
-	a = balance(t, o, store.BalanceRequest{Owner: "a", LeaseFor: shardLease})
+	a = balance(t, o, driver.BalanceParams{Owner: "a", LeaseFor: shardLease})
 	for _, l := range a.Held {
 		if l.Epoch <= old[l.Shard] {
 			t.Errorf("a woke up holding shard %d at its old epoch %d", l.Shard, l.Epoch)
@@ -384,7 +378,7 @@ func (s *suite) testOwnedTakeoverOverLimit(t *testing.T) {
 		}
 	}
 	enqueue(t, fx, first...)
-	a := balance(t, o, store.BalanceRequest{Owner: "a", LeaseFor: short})
+	a := balance(t, o, driver.BalanceParams{Owner: "a", LeaseFor: short})
 	if len(a.Held) != a.Shards {
 		t.Fatalf("a alone holds %d of %d shards", len(a.Held), a.Shards)
 	}
@@ -397,13 +391,13 @@ func (s *suite) testOwnedTakeoverOverLimit(t *testing.T) {
 	enqueue(t, fx, later...)
 	// a is killed: it never settles, never heartbeats again.
 	sleepUntil(maxTime(a.Until, c.Until).Add(200 * time.Millisecond))
-	var b store.Ownership
+	var b driver.Ownership
 	deadline := time.Now().Add(10 * time.Second)
 	for len(b.Held) < b.Shards || b.Shards == 0 {
 		if time.Now().After(deadline) {
 			t.Fatalf("after a's leases expired b holds %d of %d shards; want all", len(b.Held), b.Shards)
 		}
-		b = balance(t, o, store.BalanceRequest{Owner: "b", LeaseFor: shardLease})
+		b = balance(t, o, driver.BalanceParams{Owner: "b", LeaseFor: shardLease})
 		time.Sleep(50 * time.Millisecond)
 	}
 	const limit = 4 // less than a's claim, and than each key's events in it
@@ -449,11 +443,11 @@ func maxTime(a, b time.Time) time.Time {
 func (s *suite) testOwnedRevokeRelease(t *testing.T) {
 	_, o := s.ownedFixture(t)
 	a := sole(t, o, "a", true)
-	b := balance(t, o, store.BalanceRequest{Owner: "b", LeaseFor: shardLease})
+	b := balance(t, o, driver.BalanceParams{Owner: "b", LeaseFor: shardLease})
 	if len(b.Held) != 0 {
 		t.Fatalf("b took %v before a released anything", b.Held)
 	}
-	a = balance(t, o, store.BalanceRequest{Owner: "a", LeaseFor: shardLease})
+	a = balance(t, o, driver.BalanceParams{Owner: "a", LeaseFor: shardLease})
 	var revoked []int
 	epoch := map[int]int64{}
 	for _, l := range a.Held {
@@ -465,14 +459,14 @@ func (s *suite) testOwnedRevokeRelease(t *testing.T) {
 	if want := a.Shards / 2; len(revoked) != want {
 		t.Fatalf("a, holding all %d shards beside b, was asked to revoke %d; want %d", a.Shards, len(revoked), want)
 	}
-	if b = balance(t, o, store.BalanceRequest{Owner: "b", LeaseFor: shardLease}); len(b.Held) != 0 {
+	if b = balance(t, o, driver.BalanceParams{Owner: "b", LeaseFor: shardLease}); len(b.Held) != 0 {
 		t.Fatalf("b took %v while a still held them (revoked, not released)", b.Held)
 	}
-	a = balance(t, o, store.BalanceRequest{Owner: "a", LeaseFor: shardLease, Release: revoked})
+	a = balance(t, o, driver.BalanceParams{Owner: "a", LeaseFor: shardLease, Release: revoked})
 	if len(a.Held) != a.Shards-len(revoked) {
 		t.Fatalf("a holds %d shards after releasing %d of %d", len(a.Held), len(revoked), a.Shards)
 	}
-	b = balance(t, o, store.BalanceRequest{Owner: "b", LeaseFor: shardLease})
+	b = balance(t, o, driver.BalanceParams{Owner: "b", LeaseFor: shardLease})
 	if len(b.Held) != len(revoked) {
 		t.Fatalf("b holds %d shards after a released %d", len(b.Held), len(revoked))
 	}
@@ -488,12 +482,12 @@ func (s *suite) testOwnedRevokeRelease(t *testing.T) {
 
 // shardOfKey finds which of own's shards holds the next claimable event of
 // key, by claiming each shard alone and releasing what came back.
-func (s *suite) shardOfKey(t *testing.T, o store.Owned, fx Fixture, owner string, own store.Ownership, key string) store.ShardLease {
+func (s *suite) shardOfKey(t *testing.T, o driver.Driver, fx Fixture, owner string, own driver.Ownership, key string) driver.ShardLease {
 	t.Helper()
 	for _, l := range own.Held {
-		c := claimOwned(t, o, s.ownedReq(owner, []store.ShardLease{l}, 1000, true))
+		c := claimOwned(t, o, s.ownedReq(owner, []driver.ShardLease{l}, 1000, true))
 		if len(c.Events) > 0 {
-			if err := fx.Store.Release(t.Context(), c.Lease, ids(c.Events)); err != nil {
+			if err := fx.Store.Release(t.Context(), driver.ReleaseParams{Lease: c.Lease, IDs: ids(c.Events)}); err != nil {
 				t.Fatalf("Release: %v", err)
 			}
 		}
@@ -504,7 +498,7 @@ func (s *suite) shardOfKey(t *testing.T, o store.Owned, fx Fixture, owner string
 		}
 	}
 	t.Fatalf("no shard of %v holds a claimable event of key %q", own.Held, key)
-	return store.ShardLease{}
+	return driver.ShardLease{}
 }
 
 // testOwnedStaleClaim: a's claim expires and its shard goes to b, whose
@@ -518,7 +512,7 @@ func (s *suite) testOwnedStaleClaim(t *testing.T) {
 	r.LeaseFor = 3 * time.Second // generous: b must claim within it below
 	ca := claimOwned(t, o, r)
 	wantLabels(t, "a's claim", ca.Events, "k1", "k2")
-	balance(t, o, store.BalanceRequest{Owner: "a", Leave: true}) // a vanishes, as if SIGSTOPped, its shards freed
+	balance(t, o, driver.BalanceParams{Owner: "a", Leave: true}) // a vanishes, as if SIGSTOPped, its shards freed
 	b := sole(t, o, "b", true)
 	cb := claimOwned(t, o, s.ownedReq("b", claimable(b), 10, true))
 	if len(cb.Events) != 0 {
@@ -532,13 +526,13 @@ func (s *suite) testOwnedStaleClaim(t *testing.T) {
 		cb = claimOwned(t, o, s.ownedReq("b", claimable(b), 10, true))
 	}
 	wantLabels(t, "b's claim after a's claim expired", cb.Events, "k1", "k2")
-	if err := fx.Store.Ack(t.Context(), ca.Lease, ids(ca.Events)); !errors.Is(err, store.ErrLeaseLost) {
+	if err := fx.Store.Ack(t.Context(), driver.AckParams{Lease: ca.Lease, IDs: ids(ca.Events)}); !errors.Is(err, driver.ErrLeaseLost) {
 		t.Errorf("a's Ack after b took the events over: %v; want ErrLeaseLost", err)
 	}
-	if _, err := fx.Store.Extend(t.Context(), ca.Lease, ids(ca.Events), time.Minute); !errors.Is(err, store.ErrLeaseLost) {
+	if _, err := fx.Store.Extend(t.Context(), driver.ExtendParams{Lease: ca.Lease, IDs: ids(ca.Events), For: time.Minute}); !errors.Is(err, driver.ErrLeaseLost) {
 		t.Errorf("a's Extend after the takeover: %v; want ErrLeaseLost", err)
 	}
-	if err := fx.Store.Retry(t.Context(), ca.Lease, []store.Retry{{ID: ca.Events[0].ID, Error: "late"}}); !errors.Is(err, store.ErrLeaseLost) {
+	if err := fx.Store.Retry(t.Context(), driver.RetryParams{Lease: ca.Lease, Retries: []driver.Retry{{ID: ca.Events[0].ID, Error: "late"}}}); !errors.Is(err, driver.ErrLeaseLost) {
 		t.Errorf("a's Retry after the takeover: %v; want ErrLeaseLost", err)
 	}
 	ack(t, fx, cb)
@@ -555,7 +549,7 @@ func (s *suite) testOwnedSkipsBusyShard(t *testing.T) {
 	a := sole(t, o, "a", true)
 	enqueue(t, fx, msg("k1", "K"))
 	shard := s.shardOfKey(t, o, fx, "a", a, "K")
-	ca := claimOwned(t, o, s.ownedReq("a", []store.ShardLease{shard}, 10, true))
+	ca := claimOwned(t, o, s.ownedReq("a", []driver.ShardLease{shard}, 10, true))
 	wantLabels(t, "a's claim of K's shard", ca.Events, "k1")
 	enqueue(t, fx, msg("k2", "K"))
 	// Another key in another shard.
@@ -566,22 +560,22 @@ func (s *suite) testOwnedSkipsBusyShard(t *testing.T) {
 		if sh := s.shardOfKey(t, o, fx, "a", a, key); sh.Shard != shard.Shard {
 			other = key
 		} else {
-			c := claimOwned(t, o, s.ownedReq("a", []store.ShardLease{sh}, 10, true))
+			c := claimOwned(t, o, s.ownedReq("a", []driver.ShardLease{sh}, 10, true))
 			var drop []int64
 			for _, ev := range c.Events {
 				if ev.Key == key {
 					drop = append(drop, ev.ID)
 				}
 			}
-			if err := fx.Store.Ack(t.Context(), c.Lease, drop); err != nil {
+			if err := fx.Store.Ack(t.Context(), driver.AckParams{Lease: c.Lease, IDs: drop}); err != nil {
 				t.Fatal(err)
 			}
-			if err := fx.Store.Release(t.Context(), c.Lease, ids(withoutKey(c.Events, key))); err != nil {
+			if err := fx.Store.Release(t.Context(), driver.ReleaseParams{Lease: c.Lease, IDs: ids(withoutKey(c.Events, key))}); err != nil {
 				t.Fatal(err)
 			}
 		}
 	}
-	balance(t, o, store.BalanceRequest{Owner: "a", Leave: true})
+	balance(t, o, driver.BalanceParams{Owner: "a", Leave: true})
 	b := sole(t, o, "b", true)
 	cb := claimOwned(t, o, s.ownedReq("b", claimable(b), 10, true))
 	wantLabels(t, "b's claim while a's claim touches K's shard", cb.Events, "o-"+other)
@@ -691,13 +685,13 @@ func (s *suite) testOwnedRetrying(t *testing.T) {
 	c := claimOwned(t, o, s.ownedReq("a", claimable(own), 10, true))
 	wantLabels(t, "first claim", c.Events, "k1", "k2", "o1", "k3")
 	ev := byLabel(c.Events)
-	if err := fx.Store.Retry(t.Context(), c.Lease, []store.Retry{{ID: ev["k1"].ID, Delay: 8 * time.Second, Error: "broker said no"}}); err != nil {
+	if err := fx.Store.Retry(t.Context(), driver.RetryParams{Lease: c.Lease, Retries: []driver.Retry{{ID: ev["k1"].ID, Delay: 8 * time.Second, Error: "broker said no"}}}); err != nil {
 		t.Fatal(err)
 	}
-	if err := fx.Store.Release(t.Context(), c.Lease, []int64{ev["k2"].ID, ev["k3"].ID}); err != nil {
+	if err := fx.Store.Release(t.Context(), driver.ReleaseParams{Lease: c.Lease, IDs: []int64{ev["k2"].ID, ev["k3"].ID}}); err != nil {
 		t.Fatal(err)
 	}
-	if err := fx.Store.Ack(t.Context(), c.Lease, []int64{ev["o1"].ID}); err != nil {
+	if err := fx.Store.Ack(t.Context(), driver.AckParams{Lease: c.Lease, IDs: []int64{ev["o1"].ID}}); err != nil {
 		t.Fatal(err)
 	}
 	enqueue(t, fx, msg("k4", "K"), msg("o2", "O"))
@@ -739,10 +733,10 @@ func (s *suite) testOwnedDead(t *testing.T, how string) {
 	c := claimOwned(t, o, s.ownedReq("a", claimable(own), 10, true))
 	wantLabels(t, "first claim", c.Events, "k1", "o1")
 	ev := byLabel(c.Events)
-	if err := fx.Store.Bury(t.Context(), c.Lease, []store.Burial{{ID: ev["k1"].ID, Error: "rejected"}}); err != nil {
+	if err := fx.Store.Bury(t.Context(), driver.BuryParams{Lease: c.Lease, Burials: []driver.Burial{{ID: ev["k1"].ID, Error: "rejected"}}}); err != nil {
 		t.Fatal(err)
 	}
-	ack(t, fx, store.Claim{Lease: c.Lease, Events: []outbox.Event{ev["o1"]}})
+	ack(t, fx, driver.Claim{Lease: c.Lease, Events: []outbox.Event{ev["o1"]}})
 	enqueue(t, fx, msg("k2", "K"), msg("o2", "O"))
 	c = claimOwned(t, o, s.ownedReq("a", claimable(own), 10, true))
 	wantLabels(t, "claim while k1 is DEAD", c.Events, "o2")
@@ -766,7 +760,7 @@ func (s *suite) testOwnedDead(t *testing.T, how string) {
 		hold = false
 		// Parked under HoldDeadKeys: the sweep of a Balance that does not
 		// hold DEAD keys unparks it.
-		own = balance(t, o, store.BalanceRequest{Owner: "a", LeaseFor: shardLease, HoldDeadKeys: false})
+		own = balance(t, o, driver.BalanceParams{Owner: "a", LeaseFor: shardLease, HoldDeadKeys: false})
 	}
 	rest := s.drainOwned(t, o, fx, "a", own, hold)
 	wantLabels(t, "claims after "+how, rest, want...)
@@ -786,7 +780,7 @@ func (s *suite) testOwnedRace(t *testing.T) {
 		if len(c.Events) != 1 {
 			t.Fatalf("round %d: claimed %v; want the head alone", round, labels(c.Events))
 		}
-		if err := fx.Store.Bury(t.Context(), c.Lease, []store.Burial{{ID: c.Events[0].ID, Error: "poison"}}); err != nil {
+		if err := fx.Store.Bury(t.Context(), driver.BuryParams{Lease: c.Lease, Burials: []driver.Burial{{ID: c.Events[0].ID, Error: "poison"}}}); err != nil {
 			t.Fatal(err)
 		}
 		var want []string
@@ -803,16 +797,16 @@ func (s *suite) testOwnedRace(t *testing.T) {
 		shards := claimable(own)
 		wg.Go(func() { // the relay: claims and acks all along
 			for ctx.Err() == nil {
-				c, err := o.ClaimOwned(t.Context(), s.ownedReq("a", shards, 7, true))
+				c, err := o.Claim(t.Context(), s.ownedReq("a", shards, 7, true))
 				if err != nil {
-					t.Errorf("ClaimOwned: %v", err)
+					t.Errorf("Claim: %v", err)
 					return
 				}
 				mu.Lock()
 				got = append(got, c.Events...)
 				mu.Unlock()
 				if len(c.Events) > 0 {
-					if err := fx.Store.Ack(t.Context(), c.Lease, ids(c.Events)); err != nil {
+					if err := fx.Store.Ack(t.Context(), driver.AckParams{Lease: c.Lease, IDs: ids(c.Events)}); err != nil {
 						t.Errorf("Ack: %v", err)
 						return
 					}
@@ -842,7 +836,7 @@ func (s *suite) testOwnedRace(t *testing.T) {
 			if n >= len(want) || time.Now().After(deadline) {
 				break
 			}
-			balance(t, o, store.BalanceRequest{Owner: "a", LeaseFor: shardLease, HoldDeadKeys: true})
+			balance(t, o, driver.BalanceParams{Owner: "a", LeaseFor: shardLease, HoldDeadKeys: true})
 			time.Sleep(20 * time.Millisecond)
 		}
 		cancel()
@@ -886,7 +880,7 @@ func (s *suite) testOwnedKeyless(t *testing.T) {
 	}
 }
 
-// testOwnedBadRows: ClaimOwned buries bad rows as Claim does, and their
+// testOwnedBadRows: Claim buries bad rows as Claim does, and their
 // keys' later events wait.
 func (s *suite) testOwnedBadRows(t *testing.T) {
 	fx, o := s.ownedFixture(t)
@@ -953,7 +947,7 @@ func (s *suite) testOwnedConcurrent(t *testing.T) {
 		var release []int
 		for ctx.Err() == nil && !done() {
 			leave := stopAfter > 0 && time.Since(start) > stopAfter
-			own, err := o.Balance(ctx, store.BalanceRequest{Owner: owner, LeaseFor: 5 * time.Second, Release: release, Leave: leave, HoldDeadKeys: true})
+			own, err := o.Balance(ctx, driver.BalanceParams{Owner: owner, LeaseFor: 5 * time.Second, Release: release, Leave: leave, HoldDeadKeys: true})
 			if err != nil {
 				t.Errorf("%s: Balance: %v", owner, err)
 				return
@@ -968,13 +962,13 @@ func (s *suite) testOwnedConcurrent(t *testing.T) {
 				}
 			}
 			for range 5 {
-				c, err := o.ClaimOwned(ctx, s.ownedReq(owner, claimable(own), 50, true))
-				if errors.Is(err, store.ErrLeaseLost) {
+				c, err := o.Claim(ctx, s.ownedReq(owner, claimable(own), 50, true))
+				if errors.Is(err, driver.ErrLeaseLost) {
 					break
 				}
 				if err != nil {
 					if ctx.Err() == nil {
-						t.Errorf("%s: ClaimOwned: %v", owner, err)
+						t.Errorf("%s: Claim: %v", owner, err)
 					}
 					return
 				}
@@ -994,7 +988,7 @@ func (s *suite) testOwnedConcurrent(t *testing.T) {
 					last[ev.Key] = ev.ID
 				}
 				mu.Unlock()
-				if err := fx.Store.Ack(ctx, c.Lease, ids(c.Events)); err != nil {
+				if err := fx.Store.Ack(ctx, driver.AckParams{Lease: c.Lease, IDs: ids(c.Events)}); err != nil {
 					t.Errorf("%s: Ack: %v", owner, err)
 					return
 				}
@@ -1030,7 +1024,7 @@ func (s *suite) testOwnedReadsBounded(t *testing.T) {
 	own := sole(t, o, "a", true)
 	enqueue(t, fx, msg("head", "HOT"))
 	c := claimOwned(t, o, s.ownedReq("a", claimable(own), 10, true))
-	if err := fx.Store.Bury(t.Context(), c.Lease, []store.Burial{{ID: c.Events[0].ID, Error: "poison"}}); err != nil {
+	if err := fx.Store.Bury(t.Context(), driver.BuryParams{Lease: c.Lease, Burials: []driver.Burial{{ID: c.Events[0].ID, Error: "poison"}}}); err != nil {
 		t.Fatal(err)
 	}
 	const held, limit = 100_000, 1000
@@ -1044,7 +1038,7 @@ func (s *suite) testOwnedReadsBounded(t *testing.T) {
 	bound := int64(5*limit + 200)
 	var worst int64
 	for i := 0; ; i++ {
-		own = balance(t, o, store.BalanceRequest{Owner: "a", LeaseFor: shardLease, HoldDeadKeys: true}) // as a relay renews
+		own = balance(t, o, driver.BalanceParams{Owner: "a", LeaseFor: shardLease, HoldDeadKeys: true}) // as a relay renews
 		c, reads, err := s.h.ClaimReads(t.Context(), fx.Store, s.ownedReq("a", claimable(own), limit, true))
 		if err != nil {
 			t.Fatalf("claim %d: %v", i, err)
@@ -1068,7 +1062,7 @@ func (s *suite) testOwnedReadsBounded(t *testing.T) {
 		others = append(others, msg(fmt.Sprintf("o%02d", i), fmt.Sprintf("other-%d", i)))
 	}
 	enqueue(t, fx, others...)
-	own = balance(t, o, store.BalanceRequest{Owner: "a", LeaseFor: shardLease, HoldDeadKeys: true})
+	own = balance(t, o, driver.BalanceParams{Owner: "a", LeaseFor: shardLease, HoldDeadKeys: true})
 	c, reads, err := s.h.ClaimReads(t.Context(), fx.Store, s.ownedReq("a", claimable(own), limit, true))
 	if err != nil {
 		t.Fatal(err)

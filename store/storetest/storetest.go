@@ -16,11 +16,12 @@ import (
 
 	outbox "github.com/outbox-go/outbox"
 	"github.com/outbox-go/outbox/store"
+	"github.com/outbox-go/outbox/store/driver"
 )
 
 // Fixture is one store over a fresh, not-yet-migrated table.
 type Fixture struct {
-	Store store.Store
+	Store driver.Store
 	// DB is the same database, for raw SQL and the caller's transactions
 	// (store.EnqueueTx takes a *sql.Tx).
 	DB *sql.DB
@@ -47,10 +48,7 @@ type Harness struct {
 	// anything: the suite uses it to check that invalid names are refused
 	// (by New itself or by Migrate) and to migrate one table from several
 	// stores at once. The suite closes what New returns. Required.
-	New func(opts store.Options) (store.Store, error)
-	// MaxConcurrentClaimers caps the goroutines of the concurrency tests
-	// (SQLite may want fewer); 0 means 8.
-	MaxConcurrentClaimers int
+	New func(opts store.Options) (driver.Store, error)
 	// SingleWriter says the database runs one writing transaction at a
 	// time (SQLite). The suite then skips the checks that hold two writing
 	// transactions open at once or claim beside an open one.
@@ -60,12 +58,12 @@ type Harness struct {
 	// per batch in a table of its own (PostgreSQL) leaves the row NEW and
 	// reports SENDING through Get and Stats; the suite checks both.
 	ClaimedStatus outbox.Status
-	// ClaimReads, for a store that implements store.Owned, runs one
-	// ClaimOwned on st and reports how many rows of the outbox table it
+	// ClaimReads, for a store that implements driver.Driver, runs one
+	// Claim on st and reports how many rows of the outbox table it
 	// read (pgstore: EXPLAIN ANALYZE of its claim statement). The Owned
 	// group then checks that a claim reads O(batch) rows behind a held
 	// key with 100,000 rows; nil skips that check.
-	ClaimReads func(ctx context.Context, st store.Store, req store.OwnedClaimRequest) (store.Claim, int64, error)
+	ClaimReads func(ctx context.Context, st driver.Store, req driver.ClaimParams) (driver.Claim, int64, error)
 	// Loosen, for a database that refuses some values of the table
 	// contract at INSERT by rules a table migrated before them lacks
 	// (PostgreSQL's domain constraints), drops those rules on fx's
@@ -113,10 +111,6 @@ func Run(t *testing.T, h Harness) {
 		{"OutOfOrderCommit/Keyless", func(t *testing.T) { s.testOutOfOrderCommit(t, "", "") }},
 		{"OutOfOrderCommit/Keyed", func(t *testing.T) { s.testOutOfOrderCommit(t, "order-a", "order-b") }},
 		{"Batch", s.testBatch},
-		{"ConcurrentClaims/Keyless", func(t *testing.T) { s.testConcurrentClaims(t, 2000, 0) }},
-		{"ConcurrentClaims/Keyed", func(t *testing.T) { s.testConcurrentClaims(t, 2000, 200) }},
-		{"ConcurrentClaims/HotKeys", func(t *testing.T) { s.testConcurrentClaims(t, 400, 8) }},
-		{"PerKey/InFlight", s.testPerKeyInFlight},
 		{"PerKey/RetryDelayHolds", s.testPerKeyRetryHolds},
 		{"PerKey/RetryNowKeepsOrder", s.testPerKeyRetryNow},
 		{"PerKey/DeadHolds", s.testPerKeyDead},
@@ -126,7 +120,7 @@ func Run(t *testing.T, h Harness) {
 		{"Lease/Extend", s.testLeaseExtend},
 		{"Lease/Release", s.testLeaseRelease},
 		{"Lease/PartialAck", s.testLeasePartialAck},
-		{"Lease/SendingWithoutLease", func(t *testing.T) { s.testSendingWithoutLease(t, false) }},
+		{"Lease/SendingWithoutLease", s.testSendingWithoutLease},
 		{"Retry", s.testRetry},
 		{"Dead/Bury", s.testBury},
 		{"Dead/ListAndRequeue", s.testListRequeueDead},
@@ -142,7 +136,7 @@ func Run(t *testing.T, h Harness) {
 		{"Notifier", s.testNotifier},
 		{"ClaimAcker", s.testClaimAcker},
 	}
-	// The Owned group runs for stores that implement store.Owned.
+	// The Owned group runs for stores that implement driver.Driver.
 	tests = append(tests, s.ownedTests(t)...)
 	tests = append(tests, struct {
 		name string
@@ -170,15 +164,8 @@ type suite struct {
 const longLease = time.Minute
 
 // lease returns a fresh lease for owner: epochs increase across the suite.
-func (s *suite) lease(owner string) store.Lease {
-	return store.Lease{Owner: owner, Epoch: s.epoch.Add(1)}
-}
-
-func (s *suite) claimers() int {
-	if s.h.MaxConcurrentClaimers > 0 {
-		return s.h.MaxConcurrentClaimers
-	}
-	return 8
+func (s *suite) lease(owner string) driver.Lease {
+	return driver.Lease{Owner: owner, Epoch: s.epoch.Add(1)}
 }
 
 // newTableName returns a unique valid table name such as st_0a1b2c3d4e.
@@ -230,27 +217,50 @@ func enqueue(t *testing.T, fx Fixture, msgs ...outbox.Message) {
 	}
 }
 
-func req(l store.Lease, limit int) store.ClaimRequest {
-	return store.ClaimRequest{Lease: l, Limit: limit, LeaseFor: longLease, HoldDeadKeys: true}
+func req(l driver.Lease, limit int) driver.ClaimParams {
+	return driver.ClaimParams{Lease: l, Limit: limit, LeaseFor: longLease, HoldDeadKeys: true}
 }
 
-// claim runs Claim and checks what every claim must satisfy.
-func claim(t *testing.T, fx Fixture, r store.ClaimRequest) store.Claim {
+// claim claims as a relay that is alone on the table for the length of
+// one claim (tryClaim), and checks what every claim must satisfy.
+func claim(t *testing.T, fx Fixture, r driver.ClaimParams) driver.Claim {
 	t.Helper()
-	c, err := fx.Store.Claim(t.Context(), r)
+	c, err := tryClaim(t.Context(), fx.Store, r)
 	if err != nil {
-		t.Fatalf("Claim(owner %q, limit %d): %v", r.Lease.Owner, r.Limit, err)
+		t.Fatalf("claim(owner %q, limit %d): %v", r.Lease.Owner, r.Limit, err)
 	}
 	checkClaim(t, r, c)
 	return c
 }
 
+// tryClaim is one claim by r.Lease.Owner as a relay that joins the table,
+// claims from every shard it can take, and leaves again: Balance, Claim
+// from the shards held, Balance(Leave). Its claim stays live after it left,
+// so the shards it touched stay closed to the next owner's claims until
+// that claim is settled or its lease runs out (the ownership rule), while
+// the owner's own later claims are not held by it.
+func tryClaim(ctx context.Context, st driver.Store, r driver.ClaimParams) (driver.Claim, error) {
+	own, err := st.Balance(ctx, driver.BalanceParams{Owner: r.Lease.Owner, LeaseFor: shardLease, HoldDeadKeys: r.HoldDeadKeys})
+	if err != nil {
+		return driver.Claim{}, fmt.Errorf("balance: %w", err)
+	}
+	r.Shards = claimable(own)
+	c, err := st.Claim(ctx, r)
+	if err != nil {
+		return driver.Claim{}, fmt.Errorf("claim: %w", err)
+	}
+	if _, err := st.Balance(ctx, driver.BalanceParams{Owner: r.Lease.Owner, Leave: true}); err != nil {
+		return driver.Claim{}, fmt.Errorf("balance (leave): %w", err)
+	}
+	return c, nil
+}
+
 // checkClaim reports (without stopping) a claim that breaks the contract;
 // it is safe to call from goroutines.
-func checkClaim(t *testing.T, r store.ClaimRequest, c store.Claim) bool {
+func checkClaim(t *testing.T, r driver.ClaimParams, c driver.Claim) bool {
 	t.Helper()
 	ok := true
-	if limit := r.Normalize().Limit; len(c.Events) > limit {
+	if limit := r.WithDefaults().Limit; len(c.Events) > limit {
 		t.Errorf("Claim(limit %d) returned %d events", limit, len(c.Events))
 		ok = false
 	}
@@ -279,12 +289,12 @@ func checkClaim(t *testing.T, r store.ClaimRequest, c store.Claim) bool {
 	return ok
 }
 
-func ack(t *testing.T, fx Fixture, c store.Claim) {
+func ack(t *testing.T, fx Fixture, c driver.Claim) {
 	t.Helper()
 	if len(c.Events) == 0 {
 		return
 	}
-	if err := fx.Store.Ack(t.Context(), c.Lease, ids(c.Events)); err != nil {
+	if err := fx.Store.Ack(t.Context(), driver.AckParams{Lease: c.Lease, IDs: ids(c.Events)}); err != nil {
 		t.Fatalf("Ack of %d events just claimed by %+v: %v", len(c.Events), c.Lease, err)
 	}
 }
@@ -349,11 +359,11 @@ func (s *suite) buryAll(t *testing.T, fx Fixture, n int, reason func(outbox.Even
 		if len(c.Events) == 0 {
 			t.Fatalf("buryAll: only %d of %d events could be claimed", len(all), n)
 		}
-		var bs []store.Burial
+		var bs []driver.Burial
 		for _, ev := range c.Events {
-			bs = append(bs, store.Burial{ID: ev.ID, Error: reason(ev)})
+			bs = append(bs, driver.Burial{ID: ev.ID, Error: reason(ev)})
 		}
-		if err := fx.Store.Bury(t.Context(), c.Lease, bs); err != nil {
+		if err := fx.Store.Bury(t.Context(), driver.BuryParams{Lease: c.Lease, Burials: bs}); err != nil {
 			t.Fatalf("Bury of %d events just claimed: %v", len(bs), err)
 		}
 		all = append(all, c.Events...)
@@ -442,7 +452,7 @@ func sleepUntil(at time.Time) {
 
 // eventually claims with fresh leases of owner every 50ms until a claim
 // returns events or timeout passes.
-func (s *suite) eventually(t *testing.T, fx Fixture, owner string, limit int, timeout time.Duration) store.Claim {
+func (s *suite) eventually(t *testing.T, fx Fixture, owner string, limit int, timeout time.Duration) driver.Claim {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
 	for {

@@ -19,6 +19,7 @@ import (
 	"github.com/outbox-go/outbox/broker/membroker"
 	"github.com/outbox-go/outbox/relay"
 	"github.com/outbox-go/outbox/store"
+	"github.com/outbox-go/outbox/store/driver"
 	"github.com/outbox-go/outbox/testkit/teststores"
 )
 
@@ -274,7 +275,7 @@ func (s *settled) OnSettle(_ context.Context, r relay.BatchReport) {
 // drain runs the relay over st through br until it has delivered and
 // acked n events (counted by a settle hook, so that the benchmark does not
 // poll the table while it drains), then checks the table is empty.
-func drain(b *testing.B, st store.Store, br broker.Broker, n, workers int, server string) phase {
+func drain(b *testing.B, st driver.Store, br broker.Broker, n, workers int, server string) phase {
 	b.Helper()
 	s := &settled{want: int64(n), done: make(chan struct{})}
 	r, err := relay.New(st, br, relay.Config{

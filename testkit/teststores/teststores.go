@@ -9,15 +9,18 @@ import (
 	"crypto/rand"
 	"database/sql"
 	"encoding/hex"
+	"fmt"
 	"path/filepath"
 	"sync"
 	"testing"
+	"time"
 
 	_ "github.com/go-sql-driver/mysql"
 	_ "github.com/jackc/pgx/v5/stdlib"
 
 	"github.com/outbox-go/outbox/internal/testenv"
 	"github.com/outbox-go/outbox/store"
+	"github.com/outbox-go/outbox/store/driver"
 	"github.com/outbox-go/outbox/store/mysqlstore"
 	"github.com/outbox-go/outbox/store/pgstore"
 	"github.com/outbox-go/outbox/store/sqlitestore"
@@ -28,7 +31,7 @@ var Kinds = []string{"postgres", "mysql", "sqlite"}
 
 // Opened is a migrated store over a fresh table.
 type Opened struct {
-	Store store.Store
+	Store driver.Store
 	URL   string        // the --db URL of the same database
 	Opts  store.Options // Table is the fresh name
 	DB    *sql.DB       // the same database through database/sql, for the caller's transactions
@@ -72,7 +75,7 @@ func OpenAt(t testing.TB, kind, url string, opts store.Options) Opened {
 	}
 	ctx := context.Background()
 	var (
-		st  store.Store
+		st  driver.Store
 		err error
 	)
 	switch kind {
@@ -182,4 +185,31 @@ AND to_regclass(quote_ident(substr(slot_name, 8) || '_parked')) IS NULL`)
 			t.Logf("teststores: dropping leaked replication slots: %v", err)
 		}
 	})
+}
+
+// Claim claims from every shard of st's table as req.Lease.Owner, a relay
+// alone on the table (TryClaim), and fails t on an error.
+func Claim(t testing.TB, st driver.Store, req driver.ClaimParams) driver.Claim {
+	t.Helper()
+	c, err := TryClaim(context.Background(), st, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// TryClaim claims from every shard of st's table as req.Lease.Owner, a
+// relay alone on the table: Balance, then Claim from the shards it
+// holds.
+func TryClaim(ctx context.Context, st driver.Store, req driver.ClaimParams) (driver.Claim, error) {
+	own, err := st.Balance(ctx, driver.BalanceParams{Owner: req.Lease.Owner, LeaseFor: time.Minute, HoldDeadKeys: req.HoldDeadKeys})
+	if err != nil {
+		return driver.Claim{}, fmt.Errorf("balance as %q: %w", req.Lease.Owner, err)
+	}
+	req.Shards = own.Held
+	c, err := st.Claim(ctx, req)
+	if err != nil {
+		return driver.Claim{}, fmt.Errorf("claim as %q: %w", req.Lease.Owner, err)
+	}
+	return c, nil
 }

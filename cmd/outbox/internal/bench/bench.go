@@ -25,6 +25,7 @@ import (
 	"github.com/outbox-go/outbox/internal/redact"
 	"github.com/outbox-go/outbox/relay"
 	"github.com/outbox-go/outbox/store"
+	"github.com/outbox-go/outbox/store/driver"
 	"github.com/outbox-go/outbox/store/pgstore"
 )
 
@@ -47,8 +48,7 @@ type Config struct {
 	Rate       int           // events/s for the latency run; default 1,000
 	Duration   time.Duration // latency run length; default 10s
 	// Warmup is load at Rate before the measured Duration, so that relay
-	// start-up (and, with ownership, the shards' first hand-over to a
-	// relay that joined) is reported apart from the steady state; 0: none.
+	// start-up (and the shards' first hand-over to a relay that joined) is reported apart from the steady state; 0: none.
 	Warmup  time.Duration
 	Payload int       // payload bytes; default 200
 	Out     io.Writer // progress and results
@@ -66,10 +66,6 @@ type Config struct {
 	Relays int
 	// RelayArgs are extra flags for each relay process (e.g. --poll 10ms).
 	RelayArgs []string
-	// Exclusion measures the exclusion engine (relay.Config.Exclusion,
-	// `outbox relay --engine exclusion`) instead of ordering by ownership,
-	// the default, in this process's relay and in the relay processes.
-	Exclusion bool
 	// RelayCommand builds the command that runs `outbox <args>`; required
 	// when Relays > 0 (the CLI passes its own executable).
 	RelayCommand func(ctx context.Context, args []string) *exec.Cmd
@@ -80,7 +76,7 @@ type Config struct {
 	Producer string
 	// OpenStore and SQLDB open the database (injected so this package does
 	// not import every store).
-	OpenStore func(ctx context.Context, url string, opts store.Options) (store.Store, error)
+	OpenStore func(ctx context.Context, url string, opts store.Options) (driver.Store, error)
 	SQLDB     func(url string) (*sql.DB, string, error) // db, dialect ("postgres", "mysql", "sqlite")
 }
 
@@ -131,10 +127,6 @@ func (r Result) Summary(c Config) string {
 	if c.Relays > 0 {
 		relays = fmt.Sprintf("%d relay processes", c.Relays)
 	}
-	engine := "ownership"
-	if c.Exclusion {
-		engine = "exclusion"
-	}
 	on := ""
 	if r.Partitions > 0 {
 		on = fmt.Sprintf(", %s with %d partitions", r.Broker, r.Partitions)
@@ -143,12 +135,13 @@ func (r Result) Summary(c Config) string {
 	if floor == "" {
 		floor = "1 JetStream publish"
 	}
-	return fmt.Sprintf("bench: %s ordering by %s, %d keys, %s producer%s: drain %.0f ev/s = %.0f%% of raw SQL claim+delete (%.0f rows/s) and %.0f%% of raw broker publish (%.0f msgs/s); latency commit→%s at %.0f ev/s: p50 %s p99 %s max %s (n=%d); floor (1 SQL round trip + %s, same minutes): p50 %s p99 %s; warm-up p99 %s",
-		relays, engine, c.Keys, c.Producer, on, r.DrainRate, 100*r.DrainRate/r.RawSQLRate, r.RawSQLRate, 100*r.DrainRate/r.RawBrokerRate, r.RawBrokerRate,
+	return fmt.Sprintf("bench: %s, %d keys, %s producer%s: drain %.0f ev/s = %.0f%% of raw SQL claim+delete (%.0f rows/s) and %.0f%% of raw broker publish (%.0f msgs/s); latency commit→%s at %.0f ev/s: p50 %s p99 %s max %s (n=%d); floor (1 SQL round trip + %s, same minutes): p50 %s p99 %s; warm-up p99 %s",
+		relays, c.Keys, c.Producer, on, r.DrainRate, 100*r.DrainRate/r.RawSQLRate, r.RawSQLRate, 100*r.DrainRate/r.RawBrokerRate, r.RawBrokerRate,
 		r.LatencyAt, r.AchievedRate, r.LatencyP50.Round(10*time.Microsecond), r.LatencyP99.Round(10*time.Microsecond), r.LatencyMax.Round(10*time.Microsecond), r.LatencyCount, floor, r.FloorP50.Round(10*time.Microsecond), r.FloorP99.Round(10*time.Microsecond), r.WarmupP99.Round(10*time.Microsecond))
 }
 
-func (c *Config) defaults() error {
+// WithDefaults returns c with the default in every zero field.
+func (c Config) WithDefaults() Config {
 	if c.Events <= 0 {
 		c.Events = 100_000
 	}
@@ -176,6 +169,14 @@ func (c *Config) defaults() error {
 	if c.Producer == "" {
 		c.Producer = "library"
 	}
+	if c.Partitions == 0 {
+		c.Partitions = DefaultPartitions
+	}
+	return c
+}
+
+// validate refuses a run WithDefaults could not complete.
+func (c Config) validate() error {
 	if c.Producer != "library" && c.Producer != "sql" {
 		return fmt.Errorf("bench: the producer must be library or sql, not %q", c.Producer)
 	}
@@ -194,9 +195,6 @@ func (c *Config) defaults() error {
 	if c.Partitions < 0 {
 		return fmt.Errorf("bench: the number of partitions must not be negative, not %d", c.Partitions)
 	}
-	if c.Partitions == 0 {
-		c.Partitions = DefaultPartitions
-	}
 	return nil
 }
 
@@ -204,7 +202,8 @@ func (c *Config) defaults() error {
 // removing both afterwards.
 func Run(ctx context.Context, c Config) (Result, error) {
 	var res Result
-	if err := c.defaults(); err != nil {
+	c = c.WithDefaults()
+	if err := c.validate(); err != nil {
 		return res, err
 	}
 	suffix := fmt.Sprintf("%d", time.Now().UnixNano()%1_000_000_000)
@@ -338,7 +337,7 @@ func makeMessages(c Config, topic string) []outbox.Message {
 	return msgs
 }
 
-func fill(ctx context.Context, st store.Store, msgs []outbox.Message) error {
+func fill(ctx context.Context, st driver.Store, msgs []outbox.Message) error {
 	for i := 0; i < len(msgs); i += 5000 {
 		if err := st.Enqueue(ctx, msgs[i:min(i+5000, len(msgs))]...); err != nil {
 			return err
@@ -450,8 +449,8 @@ func rawPublish(ctx context.Context, br broker.Broker, msgs []outbox.Message, ba
 
 func quietLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
 
-func drain(ctx context.Context, st store.Store, br broker.Broker, c Config) (float64, error) {
-	r, err := relay.New(st, br, relay.Config{BatchSize: c.Batch, Workers: c.Workers, Exclusion: c.Exclusion, Logger: quietLogger(), PollInterval: 5 * time.Millisecond})
+func drain(ctx context.Context, st driver.Store, br broker.Broker, c Config) (float64, error) {
+	r, err := relay.New(st, br, relay.Config{BatchSize: c.Batch, Workers: c.Workers, Logger: quietLogger(), PollInterval: 5 * time.Millisecond})
 	if err != nil {
 		return 0, err
 	}
@@ -499,10 +498,10 @@ func (a *ackClock) Publish(ctx context.Context, events []outbox.Event) []error {
 	return res
 }
 
-func latency(ctx context.Context, st store.Store, produce func(context.Context, outbox.Message) error, br broker.Broker, c Config, topic string, res *Result) error {
+func latency(ctx context.Context, st driver.Store, produce func(context.Context, outbox.Message) error, br broker.Broker, c Config, topic string, res *Result) error {
 	res.LatencyAt = "broker ack"
 	clock := &ackClock{Broker: br, acked: map[string]time.Time{}}
-	r, err := relay.New(st, clock, relay.Config{BatchSize: c.Batch, Workers: c.Workers, Exclusion: c.Exclusion, Logger: quietLogger()})
+	r, err := relay.New(st, clock, relay.Config{BatchSize: c.Batch, Workers: c.Workers, Logger: quietLogger()})
 	if err != nil {
 		return err
 	}

@@ -21,30 +21,22 @@ import (
 )
 
 // A small run end to end, so that `outbox bench` cannot rot: every figure
-// is measured and positive, with each engine. (The figures themselves are
-// for BENCHMARKS.md.)
+// is measured and positive. (The figures themselves are for BENCHMARKS.md.)
 func TestRunSmall(t *testing.T) {
-	for _, engine := range []string{"ownership", "exclusion"} {
-		t.Run(engine, func(t *testing.T) {
-			var out strings.Builder
-			c := bench.Config{
-				DBURL: teststores.URL(t, "postgres"), BrokerURL: testnats.Shared(t),
-				Events: 3000, Rate: 200, Duration: time.Second, Out: &out,
-				OpenStore: wire.OpenStore, SQLDB: wire.SQLDB, Exclusion: engine == "exclusion",
-			}
-			res, err := bench.Run(context.Background(), c)
-			if err != nil {
-				t.Fatalf("%v\n%s", err, out.String())
-			}
-			if res.RawSQLRate <= 0 || res.RawBrokerRate <= 0 || res.DrainRate <= 0 || res.LatencyCount != 200 || res.LatencyP50 <= 0 || res.LatencyP99 < res.LatencyP50 {
-				t.Errorf("implausible result %+v", res)
-			}
-			if sum := res.Summary(c); !strings.Contains(sum, "1 relay in process ordering by "+engine) {
-				t.Errorf("the summary does not name the engine %s: %s", engine, sum)
-			}
-			t.Log(res.Summary(c))
-		})
+	var out strings.Builder
+	c := bench.Config{
+		DBURL: teststores.URL(t, "postgres"), BrokerURL: testnats.Shared(t),
+		Events: 3000, Rate: 200, Duration: time.Second, Out: &out,
+		OpenStore: wire.OpenStore, SQLDB: wire.SQLDB,
 	}
+	res, err := bench.Run(context.Background(), c)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out.String())
+	}
+	if res.RawSQLRate <= 0 || res.RawBrokerRate <= 0 || res.DrainRate <= 0 || res.LatencyCount != 200 || res.LatencyP50 <= 0 || res.LatencyP99 < res.LatencyP50 {
+		t.Errorf("implausible result %+v", res)
+	}
+	t.Log(res.Summary(c))
 }
 
 // BenchmarkRelayDrain is `outbox bench` as a Go benchmark:

@@ -12,7 +12,7 @@ import (
 	"time"
 
 	outbox "github.com/outbox-go/outbox"
-	"github.com/outbox-go/outbox/store"
+	"github.com/outbox-go/outbox/store/driver"
 )
 
 // relayProcs are running `outbox relay` processes and their output.
@@ -27,10 +27,7 @@ func startRelays(ctx context.Context, c Config, table, brokerURL string) (*relay
 	p := &relayProcs{}
 	for i := 0; i < c.Relays; i++ {
 		args := []string{"relay", "--table", table,
-			"--batch", strconv.Itoa(c.Batch), "--workers", strconv.Itoa(c.Workers), "--log", "warn"}
-		if c.Exclusion {
-			args = append(args, "--engine", "exclusion")
-		}
+			"--batch", strconv.Itoa(c.Batch), "--workers", strconv.Itoa(c.Workers), "--log-level", "warn"}
 		args = append(args, c.RelayArgs...)
 		cmd := c.RelayCommand(ctx, args)
 		// The URLs go in the environment, not the arguments: any local
@@ -69,7 +66,7 @@ func (p *relayProcs) stop() error {
 // drainByProcesses lets c.Relays relay processes drain the backlog and
 // returns events/s, timed from the first event the broker stored to the
 // last (a process's start-up is not the relay's rate).
-func drainByProcesses(ctx context.Context, st store.Store, dest destination, c Config, table string) (float64, error) {
+func drainByProcesses(ctx context.Context, st driver.Store, dest destination, c Config, table string) (float64, error) {
 	base, err := dest.stored(ctx) // the raw publish phase's messages
 	if err != nil {
 		return 0, err

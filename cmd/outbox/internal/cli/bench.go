@@ -30,7 +30,6 @@ func runBench(ctx context.Context, e env, args []string) error {
 	f.intFlag(&c.Keys, "keys", 5000, 1, noMax, "distinct event keys in the backlog and the latency run (try 1, 10, 100, 1000, 100000)")
 	f.intFlag(&c.Relays, "relays", 0, 0, noMax, "run the drain and latency phases with this many separate `outbox relay` processes (0: one relay in this process)")
 	relayArgs := f.String("relay-args", "", "extra flags for each relay process, space-separated (e.g. \"--poll 10ms\")")
-	engine := f.String("engine", "ownership", "the relay engine measured: ownership or exclusion, in this process's relay and in --relays processes")
 	f.StringVar(&c.Producer, "producer", "library", "how the latency run's writers enqueue: library (Store.Enqueue) or sql (a plain INSERT, no notification)")
 	cpuProfile := f.String("cpuprofile", "", "write a pprof CPU profile of the drain phase to this file")
 	if err := f.parse(e, args); err != nil {
@@ -71,17 +70,8 @@ func runBench(ctx context.Context, e env, args []string) error {
 	}
 	c.DBURL, c.BrokerURL, c.Out = f.db, *brokerURL, e.stdout
 	c.OpenStore, c.SQLDB = wire.OpenStore, wire.SQLDB
-	if *engine != "ownership" && *engine != "exclusion" {
-		return fmt.Errorf("%w: --engine must be ownership or exclusion, not %q", wire.ErrUsage, *engine)
-	}
-	c.Exclusion = *engine == "exclusion"
 	if *relayArgs != "" {
 		c.RelayArgs = strings.Fields(*relayArgs)
-	}
-	for _, a := range c.RelayArgs {
-		if name, _, _ := strings.Cut(strings.TrimLeft(a, "-"), "="); strings.HasPrefix(a, "-") && (name == "engine" || name == "ownership") {
-			return fmt.Errorf("%w: --relay-args %q: choose the engine with bench's own --engine, which the report names and the in-process relay follows too", wire.ErrUsage, a)
-		}
 	}
 	if c.Relays > 0 {
 		self, err := os.Executable()

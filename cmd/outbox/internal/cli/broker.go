@@ -2,20 +2,26 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/url"
 	"os"
 	"strings"
 	"time"
 
+	"github.com/apache/rocketmq-client-go/v2/primitive"
+
+	outbox "github.com/outbox-go/outbox"
 	"github.com/outbox-go/outbox/broker/kafkabroker"
 	"github.com/outbox-go/outbox/broker/natsbroker"
+	"github.com/outbox-go/outbox/broker/rocketmqbroker"
 	"github.com/outbox-go/outbox/cmd/outbox/internal/wire"
 )
 
 const brokerUsage = `broker setup --broker nats://host:4222 --stream NAME --subjects 'orders,orders.>'
        outbox broker setup --broker kafka://host:9092 --topics 'orders,payments' [--partitions N] [--replication N]
        outbox broker setup --broker amqp://user:pass@host:5672/vhost[?exchange=name] --queue NAME [--topics 'orders,invoices']
+       outbox broker setup --broker rocketmq://nameserver:9876 --topics 'orders,payments'
 
 NATS: creates the JetStream stream NAME capturing the subjects
 (comma-separated, wildcards allowed), or adds the subjects it lacks to an
@@ -31,7 +37,11 @@ the durable queue NAME and binds it to the exchange for each topic. On the
 default exchange (no exchange= in the URL) a queue receives the topic
 equal to its name, so --topics may be left out. An event no queue receives
 is returned by RabbitMQ, retried, and goes DEAD after the relay's max
-attempts. Idempotent.`
+attempts. Idempotent.
+
+RocketMQ: topics are created with RocketMQ's admin tool, not by outbox;
+prints the mqadmin commands that create the --topics (nothing is changed).
+An event whose topic does not exist goes DEAD.`
 
 // runBroker is `outbox broker setup`: what the relay's broker needs before
 // the first event, so that a newcomer's first events are stored, not DEAD.
@@ -65,6 +75,9 @@ func runBroker(ctx context.Context, e env, args []string) error {
 	}
 	if scheme, _, _ := strings.Cut(*brokerURL, ":"); strings.EqualFold(scheme, "kafka") {
 		return setupKafka(ctx, e, *brokerURL, *topics, *partitions, *replication)
+	}
+	if scheme, _, _ := strings.Cut(*brokerURL, ":"); strings.EqualFold(scheme, "rocketmq") {
+		return setupRocketMQ(e, *brokerURL, *topics)
 	}
 	if isAMQP(*brokerURL) {
 		return setupAMQP(ctx, e, *brokerURL, *queue, *topics, *stream != "" || *subjects != "") // broker_amqp.go
@@ -162,6 +175,51 @@ func setupKafka(ctx context.Context, e env, brokerURL, topics string, partitions
 	return nil
 }
 
+// setupRocketMQ is `outbox broker setup` for a rocketmq:// broker. The
+// remoting protocol can create a topic only on a broker named by its
+// address, with the cluster's queue counts and permissions: that is the
+// operator's call, made with RocketMQ's own admin tool. So it prints the
+// commands, one per topic, and changes nothing.
+func setupRocketMQ(e env, brokerURL, topics string) error {
+	hosts, err := wire.RocketMQNameServers(brokerURL)
+	if err != nil {
+		return wire.ScrubError(err, brokerURL)
+	}
+	var names []string
+	for _, t := range strings.Split(topics, ",") {
+		if t = strings.TrimSpace(t); t != "" {
+			names = append(names, t)
+		}
+	}
+	if len(names) == 0 {
+		return fmt.Errorf("%w: --topics is required for RocketMQ: the topics the relay publishes to, e.g. --topics 'orders,payments'", wire.ErrUsage)
+	}
+	// The adapter's own rule for topic names, so that what is printed is
+	// a topic the relay can publish to (and safe to paste into a shell).
+	check, err := rocketmqbroker.New(unusedSender{}, rocketmqbroker.Config{})
+	if err != nil {
+		return err
+	}
+	for _, t := range names {
+		if err := check.Check(outbox.Message{Topic: t, Type: "check"}); err != nil {
+			return fmt.Errorf("%w: --topics: %q: %w", wire.ErrUsage, t, err)
+		}
+	}
+	fmt.Fprintln(e.stdout, "outbox broker setup: RocketMQ topics are created with its admin tool, not by outbox; nothing was changed.")
+	fmt.Fprintln(e.stdout, "Create each topic on the cluster (its name: mqadmin clusterList -n ADDR; DefaultCluster unless configured):")
+	for _, t := range names {
+		fmt.Fprintf(e.stdout, "  mqadmin updateTopic -n '%s' -c DefaultCluster -t %s\n", strings.Join(hosts, ";"), t)
+	}
+	return nil
+}
+
+// unusedSender lets setupRocketMQ build a Broker for its Check alone.
+type unusedSender struct{}
+
+func (unusedSender) SendSync(context.Context, ...*primitive.Message) (*primitive.SendResult, error) {
+	return nil, errors.New("outbox broker setup sends nothing")
+}
+
 // validSubject reports whether s is a NATS subject a stream may capture:
 // non-empty tokens separated by dots, no white space, '*' only as a whole
 // token and '>' only as the whole last token.
@@ -202,6 +260,9 @@ func checkBrokerURL(raw string, required bool) error {
 			return fmt.Errorf("%w: --broker: %w", wire.ErrUsage, err)
 		}
 		return nil
+	case "rocketmq":
+		_, err := wire.RocketMQNameServers(raw)
+		return wire.ScrubError(err, raw)
 	default:
 		// A scheme not listed above: OpenBroker tries it now, so that a
 		// planned or unknown scheme is refused (a usage error naming the

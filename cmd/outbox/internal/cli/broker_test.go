@@ -163,3 +163,41 @@ func TestBrokerSetupNothingForRedisAndWebhooks(t *testing.T) {
 		}
 	}
 }
+
+// RocketMQ topics are made with its admin tool: broker setup prints the
+// mqadmin command for each topic, with the URL's name servers, changes
+// nothing, and refuses a topic name the adapter would refuse.
+func TestBrokerSetupRocketMQSaysWhatToCreate(t *testing.T) {
+	var out, errb bytes.Buffer
+	code := Main(context.Background(), []string{"broker", "setup", "--broker", "rocketmq://ak:S3CRET@127.0.0.1:9876,10.1.2.3:9876?group=g", "--topics", "orders, payments"}, &out, &errb)
+	if code != exitOK || errb.Len() != 0 {
+		t.Fatalf("exit %d, stderr %q", code, errb.String())
+	}
+	for _, want := range []string{
+		"nothing was changed",
+		"mqadmin updateTopic -n '127.0.0.1:9876;10.1.2.3:9876' -c DefaultCluster -t orders\n",
+		"mqadmin updateTopic -n '127.0.0.1:9876;10.1.2.3:9876' -c DefaultCluster -t payments\n",
+	} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("stdout lacks %q:\n%s", want, out.String())
+		}
+	}
+	if strings.Contains(out.String(), "S3CRET") {
+		t.Errorf("stdout shows the secret key:\n%s", out.String())
+	}
+	for _, c := range []struct {
+		args []string
+		says string
+	}{
+		{[]string{"--broker", "rocketmq://127.0.0.1:9876"}, "--topics is required"},
+		{[]string{"--broker", "rocketmq://127.0.0.1:9876", "--topics", "orders;rm -rf"}, "not a legal RocketMQ topic name"},
+		{[]string{"--broker", "rocketmq://ak:S3CRET@127.0.0.1", "--topics", "orders"}, "host:port"},
+	} {
+		out.Reset()
+		errb.Reset()
+		code := Main(context.Background(), append([]string{"broker", "setup"}, c.args...), &out, &errb)
+		if code != exitUsage || !strings.Contains(errb.String(), c.says) || strings.Count(errb.String(), "\n") != 1 || strings.Contains(errb.String(), "S3CRET") {
+			t.Errorf("%q: exit %d, stderr %q; want exit %d and one line saying %q", c.args, code, errb.String(), exitUsage, c.says)
+		}
+	}
+}

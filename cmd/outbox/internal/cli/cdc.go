@@ -189,8 +189,8 @@ func runCDC(ctx context.Context, e env, args []string) error {
 	if f.db == "" {
 		return fmt.Errorf("%w: no database given: pass --db URL or set OUTBOX_DB", wire.ErrUsage)
 	}
-	cfg, err := c.config(f).WithDefaults()
-	if err != nil {
+	cfg := c.config(f).WithDefaults()
+	if err := cfg.Validate(); err != nil {
 		return fmt.Errorf("%w: %s", wire.ErrUsage, strings.TrimPrefix(err.Error(), "pgcdc: "))
 	}
 	pool, err := cdcPool(ctx, f)

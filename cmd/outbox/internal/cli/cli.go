@@ -19,6 +19,7 @@ import (
 	"github.com/outbox-go/outbox/broker/redisbroker"
 	"github.com/outbox-go/outbox/cmd/outbox/internal/wire"
 	"github.com/outbox-go/outbox/store"
+	"github.com/outbox-go/outbox/store/driver"
 )
 
 // Exit codes.
@@ -350,7 +351,7 @@ func (f *flags) options() store.Options {
 	return store.Options{Table: f.table, Schema: f.schema}
 }
 
-func (f *flags) openStore(ctx context.Context, opts store.Options) (store.Store, error) {
+func (f *flags) openStore(ctx context.Context, opts store.Options) (driver.Store, error) {
 	ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
 	defer cancel()
 	return wire.OpenStore(ctx, f.db, opts)
@@ -359,7 +360,7 @@ func (f *flags) openStore(ctx context.Context, opts store.Options) (store.Store,
 // openExisting is openStore for the commands that only read or repair a
 // table (status, dead, relay): a SQLite file that does not exist is
 // reported, not created empty by opening it.
-func (f *flags) openExisting(ctx context.Context, opts store.Options) (store.Store, error) {
+func (f *flags) openExisting(ctx context.Context, opts store.Options) (driver.Store, error) {
 	if path, ok := sqlitePath(f.db); ok && path != ":memory:" {
 		if _, err := os.Stat(path); errors.Is(err, fs.ErrNotExist) {
 			return nil, fmt.Errorf("SQLite database file %s does not exist: check --db, or create it with `outbox migrate --db %s`", path, wire.Mask(f.db))

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/outbox-go/outbox/store"
+	"github.com/outbox-go/outbox/store/driver"
 	"github.com/outbox-go/outbox/testkit/teststores"
 )
 
@@ -114,11 +115,11 @@ func TestMigrateStatusDeadOnEachDatabase(t *testing.T) {
 			if _, err := o.DB.ExecContext(ctx, "INSERT INTO "+table+" (topic, event_key, event_type, payload) VALUES ('orders', 'order-42', 'OrderPaid', '{\"id\":42}')"); err != nil {
 				t.Fatal(err)
 			}
-			c, err := o.Store.Claim(ctx, store.ClaimRequest{Lease: store.Lease{Owner: "t", Epoch: 1}})
-			if err != nil || len(c.Events) != 1 {
-				t.Fatalf("claim: %v %v", c.Events, err)
+			c := teststores.Claim(t, o.Store, driver.ClaimParams{Lease: driver.Lease{Owner: "t", Epoch: 1}})
+			if len(c.Events) != 1 {
+				t.Fatalf("claim: %v", c.Events)
 			}
-			if err := o.Store.Bury(ctx, c.Lease, []store.Burial{{ID: c.Events[0].ID, Error: "permanent: rejected"}}); err != nil {
+			if err := o.Store.Bury(ctx, driver.BuryParams{Lease: c.Lease, Burials: []driver.Burial{{ID: c.Events[0].ID, Error: "permanent: rejected"}}}); err != nil {
 				t.Fatal(err)
 			}
 			cfg := t.TempDir() + "/outbox.conf"

@@ -30,6 +30,7 @@ import (
 	"github.com/outbox-go/outbox/inbox"
 	"github.com/outbox-go/outbox/relay"
 	"github.com/outbox-go/outbox/store"
+	"github.com/outbox-go/outbox/store/driver"
 )
 
 // runDemo tells the seeds' story on the embedded default: SQLite in a temp
@@ -88,7 +89,7 @@ type demo struct {
 	table, inboxTable string
 	dialect           orders.Dialect
 	db                *sql.DB
-	st                store.Store
+	st                driver.Store
 	in                *inbox.Inbox
 	relay             *exec.Cmd
 	relayDone         chan struct{}
@@ -314,7 +315,7 @@ func (d *demo) startRelay() error {
 	}
 	// The URLs go through the environment, not the arguments, which any
 	// local user can read (ps).
-	d.relay = exec.Command(self, "relay", "--table", d.table, "--lease", "2s", "--batch", "20", "--poll", "100ms", "--log", "error")
+	d.relay = exec.Command(self, "relay", "--table", d.table, "--lease", "2s", "--batch", "20", "--poll", "100ms", "--log-level", "error")
 	d.relay.Env = append(os.Environ(), "OUTBOX_DB="+d.dbURL, "OUTBOX_BROKER="+d.natsURL)
 	d.relay.Stderr = os.Stderr
 	if err := d.relay.Start(); err != nil {

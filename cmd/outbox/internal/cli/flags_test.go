@@ -45,12 +45,6 @@ func TestBadFlagsExitTwoNamingTheFlag(t *testing.T) {
 		{relay("--keep-sent", "-1h"), "--keep-sent"},
 		{relay("--owner", strings.Repeat("x", 65)), "--owner"},
 		{relay("--dead-keys", "maybe"), "--dead-keys"},
-		{relay("--engine", "v2"), "--engine"},
-		{relay("--engine", "exclusion", "--ownership"), "--engine exclusion and --ownership=true disagree"},
-		{relay("--engine", "ownership", "--ownership=false"), "--engine ownership and --ownership=false disagree"},
-		{relay("--source", "pgcdc", "--engine", "exclusion"), "--engine applies to --source poll"},
-		{relay("--ownership=maybe"), "--ownership"},
-		{relay("--log", "loud"), "--log"},
 		{relay("--log-level", "loud"), "--log-level"},
 		{relay("--log-format", "xml"), "--log-format"},
 		{relay("--trace-spans", "some"), "--trace-spans"},
@@ -103,9 +97,6 @@ func TestBadFlagsExitTwoNamingTheFlag(t *testing.T) {
 		{[]string{"bench", "--db", db, "--broker", nat, "--events", "0"}, "--events"},
 		{[]string{"bench", "--db", db, "--broker", nat, "--duration", "0"}, "--duration"},
 		{[]string{"bench", "--db", db, "--broker", "kafka://u:s3cret@127.0.0.1:9092?bogus=1"}, "kafka"},
-		{[]string{"bench", "--db", db, "--broker", nat, "--engine", "v2"}, "--engine"},
-		{[]string{"bench", "--db", db, "--broker", nat, "--relay-args", "--poll 10ms --ownership"}, "--relay-args \"--ownership\""},
-		{[]string{"bench", "--db", db, "--broker", nat, "--relay-args", "--engine=exclusion"}, "bench's own --engine"},
 		{[]string{"torture", "--db", db, "--relays", "0"}, "--relays"},
 		{[]string{"torture", "--db", db, "--duration", "1s"}, "--duration"},
 		{[]string{"torture", "--db", db, "--broker", "nats://"}, "names no host"},
@@ -170,7 +161,7 @@ func TestBenchFlagsExitTwo(t *testing.T) {
 // missing, so the exit is 1).
 func TestGoodFlagsPassValidation(t *testing.T) {
 	cfg := filepath.Join(t.TempDir(), "ok.conf")
-	writeFile(t, cfg, "batch = 1\nworkers = 1\nlease = 100ms\npoll = 1ms\nmax-attempts = 1\npublish-timeout = 1ms\nkeep-sent = 0s\nbackoff = 1ms\nbackoff-max = 1ms\nengine = exclusion\nownership = false\n")
+	writeFile(t, cfg, "batch = 1\nworkers = 1\nlease = 100ms\npoll = 1ms\nmax-attempts = 1\npublish-timeout = 1ms\nkeep-sent = 0s\nbackoff = 1ms\nbackoff-max = 1ms\n")
 	missing := "sqlite:" + filepath.Join(t.TempDir(), "missing.db")
 	code, _, stderr := runCLI("relay", "--config", cfg, "--db", missing, "--broker", "nats://127.0.0.1:1")
 	if code != exitFail || !strings.Contains(stderr, "does not exist") {

@@ -32,8 +32,10 @@ func newLogger(w io.Writer, format, level string, raws ...string) (*slog.Logger,
 		return nil, fmt.Errorf("%w: --log-format must be text or json, not %q", wire.ErrUsage, format)
 	}
 	l := slog.New(oneLineHandler{redact.Handler(h, raws...)})
-	// go-redis prints its pool's dial failures on its own; route them here.
+	// go-redis prints its pool's dial failures on its own, rocketmq-client-go
+	// everything through logrus; route them here.
 	redisbroker.LogTo(l)
+	wire.LogRocketMQTo(l)
 	return l, nil
 }
 

@@ -65,8 +65,8 @@ func runMigrate(ctx context.Context, e env, args []string) error {
 
 // migrateCDC runs pgcdc.Setup: the publication and the source's tables.
 func migrateCDC(ctx context.Context, e env, f *flags, c cdcFlags) error {
-	cfg, err := c.config(f).WithDefaults()
-	if err != nil {
+	cfg := c.config(f).WithDefaults()
+	if err := cfg.Validate(); err != nil {
 		return fmt.Errorf("%w: %s", wire.ErrUsage, strings.TrimPrefix(err.Error(), "pgcdc: "))
 	}
 	pool, err := cdcPool(ctx, f)

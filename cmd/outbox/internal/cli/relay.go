@@ -3,7 +3,6 @@ package cli
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io/fs"
 	"log/slog"
@@ -19,6 +18,7 @@ import (
 	"github.com/outbox-go/outbox/cmd/outbox/internal/wire"
 	"github.com/outbox-go/outbox/relay"
 	"github.com/outbox-go/outbox/store"
+	"github.com/outbox-go/outbox/store/driver"
 	"github.com/outbox-go/outbox/telemetry"
 )
 
@@ -55,15 +55,12 @@ func runRelay(ctx context.Context, e env, args []string) error {
 	f.intFlag(&cfg.MaxAttempts, "max-attempts", 25, 1, noMax, "failed attempts before an event goes DEAD")
 	f.durationFlag(&cfg.BackoffBase, "backoff", time.Second, time.Millisecond, "first retry delay (doubles, full jitter)")
 	f.durationFlag(&cfg.BackoffMax, "backoff-max", 10*time.Minute, time.Millisecond, "largest retry delay (at least --backoff)")
-	f.StringVar(&cfg.Owner, "owner", "", "relay name in leases, at most 64 characters (default host-pid-random; with --engine ownership, the default, a given name gets ~ and 8 random hex digits, one per process)")
+	f.StringVar(&cfg.Owner, "owner", "", "relay name in leases, at most 64 characters (default host-pid-random; a given name gets ~ and 8 random hex digits, one per process)")
 	deadKeys := f.String("dead-keys", "hold", "after a DEAD event: hold its key's later events (hold) or let them flow (skip)")
-	engine := f.String("engine", "ownership", "how per-key order is kept: ownership (relays lease shards of the table) or exclusion (the engine of earlier versions: a claim skips the keys in flight)")
-	ownership := f.Bool("ownership", true, "the older form of --engine: --ownership=false is --engine exclusion")
 	var keepSent time.Duration
 	f.durationFlag(&keepSent, "keep-sent", 0, 0, "keep sent events in the archive table this long (0: delete at once)")
 	var logLevel string
 	f.StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn, error")
-	f.StringVar(&logLevel, "log", "info", "the same as --log-level (the older name)")
 	logFormat := f.String("log-format", "text", "log lines as text (key=value) or json, on stderr")
 	metricsAddr := f.String("metrics-addr", "", "serve /metrics, /healthz and /readyz on this address (host:port; a bare :port binds 127.0.0.1); empty: off")
 	maxTopics := f.Int("metrics-max-topics", telemetry.DefaultMaxTopics, "how many distinct topics become values of the metrics' topic label; later ones are counted as topic=\"other\"")
@@ -107,9 +104,6 @@ func runRelay(ctx context.Context, e env, args []string) error {
 	}
 	if *traceSpans != "event" && *traceSpans != "wave" {
 		return fmt.Errorf("%w: --trace-spans must be event or wave, not %q", wire.ErrUsage, *traceSpans)
-	}
-	if cfg.Exclusion, err = engineFlag(f, *engine, *ownership, *src); err != nil {
-		return err
 	}
 	switch *deadKeys {
 	case "hold":
@@ -170,7 +164,7 @@ func runRelay(ctx context.Context, e env, args []string) error {
 	}
 	// Every setting is checked before anything is opened: relay.New
 	// touches neither its store nor its broker, so stand-ins do here.
-	if _, err := relay.New(struct{ store.Store }{}, struct{ broker.Broker }{}, cfg); err != nil {
+	if _, err := relay.New(struct{ driver.Driver }{}, struct{ broker.Broker }{}, cfg); err != nil {
 		return fmt.Errorf("%w: %s", wire.ErrUsage, flagNames(strings.TrimPrefix(err.Error(), "relay: ")))
 	}
 	if path, ok := sqlitePath(f.db); ok && path != ":memory:" {
@@ -249,7 +243,7 @@ func runRelay(ctx context.Context, e env, args []string) error {
 	log.Info("outbox relay: started", "owner", r.Owner(), "db", wire.Mask(f.db), "broker", wire.Mask(*brokerURL),
 		"table", f.qualifiedTable(), "batch", cfg.BatchSize, "workers", cfg.Workers, "lease", cfg.LeaseFor,
 		"publish_timeout", cfg.PublishTimeout, "poll", cfg.PollInterval, "probe", probe, "max_attempts", cfg.MaxAttempts,
-		"backoff", cfg.BackoffBase, "backoff_max", cfg.BackoffMax, "dead_keys", *deadKeys, "engine", engineName(r), "keep_sent", keepSent,
+		"backoff", cfg.BackoffBase, "backoff_max", cfg.BackoffMax, "dead_keys", *deadKeys, "keep_sent", keepSent,
 		"metrics_addr", listenAddr, "tracing", wire.Mask(endpoint))
 	if keepSent > 0 {
 		go purgeSent(ctx, st, keepSent, log)
@@ -269,35 +263,6 @@ func runRelay(ctx context.Context, e env, args []string) error {
 	t := r.Totals()
 	log.Info("outbox relay: stopped", "delivered", t.Delivered.Load(), "retried", t.Retried.Load(), "dead", t.Dead.Load())
 	return nil
-}
-
-// engineFlag reads --engine and its older form --ownership into
-// relay.Config.Exclusion, refusing the two when they disagree, and --engine
-// with --source pgcdc, which keeps the log's order by itself.
-func engineFlag(f *flags, engine string, ownership bool, src string) (exclusion bool, err error) {
-	set := map[string]bool{}
-	f.Visit(func(fl *flag.Flag) { set[fl.Name] = true })
-	switch engine {
-	case "ownership", "exclusion":
-	default:
-		return false, fmt.Errorf("%w: --engine must be ownership or exclusion, not %q", wire.ErrUsage, engine)
-	}
-	if set["engine"] && src != "poll" {
-		return false, fmt.Errorf("%w: --engine applies to --source poll; --source %s keeps the order of the log: drop --engine", wire.ErrUsage, src)
-	}
-	if set["engine"] && set["ownership"] && (engine == "ownership") != ownership {
-		return false, fmt.Errorf("%w: --engine %s and --ownership=%v disagree: give --engine alone (--ownership is its older form)", wire.ErrUsage, engine, ownership)
-	}
-	return engine == "exclusion" || !ownership, nil
-}
-
-// engineName says which engine r orders by: a store that cannot order by
-// ownership falls back to exclusion.
-func engineName(r *relay.Relay) string {
-	if r.Health().Owned {
-		return "ownership"
-	}
-	return "exclusion"
 }
 
 // relayFlags maps relay.Config's field names, which relay.New's errors

@@ -19,6 +19,7 @@ import (
 	outbox "github.com/outbox-go/outbox"
 	"github.com/outbox-go/outbox/internal/testnats"
 	"github.com/outbox-go/outbox/store"
+	"github.com/outbox-go/outbox/store/driver"
 	"github.com/outbox-go/outbox/telemetry"
 	"github.com/outbox-go/outbox/testkit/teststores"
 )
@@ -125,7 +126,7 @@ func (r *runningRelay) notReady(want ...string) string {
 	return body
 }
 
-func enqueueN(t *testing.T, st store.Store, topic string, n int) {
+func enqueueN(t *testing.T, st driver.Store, topic string, n int) {
 	t.Helper()
 	msgs := make([]outbox.Message, n)
 	for i := range msgs {
@@ -420,44 +421,5 @@ func TestRelayExitsOnAMissingTable(t *testing.T) {
 		if d := time.Since(start); d > 10*time.Second {
 			t.Errorf("%s: took %s to refuse", kind, d)
 		}
-	}
-}
-
-// `outbox relay` orders by ownership unless told otherwise: --engine
-// exclusion opts out, and so does --ownership=false, the older form, which
-// users' scripts keep passing (plain --ownership changes nothing). The
-// start line and /metrics (outbox_shards_held only by ownership) say
-// which engine runs, and it delivers.
-func TestRelayEngineFlags(t *testing.T) {
-	natsURL := testnats.Shared(t)
-	for _, c := range []struct {
-		args   []string
-		engine string
-	}{
-		{nil, "ownership"},
-		{[]string{"--engine", "ownership"}, "ownership"},
-		{[]string{"--ownership"}, "ownership"},
-		{[]string{"--engine", "exclusion"}, "exclusion"},
-		{[]string{"--ownership=false"}, "exclusion"},
-		{[]string{"--engine", "exclusion", "--ownership=false"}, "exclusion"},
-	} {
-		t.Run(strings.Join(append([]string{"flags"}, c.args...), " "), func(t *testing.T) {
-			t.Parallel()
-			o := teststores.Open(t, "sqlite", store.Options{})
-			stream := testnats.NewStream(t, natsURL)
-			r := startRelayCLI(t, append([]string{"--db", o.URL, "--table", o.Opts.Table, "--broker", natsURL, "--poll", "50ms"}, c.args...)...)
-			enqueueN(t, o.Store, stream.Topic("orders"), 10)
-			r.waitFor("the events", 30*time.Second, streamHolds(t, stream, 10))
-			if log := r.log(); !strings.Contains(log, "engine="+c.engine) {
-				t.Errorf("the start line does not say engine=%s:\n%s", c.engine, log)
-			}
-			_, m := r.get("/metrics")
-			if held := strings.Contains(m, "\noutbox_shards_held "); held != (c.engine == "ownership") {
-				t.Errorf("outbox_shards_held exported: %v, want %v (engine %s)", held, c.engine == "ownership", c.engine)
-			}
-			if code := r.stop(); code != exitOK {
-				t.Errorf("relay exit %d:\n%s", code, r.log())
-			}
-		})
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/outbox-go/outbox/broker"
 	"github.com/outbox-go/outbox/cmd/outbox/internal/wire"
 	"github.com/outbox-go/outbox/store"
+	"github.com/outbox-go/outbox/store/driver"
 	"github.com/outbox-go/outbox/telemetry"
 )
 
@@ -102,8 +103,8 @@ func startDelay(n int) time.Duration {
 
 // openStoreRetrying opens the --db store and checks its table, retrying
 // while the database cannot be reached.
-func openStoreRetrying(ctx context.Context, f *flags, opts store.Options, r retrier) (store.Store, error) {
-	var st store.Store
+func openStoreRetrying(ctx context.Context, f *flags, opts store.Options, r retrier) (driver.Store, error) {
+	var st driver.Store
 	err := r.run(ctx, func(ctx context.Context) (bool, error) {
 		s, err := f.openStore(ctx, opts)
 		if err != nil {
@@ -142,7 +143,7 @@ func openBrokerRetrying(ctx context.Context, raw string, r retrier) (broker.Brok
 // missing. It reads the bounded-cost Backlog where the store has one:
 // Stats counts every row, seconds over a million-row backlog, which a
 // relay restarted during an incident should not wait for.
-func checkTable(ctx context.Context, st store.Store) error {
+func checkTable(ctx context.Context, st driver.Store) error {
 	if br, ok := st.(store.BacklogReader); ok {
 		_, err := br.Backlog(ctx)
 		return err

@@ -16,6 +16,7 @@ import (
 
 	"github.com/outbox-go/outbox"
 	"github.com/outbox-go/outbox/store"
+	"github.com/outbox-go/outbox/store/driver"
 	"github.com/outbox-go/outbox/testkit/teststores"
 )
 
@@ -52,11 +53,11 @@ func TestStatusCheckExitCodes(t *testing.T) {
 	}
 
 	// Bury it: dead, and its key held; a later event of the key waits.
-	c, err := o.Store.Claim(ctx, store.ClaimRequest{Lease: store.Lease{Owner: "t", Epoch: 1}})
+	c, err := teststores.TryClaim(ctx, o.Store, driver.ClaimParams{Lease: driver.Lease{Owner: "t", Epoch: 1}})
 	if err != nil || len(c.Events) != 1 {
 		t.Fatalf("claim: %v %v", c.Events, err)
 	}
-	if err := o.Store.Bury(ctx, c.Lease, []store.Burial{{ID: c.Events[0].ID, Error: "permanent: rejected"}}); err != nil {
+	if err := o.Store.Bury(ctx, driver.BuryParams{Lease: c.Lease, Burials: []driver.Burial{{ID: c.Events[0].ID, Error: "permanent: rejected"}}}); err != nil {
 		t.Fatal(err)
 	}
 	if err := o.Store.Enqueue(ctx, outbox.Message{Topic: "orders.paid", Key: "order-1", Type: "OrderPaid", Payload: []byte(`{}`)}); err != nil {
@@ -123,12 +124,12 @@ func TestDeadListShowsTheReason(t *testing.T) {
 	if err := o.Store.Enqueue(ctx, outbox.Message{Topic: "orders.paid", Key: "order-42", Type: "OrderPaid", Payload: []byte(payload), Headers: map[string]string{"b": "2", "a": "1"}}); err != nil {
 		t.Fatal(err)
 	}
-	c, err := o.Store.Claim(ctx, store.ClaimRequest{Lease: store.Lease{Owner: "t", Epoch: 1}})
+	c, err := teststores.TryClaim(ctx, o.Store, driver.ClaimParams{Lease: driver.Lease{Owner: "t", Epoch: 1}})
 	if err != nil || len(c.Events) != 1 {
 		t.Fatalf("claim: %v %v", c.Events, err)
 	}
 	reason := `permanent: natsbroker: no JetStream stream captures subject "orders.paid"; create one (outbox broker setup --broker URL --stream NAME --subjects 'orders.paid') or fix the topic`
-	if err := o.Store.Bury(ctx, c.Lease, []store.Burial{{ID: c.Events[0].ID, Error: reason}}); err != nil {
+	if err := o.Store.Bury(ctx, driver.BuryParams{Lease: c.Lease, Burials: []driver.Burial{{ID: c.Events[0].ID, Error: reason}}}); err != nil {
 		t.Fatal(err)
 	}
 	code, out, stderr := runCLI("dead", "list", "--db", o.URL, "--table", o.Opts.Table)
@@ -166,15 +167,15 @@ func TestDeadShowPayloadIsEscapedAndCapped(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	c, err := o.Store.Claim(ctx, store.ClaimRequest{Lease: store.Lease{Owner: "t", Epoch: 1}})
+	c, err := teststores.TryClaim(ctx, o.Store, driver.ClaimParams{Lease: driver.Lease{Owner: "t", Epoch: 1}})
 	if err != nil || len(c.Events) != 2 {
 		t.Fatalf("claim: %v %v", c.Events, err)
 	}
-	var burials []store.Burial
+	var burials []driver.Burial
 	for _, ev := range c.Events {
-		burials = append(burials, store.Burial{ID: ev.ID, Error: "permanent: x"})
+		burials = append(burials, driver.Burial{ID: ev.ID, Error: "permanent: x"})
 	}
-	if err := o.Store.Bury(ctx, c.Lease, burials); err != nil {
+	if err := o.Store.Bury(ctx, driver.BuryParams{Lease: c.Lease, Burials: burials}); err != nil {
 		t.Fatal(err)
 	}
 	bigID, binID := itoa(c.Events[0].ID), itoa(c.Events[1].ID)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/outbox-go/outbox"
 	"github.com/outbox-go/outbox/store"
+	"github.com/outbox-go/outbox/store/driver"
 	"github.com/outbox-go/outbox/testkit/teststores"
 )
 
@@ -52,10 +53,10 @@ func watch(t *testing.T, stop func(), args ...string) string {
 
 // A relay's pace, by hand: claims and acks n events every tick until none
 // is left.
-func drain(t *testing.T, st store.Store, n int, every time.Duration) {
+func drain(t *testing.T, st driver.Store, n int, every time.Duration) {
 	t.Helper()
 	for epoch := int64(1); ; epoch++ {
-		c, err := st.Claim(context.Background(), store.ClaimRequest{Lease: store.Lease{Owner: "w", Epoch: epoch}, Limit: n})
+		c, err := teststores.TryClaim(context.Background(), st, driver.ClaimParams{Lease: driver.Lease{Owner: "w", Epoch: epoch}, Limit: n})
 		if err != nil {
 			t.Error(err)
 			return
@@ -67,7 +68,7 @@ func drain(t *testing.T, st store.Store, n int, every time.Duration) {
 		for i, e := range c.Events {
 			ids[i] = e.ID
 		}
-		if err := st.Ack(context.Background(), c.Lease, ids); err != nil {
+		if err := st.Ack(context.Background(), driver.AckParams{Lease: c.Lease, IDs: ids}); err != nil {
 			t.Error(err)
 			return
 		}

@@ -25,9 +25,9 @@ func (t tables) cdcState() string    { return t.outbox + "_cdc" }
 
 // cdcArgs are the relays' extra arguments for the pgcdc source.
 func (t tables) cdcArgs() []string {
-	// --log info: the source's state changes (lease, slot, recovery) are
+	// --log-level info: the source's state changes (lease, slot, recovery) are
 	// few, and a failed run's history shows them
-	return []string{"--slot", t.slot(), "--publication", t.publication(), "--log", "info"}
+	return []string{"--slot", t.slot(), "--publication", t.publication(), "--log-level", "info"}
 }
 
 // installCDCFence adds the fencing probe of the pgcdc source: a trigger

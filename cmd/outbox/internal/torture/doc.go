@@ -67,10 +67,8 @@
 //
 // go test ./cmd/outbox/internal/torture runs the short Matrix (each store × NATS
 // JetStream, plus an embedded-broker cell that restarts the broker, hot-key
-// cells with relays leaving and joining, and one cell of the exclusion
-// engine, relay --engine exclusion; the others order by ownership, the
-// default) and the deliberately broken relays, which the checker must
-// report. Those broken
+// cells with relays leaving and joining, and a pgcdc cell) and the
+// deliberately broken relays, which the checker must report. Those broken
 // relays live only in the test binary. Longer soaks: `outbox torture --db
 // URL [--broker URL] --duration 30m --seed N`, or `make soak`.
 package torture

@@ -19,13 +19,6 @@ type Cell struct {
 	// Keys overrides the workload's aggregates (Config.Keys): 1 and 3 make
 	// hot keys, whose events are in flight in several batches at once.
 	Keys int
-	// Exclusion runs the relays with --engine exclusion, the opt-out from
-	// ordering by ownership (the default engine, which every other cell
-	// runs).
-	Exclusion bool
-	// Ownership has no effect: ordering by ownership is the default. It
-	// is kept so that a cell written with it still compiles.
-	Ownership bool
 }
 
 // Matrix is the short matrix CI runs (go test ./cmd/outbox/internal/torture). A broker
@@ -36,15 +29,11 @@ var Matrix = []Cell{
 	{Store: "mysql", Broker: "nats"},
 	{Store: "sqlite", Broker: "nats"},
 	{Store: "postgres", Broker: "nats", Embedded: true, Faults: []Kind{Kill, BrokerRestart, PGTerminate, BrokerReset, Stop}},
-	// Ordering by ownership: relays leaving and joining mid-drain, hot
-	// keys (1 and 3).
+	// Relays leaving and joining mid-drain, hot keys (1 and 3).
 	{Store: "sqlite", Broker: "nats", Keys: 1, Faults: []Kind{Leave, Kill, Stop, Leave, BrokerReset}},
 	{Store: "postgres", Broker: "nats", Keys: 3, Faults: []Kind{Leave, Kill, Leave, Stop, PGTerminate, Leave}},
 	{Store: "postgres", Broker: "nats", Keys: 1, Faults: []Kind{Stop, Leave, Kill, DBLatency, Leave, BrokerReset}},
 	{Store: "mysql", Broker: "nats", Keys: 3, Faults: []Kind{Leave, Kill, Leave, Stop, DBReset, Leave}},
-	// The opt-out (relay --engine exclusion), which keeps the engine of
-	// earlier versions covered.
-	{Store: "postgres", Broker: "nats", Exclusion: true},
 	// {Store: "postgres", Broker: "kafka"},
 	// CDC: one relay streams the slot, two wait on its lease; the faults
 	// aim at the one that streams.
@@ -53,7 +42,7 @@ var Matrix = []Cell{
 }
 
 // Name is the cell's test name: store_broker[-embedded]_source, then
-// _keysN and _exclusion when the cell sets them.
+// _keysN when the cell sets it.
 func (c Cell) Name() string {
 	b := c.Broker
 	if c.Embedded {
@@ -66,9 +55,6 @@ func (c Cell) Name() string {
 	name := strings.Join([]string{c.Store, b, s}, "_")
 	if c.Keys > 0 {
 		name += fmt.Sprintf("_keys%d", c.Keys)
-	}
-	if c.Exclusion {
-		name += "_exclusion"
 	}
 	return name
 }

@@ -97,15 +97,10 @@ type Config struct {
 	Keep bool
 }
 
-func (c Config) normalize() (Config, error) {
-	if c.DB == "" {
-		return c, errors.New("torture: Config.DB is required")
-	}
+// WithDefaults returns c with the default in every zero field.
+func (c Config) WithDefaults() Config {
 	if c.BrokerKind == "" {
 		c.BrokerKind = "nats"
-	}
-	if _, ok := transports[c.BrokerKind]; !ok {
-		return c, fmt.Errorf("torture: unknown broker %q", c.BrokerKind)
 	}
 	if c.Seed == 0 {
 		b := make([]byte, 4)
@@ -140,13 +135,25 @@ func (c Config) normalize() (Config, error) {
 		c.HistoryDir = os.TempDir()
 	}
 	if c.RelayBinary == "" && c.RelayCommand == nil {
-		exe, err := os.Executable()
-		if err != nil {
-			return c, err
+		if exe, err := os.Executable(); err == nil {
+			c.RelayBinary = exe
 		}
-		c.RelayBinary = exe
 	}
-	return c, nil
+	return c
+}
+
+// validate refuses a run WithDefaults could not complete.
+func (c Config) validate() error {
+	if c.DB == "" {
+		return errors.New("torture: Config.DB is required")
+	}
+	if _, ok := transports[c.BrokerKind]; !ok {
+		return fmt.Errorf("torture: unknown broker %q", c.BrokerKind)
+	}
+	if c.RelayBinary == "" && c.RelayCommand == nil {
+		return errors.New("torture: no relay to run: set Config.RelayBinary or RelayCommand (this program's path could not be found)")
+	}
+	return nil
 }
 
 // Result is a finished run.
@@ -207,8 +214,8 @@ func (r *run) since() int64 { return time.Since(r.start).Milliseconds() }
 // It returns an error only when the run could not be set up or carried
 // out; anomalies are in the Result.
 func Run(ctx context.Context, cfg Config) (*Result, error) {
-	cfg, err := cfg.normalize()
-	if err != nil {
+	cfg = cfg.WithDefaults()
+	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
 	r := &run{cfg: cfg, start: time.Now()}
@@ -310,7 +317,7 @@ func (r *run) setup(ctx context.Context) error {
 	mk := func(owner string) *exec.Cmd {
 		args := []string{"--db", withAppName(relayDB, kind, owner), "--table", r.t.outbox, "--broker", brokerURL,
 			"--owner", owner, "--lease", cfg.Lease.String(), "--batch", "50", "--poll", "50ms",
-			"--backoff", "50ms", "--backoff-max", "1s", "--publish-timeout", "2s", "--max-attempts", "1000000", "--log", "warn"}
+			"--backoff", "50ms", "--backoff-max", "1s", "--publish-timeout", "2s", "--max-attempts", "1000000", "--log-level", "warn"}
 		if cfg.Source != "" {
 			args = append(args, "--source", cfg.Source)
 		}

@@ -26,6 +26,7 @@ import (
 	"github.com/outbox-go/outbox/cmd/outbox/internal/wire"
 	"github.com/outbox-go/outbox/relay"
 	"github.com/outbox-go/outbox/store"
+	"github.com/outbox-go/outbox/store/driver"
 )
 
 // variantEnv names the broken relay a re-executed test binary runs.
@@ -41,7 +42,7 @@ type variant struct {
 	setup   func(c *torture.Config)               // the scenario
 	caught  func(r torture.Report) (bool, string) // what the checker must report
 	// wrap breaks a working relay; hwm replaces it with a poller.
-	wrap func(st store.Store, br broker.Broker, dbURL, table string) (store.Store, broker.Broker, error)
+	wrap func(st driver.Store, br broker.Broker, dbURL, table string) (driver.Store, broker.Broker, error)
 	run  func(ctx context.Context, dbURL, table string, br broker.Broker, poll time.Duration) error
 }
 
@@ -130,7 +131,7 @@ func variantRelayMain(name string, args []string) int {
 	fs.DurationVar(&cfg.BackoffMax, "backoff-max", time.Second, "")
 	fs.DurationVar(&cfg.PublishTimeout, "publish-timeout", 2*time.Second, "")
 	fs.IntVar(&cfg.MaxAttempts, "max-attempts", 1000, "")
-	fs.String("log", "warn", "")
+	fs.String("log-level", "warn", "")
 	fs.String("source", "", "")
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -240,7 +241,7 @@ func idList(ids []int64) string {
 // confirmEarly wraps the broker so that Publish reports success at once and
 // publishes in the background: the relay acknowledges events the broker
 // never confirmed, and a fault in between loses them.
-func confirmEarly(st store.Store, br broker.Broker, _, _ string) (store.Store, broker.Broker, error) {
+func confirmEarly(st driver.Store, br broker.Broker, _, _ string) (driver.Store, broker.Broker, error) {
 	return st, &earlyBroker{Broker: br}, nil
 }
 
@@ -269,7 +270,7 @@ func (b *earlyBroker) Close(ctx context.Context) error {
 // unfencedAck wraps the store so that Ack deletes by id alone, without the
 // compare-and-swap on the lease's (owner, epoch): a relay that stalled past
 // its lease deletes rows another relay now holds.
-func unfencedAck(st store.Store, br broker.Broker, dbURL, table string) (store.Store, broker.Broker, error) {
+func unfencedAck(st driver.Store, br broker.Broker, dbURL, table string) (driver.Store, broker.Broker, error) {
 	db, _, err := wire.SQLDB(dbURL) // same application_name as the relay: the probe sees who wrote
 	if err != nil {
 		return nil, nil, err
@@ -278,12 +279,13 @@ func unfencedAck(st store.Store, br broker.Broker, dbURL, table string) (store.S
 }
 
 type unfencedStore struct {
-	store.Store
+	driver.Store
 	db    *sql.DB
 	table string
 }
 
-func (u *unfencedStore) Ack(ctx context.Context, lease store.Lease, ids []int64) error {
+func (u *unfencedStore) Ack(ctx context.Context, p driver.AckParams) error {
+	lease, ids := p.Lease, p.IDs
 	if len(ids) == 0 {
 		return nil
 	}
@@ -294,7 +296,7 @@ func (u *unfencedStore) Ack(ctx context.Context, lease store.Lease, ids []int64)
 	// in a table of their own), so that the only bug is the unfenced
 	// DELETE and not keys held until the lease runs out. The rows are
 	// gone, so the store calls this a lost lease: ignore it.
-	_ = u.Store.Release(ctx, lease, ids)
+	_ = u.Store.Release(ctx, driver.ReleaseParams{Lease: lease, IDs: ids})
 	return nil
 }
 

@@ -29,7 +29,8 @@ type brokerAdapter struct {
 const brokerForms = "nats://host:4222, kafka://host:9092[,host2:9092], " +
 	"amqp://user:pass@host:5672/vhost[?exchange=name], mqtt://[user:pass@]host:1883, " +
 	"redis://[:pass@]host:6379/0[?maxlen=N&dedup=24h|off] (rediss:// for TLS), " +
-	"https://host/path/{topic} (secret: OUTBOX_WEBHOOK_SECRET or ?webhook_secret=whsec_…)"
+	"https://host/path/{topic} (secret: OUTBOX_WEBHOOK_SECRET or ?webhook_secret=whsec_…), " +
+	"rocketmq://[accesskey:secretkey@]nameserver:9876[,nameserver2:9876][?group=NAME&namespace=NS]"
 
 // brokerAdapters are the built-in broker adapters, tried in order.
 var brokerAdapters = []brokerAdapter{
@@ -39,11 +40,8 @@ var brokerAdapters = []brokerAdapter{
 	{schemes: []string{"http", "https"}, open: openHTTP},
 	{schemes: []string{"amqp", "amqps"}, open: openAMQP}, // brokers_amqp.go
 	{schemes: []string{"mqtt", "mqtts"}, open: openMQTT}, // brokers_mqtt.go
+	{schemes: []string{"rocketmq"}, open: openRocketMQ},  // brokers_rocketmq.go
 }
-
-// plannedSchemes are schemes of adapters not built in yet: they get "not
-// built into this version" rather than "unknown scheme".
-var plannedSchemes = []string{"rocketmq"}
 
 func openNATS(_ context.Context, raw string, _ *url.URL) (broker.Broker, error) {
 	// nats.go splits the list at commas and reads each URL with net/url.

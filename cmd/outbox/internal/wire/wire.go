@@ -18,6 +18,7 @@ import (
 	"github.com/outbox-go/outbox/broker"
 	"github.com/outbox-go/outbox/internal/redact"
 	"github.com/outbox-go/outbox/store"
+	"github.com/outbox-go/outbox/store/driver"
 	"github.com/outbox-go/outbox/store/mysqlstore"
 	"github.com/outbox-go/outbox/store/pgstore"
 	"github.com/outbox-go/outbox/store/sqlitestore"
@@ -34,7 +35,7 @@ const BrokerSchemes = brokerForms
 
 // OpenStore opens the store a --db URL names. Its errors never show the
 // URL's secrets: its own messages mask the URL, the drivers' are scrubbed.
-func OpenStore(ctx context.Context, raw string, opts store.Options) (store.Store, error) {
+func OpenStore(ctx context.Context, raw string, opts store.Options) (driver.Store, error) {
 	if raw == "" {
 		return nil, WithHint(fmt.Errorf("%w: no database given: pass --db URL or set OUTBOX_DB", ErrUsage), " ("+DBSchemes+")")
 	}
@@ -43,7 +44,7 @@ func OpenStore(ctx context.Context, raw string, opts store.Options) (store.Store
 		return nil, WithHint(fmt.Errorf("%w: database URL %q has no scheme; use one of", ErrUsage, Mask(raw)), ": "+DBSchemes)
 	}
 	var (
-		st  store.Store
+		st  driver.Store
 		err error
 	)
 	switch strings.ToLower(scheme) {
@@ -114,11 +115,6 @@ func OpenBroker(ctx context.Context, raw string) (broker.Broker, error) {
 				}
 				return b, nil
 			}
-		}
-	}
-	for _, sc := range plannedSchemes {
-		if sc == scheme {
-			return nil, WithHint(fmt.Errorf("%w: the %s broker adapter is not built into this version yet; built in", ErrUsage, u.Scheme), ": "+BrokerSchemes)
 		}
 	}
 	return nil, WithHint(fmt.Errorf("%w: unknown broker scheme %q; use one of", ErrUsage, u.Scheme), ": "+BrokerSchemes)

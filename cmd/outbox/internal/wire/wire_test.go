@@ -80,8 +80,9 @@ func TestOpenStoreErrorsHideSecrets(t *testing.T) {
 	cases := []openCase{
 		// PostgreSQL answers (trust auth ignores the password): the driver
 		// names user and database; a password that is part of "postgres"
-		// must not mangle them.
-		{"pg missing database", strings.Replace(withPassword(t, pg, "post"), "/test", "/outbox_no_such_db", 1), false,
+		// must not mangle them. A refusal (a missing database, a wrong
+		// password) is a usage error: the operator's to fix, exit 2.
+		{"pg missing database", strings.Replace(withPassword(t, pg, "post"), "/test", "/outbox_no_such_db", 1), true,
 			[]string{"post@", "xxxxxgres"}, []string{`database "outbox_no_such_db" does not exist`, "127.0.0.1"}},
 		{"pg unreachable", "postgres://postgres:post@" + closed + "/test", false,
 			[]string{"post@", "xxxxxgres"}, []string{"user=postgres", "database=test", closed, "refused"}},
@@ -96,9 +97,9 @@ func TestOpenStoreErrorsHideSecrets(t *testing.T) {
 		{"pg keyword DSN", "host=127.0.0.1 user=postgres password=S3CRET dbname=test", true,
 			[]string{"S3CRET"}, []string{"no scheme", "user=postgres"}},
 		// MariaDB checks the password.
-		{"mysql wrong password", withPassword(t, my, "S3CRET"), false,
+		{"mysql wrong password", withPassword(t, my, "S3CRET"), true,
 			[]string{"S3CRET"}, []string{"Access denied for user 'root'", "127.0.0.1:3306"}},
-		{"mysql one-char password", withPassword(t, my, "1"), false,
+		{"mysql one-char password", withPassword(t, my, "1"), true,
 			[]string{":1@", "xxxxx27"}, []string{"Access denied", "127.0.0.1:3306"}},
 		{"mysql unreachable", "mysql://root:S3CRET@" + closed + "/test", false,
 			[]string{"S3CRET"}, []string{closed}},
@@ -145,7 +146,11 @@ func TestOpenBrokerErrorsHideSecrets(t *testing.T) {
 		{"kafka list", "kafka://alice:S3CRET@" + closed + "," + closed, false, []string{"S3CRET"}, []string{"kafka", closed}},
 		{"kafka unencoded /", "kafka://alice:S3/CRET@" + closed, true, []string{":S3", "CRET"}, []string{"alice:xxxxx@" + closed, "percent-encode"}},
 		{"kafka bad option", "kafka://alice:S3CRET@" + closed + "?max_message=lots", true, []string{"S3CRET"}, []string{"max_message"}},
-		{"rocketmq", "rocketmq://alice:S3CRET@h:9876", true, []string{"S3CRET"}, []string{"rocketmq", "not built"}},
+		{"rocketmq unreachable", "rocketmq://alice:S3CRET@" + closed + "," + closed + "?group=g", false, []string{"S3CRET"}, []string{"name server", closed, "refused"}},
+		{"rocketmq bad port", "rocketmq://alice:S3CRET@127.0.0.1:98760", true, []string{"S3CRET"}, []string{"alice:xxxxx@", "98760", "port"}},
+		{"rocketmq no port", "rocketmq://alice:S3CRET@h", true, []string{"S3CRET"}, []string{"host:port"}},
+		{"rocketmq unknown option", "rocketmq://alice:S3CRET@" + closed + "?colour=red", true, []string{"S3CRET"}, []string{"colour"}},
+		{"rocketmq credentials on a second host", "rocketmq://" + closed + ",alice:S3CRET@" + closed, true, []string{"S3CRET"}, []string{"first name server"}},
 		{"redis unreachable", "redis://:S3CRET@" + closed + "/0", false, []string{"S3CRET"}, []string{closed, "refused"}},
 		{"redis user and password", "rediss://alice:S3CRET@" + closed + "/0", false, []string{"S3CRET"}, []string{"alice", closed}},
 		{"redis bad option", "redis://:S3CRET@" + closed + "/0?maxlen=many", true, []string{"S3CRET"}, []string{"maxlen", "xxxxx@" + closed}},

@@ -1,4 +1,4 @@
-package store
+package driver
 
 import (
 	"context"
@@ -78,7 +78,7 @@ func checkText(column, s string) error {
 // nothing is wrong (the common case) it writes nothing and allocates
 // nothing. bury and release are the store's own Bury and Release.
 func ScreenClaim(ctx context.Context, c *Claim, bad map[int64]error, holdDeadKeys bool,
-	bury func(context.Context, Lease, []Burial) error, release func(context.Context, Lease, []int64) error) error {
+	bury func(context.Context, BuryParams) error, release func(context.Context, ReleaseParams) error) error {
 	kept, buried, err := screen(ctx, c.Lease, c.Events, bad, holdDeadKeys, bury, release)
 	if err != nil {
 		return err
@@ -88,7 +88,7 @@ func ScreenClaim(ctx context.Context, c *Claim, bad map[int64]error, holdDeadKey
 }
 
 func screen(ctx context.Context, lease Lease, events []outbox.Event, bad map[int64]error, holdDeadKeys bool,
-	bury func(context.Context, Lease, []Burial) error, release func(context.Context, Lease, []int64) error) ([]outbox.Event, []Burial, error) {
+	bury func(context.Context, BuryParams) error, release func(context.Context, ReleaseParams) error) ([]outbox.Event, []Burial, error) {
 	reason := func(e *outbox.Event) error {
 		if err := bad[e.ID]; err != nil {
 			return err
@@ -128,11 +128,11 @@ func screen(ctx context.Context, lease Lease, events []outbox.Event, bad map[int
 			kept = append(kept, *e)
 		}
 	}
-	if err := bury(ctx, lease, burials); err != nil {
+	if err := bury(ctx, BuryParams{Lease: lease, Burials: burials}); err != nil {
 		return nil, nil, fmt.Errorf("burying %d events that break the table contract: %w", len(burials), err)
 	}
 	if len(released) > 0 {
-		if err := release(ctx, lease, released); err != nil {
+		if err := release(ctx, ReleaseParams{Lease: lease, IDs: released}); err != nil {
 			return nil, nil, fmt.Errorf("releasing %d events held by a row that breaks the table contract: %w", len(released), err)
 		}
 	}
@@ -230,4 +230,27 @@ func clip(s string) string {
 		return s
 	}
 	return strings.ToValidUTF8(s[:max], "") + "…"
+}
+
+// EncodeHeaders returns the JSON object stored in the headers column.
+func EncodeHeaders(h map[string]string) string {
+	if len(h) == 0 {
+		return "{}"
+	}
+	b, _ := json.Marshal(h) // a map[string]string always marshals
+	return string(b)
+}
+
+// MaxErrorLen bounds last_error: enough for any broker's message.
+const MaxErrorLen = 2000
+
+// CleanError makes an error message safe for a text column: valid UTF-8, no
+// NUL bytes, at most MaxErrorLen bytes.
+func CleanError(s string) string {
+	s = strings.ToValidUTF8(s, "?")
+	s = strings.ReplaceAll(s, "\x00", "")
+	if len(s) > MaxErrorLen {
+		s = strings.ToValidUTF8(s[:MaxErrorLen], "")
+	}
+	return s
 }

@@ -1,4 +1,4 @@
-package store_test
+package driver_test
 
 import (
 	"context"
@@ -9,7 +9,7 @@ import (
 	"testing"
 
 	outbox "github.com/outbox-go/outbox"
-	"github.com/outbox-go/outbox/store"
+	"github.com/outbox-go/outbox/store/driver"
 )
 
 func ev(id int64, key, typ string) outbox.Event {
@@ -21,22 +21,24 @@ func ev(id int64, key, typ string) outbox.Event {
 // it changes nothing.
 func TestScreen(t *testing.T) {
 	ctx := context.Background()
-	lease := store.Lease{Owner: "relay", Epoch: 3}
+	lease := driver.Lease{Owner: "relay", Epoch: 3}
 	for _, hold := range []bool{true, false} {
 		t.Run(fmt.Sprint("hold=", hold), func(t *testing.T) {
 			events := []outbox.Event{ev(1, "a", "T"), ev(2, "b", "Bad\tType"), ev(3, "b", "T"), ev(4, "", "T"), ev(5, "c", "T"), ev(6, "c", "T"), ev(7, "", "T")}
-			bad := map[int64]error{5: store.BadRow("headers column is broken"), 7: store.BadRow("headers column is broken")}
-			var buried []store.Burial
+			bad := map[int64]error{5: driver.BadRow("headers column is broken"), 7: driver.BadRow("headers column is broken")}
+			var buried []driver.Burial
 			var released []int64
 			got, gotBuried, err := screen(ctx, lease, events, bad, hold,
-				func(_ context.Context, l store.Lease, b []store.Burial) error {
+				func(_ context.Context, p driver.BuryParams) error {
+					l, b := p.Lease, p.Burials
 					if l != lease {
 						t.Errorf("Bury under lease %+v; want %+v", l, lease)
 					}
 					buried = append(buried, b...)
 					return nil
 				},
-				func(_ context.Context, _ store.Lease, ids []int64) error {
+				func(_ context.Context, p driver.ReleaseParams) error {
+					ids := p.IDs
 					released = append(released, ids...)
 					return nil
 				})
@@ -49,8 +51,8 @@ func TestScreen(t *testing.T) {
 			}
 			for _, b := range buried {
 				buriedIDs = append(buriedIDs, b.ID)
-				if !strings.HasPrefix(b.Error, store.ErrBadRow.Error()) {
-					t.Errorf("burial of %d: reason %q; want it to start with %q", b.ID, b.Error, store.ErrBadRow)
+				if !strings.HasPrefix(b.Error, driver.ErrBadRow.Error()) {
+					t.Errorf("burial of %d: reason %q; want it to start with %q", b.ID, b.Error, driver.ErrBadRow)
 				}
 			}
 			wantGot, wantReleased := []int64{1, 4}, []int64{3, 6}
@@ -67,7 +69,7 @@ func TestScreen(t *testing.T) {
 	}
 	t.Run("nothing bad", func(t *testing.T) {
 		events := []outbox.Event{ev(1, "a", "T"), ev(2, "b", "T")}
-		fail := func(context.Context, store.Lease, []store.Burial) error { return errors.New("must not be called") }
+		fail := func(context.Context, driver.BuryParams) error { return errors.New("must not be called") }
 		got, _, err := screen(ctx, lease, events, nil, true, fail, nil)
 		if err != nil || len(got) != 2 || &got[0] != &events[0] {
 			t.Errorf("Screen of good events: %v, %v; want them back untouched", got, err)
@@ -79,7 +81,7 @@ func TestScreen(t *testing.T) {
 	t.Run("bury fails", func(t *testing.T) {
 		boom := errors.New("connection reset")
 		_, _, err := screen(ctx, lease, []outbox.Event{ev(1, "", "Bad\nType")}, nil, true,
-			func(context.Context, store.Lease, []store.Burial) error { return boom }, nil)
+			func(context.Context, driver.BuryParams) error { return boom }, nil)
 		if !errors.Is(err, boom) {
 			t.Errorf("Screen when Bury fails: %v; want it to wrap the error", err)
 		}
@@ -98,11 +100,11 @@ func TestDecodeHeaders(t *testing.T) {
 		{"{\"a\":\"\xff\"}", "not valid UTF-8 (byte 6)"}, {`{"a":"1","a":"2"}`, "map[a:2]"},
 		{`{"a":"1","b":{"a":"x"}}`, `header "b" is an object`}, {`{"a":"1","b":"2","c":"3"}`, "map[a:1 b:2 c:3]"},
 	} {
-		h, err := store.DecodeHeaders([]byte(c.in))
+		h, err := driver.DecodeHeaders([]byte(c.in))
 		switch {
 		case err == nil && fmt.Sprint(h) != c.want:
 			t.Errorf("DecodeHeaders(%q) = %v; want %s", c.in, h, c.want)
-		case err != nil && (!errors.Is(err, store.ErrBadRow) || !strings.Contains(err.Error(), c.want)):
+		case err != nil && (!errors.Is(err, driver.ErrBadRow) || !strings.Contains(err.Error(), c.want)):
 			t.Errorf("DecodeHeaders(%q): %v; want an ErrBadRow saying %q", c.in, err, c.want)
 		}
 	}
@@ -127,8 +129,8 @@ func TestCheckRow(t *testing.T) {
 		{outbox.Event{Message: outbox.Message{Topic: "a\x00b", Type: "T"}}, "topic has the control character U+0000"},
 		{outbox.Event{Message: outbox.Message{Topic: "t", Type: "T", SchemaVersion: -2}}, "schema_version is -2"},
 	} {
-		err := store.CheckRow(&c.e)
-		if (err == nil) != (c.want == "") || (err != nil && (!errors.Is(err, store.ErrBadRow) || !strings.Contains(err.Error(), c.want))) {
+		err := driver.CheckRow(&c.e)
+		if (err == nil) != (c.want == "") || (err != nil && (!errors.Is(err, driver.ErrBadRow) || !strings.Contains(err.Error(), c.want))) {
 			t.Errorf("CheckRow(%+v) = %v; want %q", c.e.Message, err, c.want)
 		}
 	}
@@ -136,27 +138,27 @@ func TestCheckRow(t *testing.T) {
 
 func TestBalanceRequestCheck(t *testing.T) {
 	for _, c := range []struct {
-		req  store.BalanceRequest
+		req  driver.BalanceParams
 		want string
 	}{
-		{store.BalanceRequest{Owner: "r"}, ""},
-		{store.BalanceRequest{}, "owner is empty"},
-		{store.BalanceRequest{Owner: strings.Repeat("r", 65)}, "longer than 64 bytes"},
-		{store.BalanceRequest{Owner: "r", Release: []int{64}}, "shard 64 does not exist"},
-		{store.BalanceRequest{Owner: "r", Release: []int{-1}}, "shard -1 does not exist"},
+		{driver.BalanceParams{Owner: "r"}, ""},
+		{driver.BalanceParams{}, "owner is empty"},
+		{driver.BalanceParams{Owner: strings.Repeat("r", 65)}, "longer than 64 bytes"},
+		{driver.BalanceParams{Owner: "r", Release: []int{64}}, "shard 64 does not exist"},
+		{driver.BalanceParams{Owner: "r", Release: []int{-1}}, "shard -1 does not exist"},
 	} {
-		err := c.req.Check(64)
+		err := c.req.Validate(64)
 		if c.want == "" && err != nil || c.want != "" && (err == nil || !strings.Contains(err.Error(), c.want)) {
-			t.Errorf("Check(%+v) = %v, want %q", c.req, err, c.want)
+			t.Errorf("Validate(%+v) = %v, want %q", c.req, err, c.want)
 		}
 	}
 }
 
 // screen runs ScreenClaim on a claim of events and returns what it kept
 // and what it recorded as buried.
-func screen(ctx context.Context, lease store.Lease, events []outbox.Event, bad map[int64]error, hold bool,
-	bury func(context.Context, store.Lease, []store.Burial) error, release func(context.Context, store.Lease, []int64) error) ([]outbox.Event, []store.Burial, error) {
-	c := store.Claim{Lease: lease, Events: events}
-	err := store.ScreenClaim(ctx, &c, bad, hold, bury, release)
+func screen(ctx context.Context, lease driver.Lease, events []outbox.Event, bad map[int64]error, hold bool,
+	bury func(context.Context, driver.BuryParams) error, release func(context.Context, driver.ReleaseParams) error) ([]outbox.Event, []driver.Burial, error) {
+	c := driver.Claim{Lease: lease, Events: events}
+	err := driver.ScreenClaim(ctx, &c, bad, hold, bury, release)
 	return c.Events, c.Buried, err
 }

@@ -445,7 +445,6 @@ func micros(us int64) time.Time { return time.UnixMicro(us) }
 // (Stats.HeldForGood).
 const yearUS = "31536000000000"
 
-
 // leaseExpired is the SQL of "the lease of SENDING row p ran out at now":
 // its lease_until has passed, or it has none. A relay never writes a
 // SENDING row without a lease; a plain-SQL producer that sets the status

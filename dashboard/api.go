@@ -65,6 +65,20 @@ func (d *Dashboard) serveAPI(w http.ResponseWriter, r *http.Request, path string
 			return
 		}
 	}
+	if parts[0] != "overview" { // the overview reads the sampler's memory
+		t := time.NewTimer(heavyWait)
+		select {
+		case d.heavy <- struct{}{}:
+			t.Stop()
+			defer func() { <-d.heavy }()
+		case <-t.C:
+			w.Header().Set("Retry-After", "1")
+			writeJSON(w, http.StatusServiceUnavailable, map[string]string{"error": fmt.Sprintf("busy: %d requests that read the database are running; try again", MaxHeavyRequests)})
+			return
+		case <-r.Context().Done():
+			return
+		}
+	}
 	v, aerr := fn(r, parts)
 	if aerr != nil {
 		writeJSON(w, aerr.code, map[string]string{"error": aerr.msg})
@@ -219,7 +233,7 @@ func (d *Dashboard) event(r store.Record, withHeaders bool) eventJSON {
 		Type: clipText(r.Type, 200), ContentType: clipText(r.ContentType, 200), Attempts: r.Attempts, CreatedAt: r.CreatedAt.UTC()}
 	e.LastError = clipText(r.LastError, n)
 	e.LastErrorCut = len(e.LastError) < len(r.LastError)
-	e.Payload = preview(r.Payload, n)
+	e.Payload = preview(r.Payload, r.PayloadSize, n)
 	if withHeaders && len(r.Headers) > 0 {
 		e.Headers = make(map[string]string, len(r.Headers))
 		for k, v := range r.Headers {
@@ -231,17 +245,29 @@ func (d *Dashboard) event(r store.Record, withHeaders bool) eventJSON {
 
 // preview shows at most n bytes of a payload: as text when it is UTF-8
 // (cut at a rune boundary), else as hex of its first n/2 bytes.
-func preview(p []byte, n int) payloadJSON {
-	out := payloadJSON{Size: len(p), Encoding: "text"}
+func preview(p []byte, size, n int) payloadJSON {
+	size = max(size, len(p))
+	if size > len(p) {
+		// a prefix (store.ListDead): it may end inside a character
+		for cut := len(p) - 1; cut >= 0 && cut >= len(p)-utf8.UTFMax; cut-- {
+			if utf8.RuneStart(p[cut]) {
+				if !utf8.FullRune(p[cut:]) {
+					p = p[:cut]
+				}
+				break
+			}
+		}
+	}
+	out := payloadJSON{Size: size, Encoding: "text"}
 	if utf8.Valid(p) {
 		out.Preview = clipText(string(p), n)
-		out.Truncated = len(out.Preview) < len(p)
+		out.Truncated = len(out.Preview) < size
 		return out
 	}
 	out.Encoding = "hex"
 	m := min(len(p), max(n/2, 1))
 	out.Preview = hex.EncodeToString(p[:m])
-	out.Truncated = m < len(p)
+	out.Truncated = m < size
 	return out
 }
 
@@ -316,23 +342,25 @@ func (d *Dashboard) deadOne(r *http.Request, parts []string) (any, *apiError) {
 	if aerr != nil {
 		return nil, aerr
 	}
-	rec, err := d.cfg.Store.Get(r.Context(), id)
-	if err != nil {
-		return nil, storeErr(fmt.Sprintf("event %d", id), err)
+	rec, aerr := d.mustBeDead(r, id)
+	if aerr != nil {
+		return nil, aerr
 	}
 	return d.event(rec, true), nil
 }
 
-// mustBeDead returns the event, or why an action cannot apply to it.
+// mustBeDead returns the DEAD event id with the first store.PreviewBytes
+// of its payload (a DEAD event is often one too large for the broker: a
+// request reads a preview, never the whole), or why it cannot.
 func (d *Dashboard) mustBeDead(r *http.Request, id int64) (store.Record, *apiError) {
-	rec, err := d.cfg.Store.Get(r.Context(), id)
+	recs, err := d.cfg.Store.ListDead(r.Context(), store.DeadQuery{IDs: []int64{id}, Limit: 1})
 	if err != nil {
-		return rec, storeErr(fmt.Sprintf("event %d", id), err)
+		return store.Record{}, storeErr(fmt.Sprintf("event %d", id), err)
 	}
-	if rec.Status != outbox.StatusDead {
-		return rec, &apiError{http.StatusConflict, fmt.Sprintf("event %d is %s, not DEAD (already retried or delivered?)", id, rec.Status)}
+	if len(recs) == 0 {
+		return store.Record{}, &apiError{http.StatusNotFound, fmt.Sprintf("no such event among the DEAD ones: event %d was retried, skipped or delivered, or never existed", id)}
 	}
-	return rec, nil
+	return recs[0], nil
 }
 
 func (d *Dashboard) retry(r *http.Request, parts []string) (any, *apiError) {
@@ -366,6 +394,18 @@ func (d *Dashboard) skip(r *http.Request, parts []string) (any, *apiError) {
 	rec, aerr := d.mustBeDead(r, id)
 	if aerr != nil {
 		return nil, aerr
+	}
+	// The answer carries the payload whole, the operator's copy of what
+	// is deleted: read it, within bounds.
+	if rec.PayloadSize > MaxSkipPayload {
+		return nil, &apiError{http.StatusConflict, fmt.Sprintf("event %d's payload is %d bytes, more than skip returns (%d): save it first (outbox dead show %d --raw > payload.bin), then purge it (outbox dead purge --older-than 0s --key KEY, or --topic)", id, rec.PayloadSize, MaxSkipPayload, id)}
+	}
+	if rec.PayloadSize > len(rec.Payload) {
+		whole, err := d.cfg.Store.Get(r.Context(), id)
+		if err != nil {
+			return nil, storeErr(fmt.Sprintf("event %d", id), err)
+		}
+		rec.Payload = whole.Payload
 	}
 	n, err := d.cfg.Store.Purge(r.Context(), store.PurgeRequest{Status: outbox.StatusDead, IDs: []int64{id}})
 	if err != nil {

@@ -45,7 +45,8 @@ type Config struct {
 	// hour at 2s).
 	History int
 	// PreviewBytes caps each payload preview (and each last error);
-	// default 1024.
+	// default 1024, at most store.PreviewBytes (what the store reads of a
+	// DEAD event's payload).
 	PreviewBytes int
 	// Logger receives one line per action taken; default slog.Default().
 	Logger *slog.Logger
@@ -65,7 +66,18 @@ const (
 	DefaultPreviewBytes = 1024
 	// MaxPageSize is the most dead events one /api/dead request returns.
 	MaxPageSize = 200
+	// MaxSkipPayload is the largest payload skip's answer carries whole
+	// (base64); a larger one is left out, with how to save it first.
+	MaxSkipPayload = 1 << 20
+	// MaxHeavyRequests is how many API requests that read the database
+	// (dead lists, events, actions) run at once; others wait for a
+	// place, and get 503 after heavyWait.
+	MaxHeavyRequests = 4
 )
+
+// heavyWait is how long an API request waits for a place among
+// MaxHeavyRequests.
+const heavyWait = 5 * time.Second
 
 // WithDefaults returns c with its zero values replaced by the defaults.
 func (c Config) WithDefaults() Config {
@@ -93,6 +105,8 @@ func (c Config) validate() error {
 		return errors.New("dashboard: Config.Store is required")
 	case c.SampleEvery < 0 || c.History < 0 || c.PreviewBytes < 0:
 		return errors.New("dashboard: SampleEvery, History and PreviewBytes must not be negative (0 means the default)")
+	case c.PreviewBytes > store.PreviewBytes:
+		return fmt.Errorf("dashboard: PreviewBytes %d is above %d, what a store reads of a payload for a list", c.PreviewBytes, store.PreviewBytes)
 	case c.SampleEvery < 10*time.Millisecond:
 		return fmt.Errorf("dashboard: SampleEvery %s is below 10ms", c.SampleEvery)
 	case c.History < 2:
@@ -113,6 +127,7 @@ type Dashboard struct {
 	stop      context.CancelFunc
 	done      chan struct{}
 	closeOnce sync.Once
+	heavy     chan struct{} // places of MaxHeavyRequests
 }
 
 var _ http.Handler = (*Dashboard)(nil)
@@ -124,7 +139,7 @@ func New(c Config) (*Dashboard, error) {
 	if err := c.validate(); err != nil {
 		return nil, err
 	}
-	d := &Dashboard{cfg: c, done: make(chan struct{})}
+	d := &Dashboard{cfg: c, done: make(chan struct{}), heavy: make(chan struct{}, MaxHeavyRequests)}
 	if c.Token != "" {
 		d.tokenHash = sha256.Sum256([]byte(c.Token))
 	}

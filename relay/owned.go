@@ -116,6 +116,11 @@ func poke(w chan struct{}) {
 // start and takes what it would have (see ownership.claim).
 var errClaimQueued = errors.New("relay: a claim is queued already")
 
+// errClaimPaused: the claim was not made, because a failed one paused
+// claims (see ownership.pausedTill). Not a success either: the store's
+// failure stands, so /readyz reports it once it lasts past the grace.
+var errClaimPaused = errors.New("relay: claims paused after a failed claim")
+
 func newOwnership(r *Relay, st driver.Driver) *ownership {
 	return &ownership{r: r, st: st, busy: map[int]int{}, keys: map[string]*keyState{}, kick: make(chan struct{}, 1)}
 }
@@ -146,7 +151,7 @@ func (o *ownership) claim(ctx context.Context, lease driver.Lease) (*batch, driv
 	}
 	defer o.claimMu.Unlock()
 	if time.Now().Before(o.pausedTill) {
-		return nil, driver.Claim{Lease: lease}, nil
+		return nil, driver.Claim{Lease: lease}, errClaimPaused
 	}
 	o.mu.Lock()
 	if len(o.held) == 0 {

@@ -170,9 +170,10 @@ func (r *Relay) work(ctx context.Context) {
 		}
 		var wait time.Duration
 		switch {
-		case err == errClaimQueued:
+		case err == errClaimQueued || err == errClaimPaused:
 			// Not a round: the claim waiting to start takes what this
-			// one would have. Neither a failure nor an empty round; a
+			// one would have, or claims wait for a failed one's lease
+			// to run out. Neither a failure nor an empty round; a
 			// wake-up or the poll brings this worker back.
 			wait, err = r.cfg.PollInterval, nil
 		case err != nil:
@@ -238,7 +239,7 @@ func (r *Relay) round(ctx context.Context, settling *chan struct{}) (int, error)
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), max(r.cfg.LeaseFor/2, 5*time.Second))
 	defer cancel()
 	b, claim, err := r.own.claim(cctx, lease)
-	if err == errClaimQueued {
+	if err == errClaimQueued || err == errClaimPaused {
 		return 0, err // not a claim: no hooks, no health change
 	}
 	for _, h := range r.hooks.claim {

@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"math"
 	"time"
 )
 
@@ -24,4 +25,18 @@ type Backlog struct {
 // cost.
 type BacklogReader interface {
 	Backlog(ctx context.Context) (Backlog, error)
+}
+
+// AgeOf turns an age in seconds, as a database computes it, into a
+// Duration, capped at the largest one: a row a producer dated in year 1
+// is older than a Duration can say, and a conversion past the range would
+// wrap to a negative age.
+func AgeOf(seconds float64) time.Duration {
+	switch {
+	case seconds != seconds || seconds <= 0: // NaN or none
+		return 0
+	case seconds >= float64(math.MaxInt64)/float64(time.Second):
+		return time.Duration(math.MaxInt64)
+	}
+	return time.Duration(seconds * float64(time.Second))
 }

@@ -20,8 +20,15 @@
 // (headers that are not a JSON object of strings, an empty topic or
 // event_type, control characters, a negative schema_version) never stalls
 // delivery: the claim that takes it marks it DEAD with a one-line reason,
-// so it shows in ListDead and Stats and holds only its own key. The stores
-// refuse at INSERT the rules they can check cheaply.
+// so it shows in ListDead and Stats and holds only its own key. So does a
+// value the database accepts that no time or integer of the relay's holds
+// ('infinity', SQLite text in an INTEGER column), with the column named;
+// a row due at no time, or a year or more ahead, is counted in
+// Stats.HeldForGood. The stores refuse at INSERT the rules they can check
+// cheaply.
+//
+// Reads cost what they show: ListDead returns a payload's first
+// PreviewBytes and its size; Get the whole; CopyPayload streams it.
 //
 // # Order and dead letters
 //

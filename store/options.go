@@ -12,7 +12,8 @@ type Options struct {
 	// Table is the outbox table's name; default "outbox". The archive of
 	// sent events is Table+"_archive", the migration bookkeeping
 	// Table+"_migrations", and PostgreSQL's claims Table+"_claims".
-	// Validated against ^[a-z_][a-z0-9_]{0,62}$.
+	// Lower-case letters, digits and _, not starting with a digit, at
+	// most MaxTableName characters.
 	Table string
 	// Schema is the PostgreSQL schema or MySQL database holding the table;
 	// default: the connection's current one. Ignored by SQLite.
@@ -69,8 +70,8 @@ func (o Options) Validate() error {
 	if err := ValidateName("table", o.Table); err != nil {
 		return err
 	}
-	if len(o.Table) > 50 {
-		return fmt.Errorf("%w: table %q: keep it to 50 characters so the derived names (%s_archive, %s_migrations) fit", ErrInvalidName, o.Table, o.Table, o.Table)
+	if len(o.Table) > MaxTableName {
+		return fmt.Errorf("%w: table %q: keep it to %d characters so the derived names (%s_archive, %s_migrations) fit in 63", ErrInvalidName, o.Table, MaxTableName, o.Table, o.Table)
 	}
 	if o.Schema != "" {
 		if err := ValidateName("schema", o.Schema); err != nil {

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"math"
 	"regexp"
 	"time"
 
@@ -48,7 +49,8 @@ type Store interface {
 
 	// Get returns one event by id, from the outbox or the archive.
 	Get(ctx context.Context, id int64) (Record, error)
-	// ListDead lists DEAD events in id order.
+	// ListDead lists DEAD events in id order, each with the first
+	// PreviewBytes of its payload (Record.PayloadSize is its length).
 	ListDead(ctx context.Context, q DeadQuery) ([]Record, error)
 	// RequeueDead turns matching DEAD events back into NEW with attempts 0.
 	RequeueDead(ctx context.Context, q DeadQuery) (int64, error)
@@ -74,6 +76,9 @@ type Execer interface {
 // Record is an event with its bookkeeping, for operators.
 type Record struct {
 	outbox.Event
+	// PayloadSize is the payload's length in bytes; Payload holds all of
+	// it (Get) or its first PreviewBytes (ListDead).
+	PayloadSize   int
 	Status        outbox.Status
 	LastError     string
 	NextAttemptAt time.Time
@@ -87,8 +92,17 @@ type DeadQuery struct {
 	IDs     []int64
 	Topic   string
 	Key     string
-	AfterID int64 // ListDead paging: ids greater than this
+	AfterID int64 // ListDead paging: ids greater than this (0: from the lowest, negative ids included)
 	Limit   int   // ListDead: default 100
+}
+
+// After is the id ListDead lists above: AfterID, or the lowest id when it
+// is 0 (a plain-SQL producer may give an event a negative id).
+func (q DeadQuery) After() int64 {
+	if q.AfterID == 0 {
+		return math.MinInt64
+	}
+	return q.AfterID
 }
 
 // PurgeRequest says what to delete.
@@ -130,6 +144,11 @@ type Stats struct {
 	Retrying      int64 // NEW with attempts > 0
 	ExpiredLeases int64 // SENDING whose lease ran out (a relay died or stalled), or that has none (lease_until NULL: a plain-SQL row)
 	BlockedKeys   int64 // keys held by a DEAD event
+	// HeldForGood counts the NEW events whose next_attempt_at lies a
+	// year or more ahead, or holds no time at all (a plain-SQL
+	// producer's 'infinity', year 9999, or text in SQLite): each holds
+	// its key, most likely for good, until the row is fixed with SQL.
+	HeldForGood int64
 	// OldestPending is the age of the oldest NEW or SENDING event; 0 if none.
 	OldestPending time.Duration
 }
@@ -139,7 +158,13 @@ func (s Stats) Pending() int64 { return s.New + s.Sending }
 
 var identRE = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,62}$`)
 
-// ValidateName checks a table or schema name against ^[a-z_][a-z0-9_]{0,62}$.
+// MaxTableName is the longest outbox table name: the names derived from
+// it (Table+"_migrations", the longest) must fit in 63 characters,
+// PostgreSQL's and MySQL's limit.
+const MaxTableName = 50
+
+// ValidateName checks a table or schema name against ^[a-z_][a-z0-9_]{0,62}$
+// (Options.Validate also keeps a table name to MaxTableName).
 func ValidateName(kind, name string) error {
 	if !identRE.MatchString(name) {
 		return fmt.Errorf("%w: %s %q: use lower-case letters, digits and _ (at most 63, not starting with a digit)", ErrInvalidName, kind, name)

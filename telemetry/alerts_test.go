@@ -34,7 +34,7 @@ var futureMetrics = map[string]string{
 // series of the histograms among them.
 func exportedMetrics(t *testing.T) map[string]bool {
 	t.Helper()
-	m := telemetry.NewMetrics()
+	m := telemetry.NewMetrics(telemetry.MetricsConfig{})
 	ch := make(chan *prometheus.Desc, 64)
 	go func() {
 		m.Describe(ch)

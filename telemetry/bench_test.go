@@ -236,7 +236,7 @@ func drainOnce(b *testing.B, st driver.Store, variant string, n int) (rate, cpuP
 	var reg *prometheus.Registry
 	th := &timed{}
 	if hooksOn {
-		th.m = telemetry.NewMetrics()
+		th.m = telemetry.NewMetrics(telemetry.MetricsConfig{})
 		th.t = telemetry.NewTracing(telemetry.TracingConfig{TracerProvider: tp, System: "nats", PerEvent: strings.HasSuffix(variant, "-event")})
 		hooks = append(hooks, th)
 		reg = prometheus.NewRegistry()
@@ -414,7 +414,7 @@ func BenchmarkDashboardAndScrapeCPU(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer br.Close(context.Background())
-	metrics := telemetry.NewMetrics()
+	metrics := telemetry.NewMetrics(telemetry.MetricsConfig{})
 	r, err := relay.New(st, br, relay.Config{BatchSize: 1000, Hooks: []relay.Hook{metrics}, Logger: quiet(), PollInterval: 20 * time.Millisecond})
 	if err != nil {
 		b.Fatal(err)

@@ -3,10 +3,14 @@
 // snapshot, so the engine itself knows nothing of Prometheus.
 //
 // Metrics (all prefixed outbox_; no payloads, ids or keys in labels; topic
-// is a label, so keep topics a bounded set):
+// is a label for the first MetricsConfig.MaxTopics distinct topics, default
+// 100, and "other" for the events of any later one, so producers' data
+// cannot grow the series without bound; the other labels take fixed
+// values):
 //
 //	outbox_events_published_total{topic}          counter   events the broker confirmed
 //	outbox_publish_failures_total{topic,kind}     counter   per event; kind = transient, permanent, unavailable
+//	outbox_metrics_topics_overflow_total          counter   events counted under topic="other"
 //	outbox_events_settled_total{outcome}          counter   delivered, retried, dead, released (given back untried)
 //	outbox_delivery_latency_seconds               histogram commit (database clock) → broker confirmation (relay clock)
 //	outbox_publish_duration_seconds               histogram one publish call

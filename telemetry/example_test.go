@@ -34,7 +34,7 @@ func ExampleHandler() {
 	_ = st.Migrate(ctx)
 	br, _ := membroker.New(membroker.Config{}) // natsbroker.Dial(…) in production
 
-	metrics := telemetry.NewMetrics()
+	metrics := telemetry.NewMetrics(telemetry.MetricsConfig{})
 	r, _ := relay.New(st, br, relay.Config{Hooks: []relay.Hook{metrics}})
 	state := telemetry.NewState(r, st)
 	reg := prometheus.NewRegistry()

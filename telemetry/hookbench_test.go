@@ -78,7 +78,7 @@ func BenchmarkMetricsHook(b *testing.B) {
 		events[i] = outbox.Event{ID: int64(i), Message: outbox.Message{Topic: "orders", Type: "OrderPaid"}, CreatedAt: time.Now()}
 	}
 	results := make([]broker.Result, len(events))
-	m := telemetry.NewMetrics()
+	m := telemetry.NewMetrics(telemetry.MetricsConfig{})
 	ctx := context.Background()
 	b.ReportAllocs()
 	b.ResetTimer()

@@ -2,6 +2,7 @@ package telemetry
 
 import (
 	"context"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -20,6 +21,38 @@ type Metrics struct {
 	batch     prometheus.Histogram
 	claimErrs prometheus.Counter
 	leaseLost prometheus.Counter
+	overflow  prometheus.Counter
+
+	// topics are the topic label values given out, at most maxTopics;
+	// the events of any other topic are counted under OtherTopic.
+	maxTopics int
+	tmu       sync.RWMutex
+	topics    map[string]struct{}
+}
+
+// MetricsConfig configures NewMetrics.
+type MetricsConfig struct {
+	// MaxTopics is how many distinct topics become values of the topic
+	// label; the events of later ones are counted under OtherTopic (and
+	// in outbox_metrics_topics_overflow_total), so a producer writing an
+	// id into its topics cannot grow the relay's series without bound.
+	// Default (0 or less) DefaultMaxTopics.
+	MaxTopics int
+}
+
+// DefaultMaxTopics is MetricsConfig.MaxTopics's default.
+const DefaultMaxTopics = 100
+
+// OtherTopic is the topic label value of the events whose topic came
+// after MetricsConfig.MaxTopics others.
+const OtherTopic = "other"
+
+// WithDefaults returns c with its zero values replaced by the defaults.
+func (c MetricsConfig) WithDefaults() MetricsConfig {
+	if c.MaxTopics <= 0 {
+		c.MaxTopics = DefaultMaxTopics
+	}
+	return c
 }
 
 var (
@@ -30,8 +63,13 @@ var (
 )
 
 // NewMetrics returns the relay's counters and histograms, unregistered.
-func NewMetrics() *Metrics {
+func NewMetrics(c MetricsConfig) *Metrics {
+	c = c.WithDefaults()
 	return &Metrics{
+		maxTopics: c.MaxTopics,
+		topics:    make(map[string]struct{}, c.MaxTopics),
+		overflow: prometheus.NewCounter(prometheus.CounterOpts{Name: "outbox_metrics_topics_overflow_total",
+			Help: "Events counted under topic=\"other\": their topic came after MetricsConfig.MaxTopics (--metrics-max-topics) others."}),
 		published: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "outbox_events_published_total", Help: "Events the broker confirmed."}, []string{"topic"}),
 		failed:    prometheus.NewCounterVec(prometheus.CounterOpts{Name: "outbox_publish_failures_total", Help: "Events the broker did not confirm, by kind: transient (retried), permanent (DEAD), unavailable (given back, no attempt counted)."}, []string{"topic", "kind"}),
 		settled:   prometheus.NewCounterVec(prometheus.CounterOpts{Name: "outbox_events_settled_total", Help: "Outcomes written back to the store: delivered, retried, dead, released."}, []string{"outcome"}),
@@ -47,7 +85,7 @@ func NewMetrics() *Metrics {
 }
 
 func (m *Metrics) collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.published, m.failed, m.settled, m.latency, m.publish, m.batch, m.claimErrs, m.leaseLost}
+	return []prometheus.Collector{m.published, m.failed, m.settled, m.latency, m.publish, m.batch, m.claimErrs, m.leaseLost, m.overflow}
 }
 
 // Describe implements prometheus.Collector.
@@ -81,7 +119,7 @@ func (m *Metrics) OnPublishEnd(_ context.Context, p relay.PublishInfo) {
 	runTopic, run := "", 0
 	flush := func() {
 		if run > 0 {
-			m.published.WithLabelValues(runTopic).Add(float64(run))
+			m.published.WithLabelValues(m.topic(runTopic, run)).Add(float64(run))
 		}
 	}
 	for i := range p.Events {
@@ -90,7 +128,7 @@ func (m *Metrics) OnPublishEnd(_ context.Context, p relay.PublishInfo) {
 			break
 		}
 		if err := p.Results[i].Err; err != nil {
-			m.failed.WithLabelValues(e.Topic, errorKind(err)).Inc()
+			m.failed.WithLabelValues(m.topic(e.Topic, 1), errorKind(err)).Inc()
 			continue
 		}
 		if e.Topic != runTopic || run == 0 {
@@ -115,4 +153,29 @@ func (m *Metrics) OnSettle(_ context.Context, r relay.BatchReport) {
 	if r.LeaseLost {
 		m.leaseLost.Inc()
 	}
+}
+
+// topic is the label value of topic for n events: the topic itself while
+// it is among the first maxTopics seen, else OtherTopic (counted).
+func (m *Metrics) topic(topic string, n int) string {
+	m.tmu.RLock()
+	_, ok := m.topics[topic]
+	full := len(m.topics) >= m.maxTopics
+	m.tmu.RUnlock()
+	if ok {
+		return topic
+	}
+	if !full {
+		m.tmu.Lock()
+		if len(m.topics) < m.maxTopics {
+			m.topics[topic] = struct{}{}
+			ok = true
+		}
+		m.tmu.Unlock()
+		if ok {
+			return topic
+		}
+	}
+	m.overflow.Add(float64(n))
+	return OtherTopic
 }

@@ -42,7 +42,7 @@ func start(t *testing.T, kind string, stallAfter, grace time.Duration) wired {
 	if err != nil {
 		t.Fatal(err)
 	}
-	metrics := telemetry.NewMetrics()
+	metrics := telemetry.NewMetrics(telemetry.MetricsConfig{})
 	r, err := relay.New(st, mb, relay.Config{
 		Hooks: []relay.Hook{metrics}, PollInterval: 20 * time.Millisecond, LeaseFor: 2 * time.Second,
 		BackoffBase: 10 * time.Millisecond, BackoffMax: 50 * time.Millisecond, DrainTimeout: time.Second,
@@ -190,7 +190,7 @@ func TestMetricsSurviveAStoreOutage(t *testing.T) {
 	}
 	reg := prometheus.NewRegistry()
 	state := telemetry.NewState(r, st)
-	reg.MustRegister(telemetry.NewMetrics(), state)
+	reg.MustRegister(telemetry.NewMetrics(telemetry.MetricsConfig{}), state)
 	h, err := telemetry.Handler(telemetry.HandlerConfig{Gatherer: reg, State: state})
 	if err != nil {
 		t.Fatal(err)
@@ -211,7 +211,7 @@ func TestMetricsSurviveAStoreOutage(t *testing.T) {
 // serves the gauges it can, and turns ready once the relay is attached.
 func TestReadyzWhileStarting(t *testing.T) {
 	state := telemetry.NewState(nil, nil)
-	metrics := telemetry.NewMetrics()
+	metrics := telemetry.NewMetrics(telemetry.MetricsConfig{})
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(metrics, state)
 	h, err := telemetry.Handler(telemetry.HandlerConfig{Gatherer: reg, State: state})
@@ -292,7 +292,7 @@ func TestReadyGaugeFollowsReadyz(t *testing.T) {
 // topics, a failure in a run and a missing result still count each event
 // under its own topic.
 func TestMetricsCountPublishedByTopic(t *testing.T) {
-	m := telemetry.NewMetrics()
+	m := telemetry.NewMetrics(telemetry.MetricsConfig{})
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(m)
 	var events []outbox.Event

@@ -28,10 +28,12 @@ func BadRow(format string, args ...any) error {
 
 // CheckRow checks what the table contract asks of a stored event beyond its
 // column types, by the rules Enqueue applies: a non-empty topic and
-// event_type; topic, event_key and event_type valid UTF-8 without control
-// characters (U+0000–U+001F, U+007F–U+009F) or noncharacters, which
-// CloudEvents excludes from its strings; and schema_version ≥ 0. Headers are
-// checked by DecodeHeaders. The error wraps ErrBadRow and says what to fix.
+// event_type; topic, event_key, event_type, aggregate_type, content_type
+// and event_id valid UTF-8 without control characters (U+0000–U+001F,
+// U+007F–U+009F) or noncharacters, which CloudEvents excludes from its
+// strings (and a transport's headers cannot carry); and
+// schema_version ≥ 0. Headers are checked by DecodeHeaders. The error
+// wraps ErrBadRow and says what to fix.
 func CheckRow(e *outbox.Event) error {
 	if e.Topic == "" {
 		return BadRow("topic is empty: set it to the destination (NATS subject, Kafka topic, …)")
@@ -39,7 +41,8 @@ func CheckRow(e *outbox.Event) error {
 	if e.Type == "" {
 		return BadRow("event_type is empty: set it to what happened, such as 'OrderPaid' (CloudEvents requires a type, and consumers route on it)")
 	}
-	for _, f := range [...]struct{ column, value string }{{"topic", e.Topic}, {"event_key", e.Key}, {"event_type", e.Type}} {
+	for _, f := range [...]struct{ column, value string }{{"topic", e.Topic}, {"event_key", e.Key}, {"event_type", e.Type},
+		{"aggregate_type", e.AggregateType}, {"content_type", e.ContentType}, {"event_id", e.EventID}} {
 		if err := checkText(f.column, f.value); err != nil {
 			return err
 		}
@@ -143,8 +146,10 @@ func screen(ctx context.Context, lease Lease, events []outbox.Event, bad map[int
 // whose values are strings ('{}' or empty: no headers). Anything else (an
 // array, a string, null, a number as a value, text that is not JSON) is an
 // error wrapping ErrBadRow that names what was found, and so is text that
-// is not valid UTF-8. A name given twice keeps its last value, as
-// PostgreSQL's jsonb keeps it at INSERT.
+// is not valid UTF-8 and a name or value Enqueue refuses (a name that is
+// not an HTTP token, a value with a control character: a transport would
+// refuse it, or carry it as another header). A name given twice keeps its
+// last value, as PostgreSQL's jsonb keeps it at INSERT.
 func DecodeHeaders(s []byte) (map[string]string, error) {
 	if len(s) == 0 || string(s) == "{}" {
 		return nil, nil
@@ -167,6 +172,12 @@ func DecodeHeaders(s []byte) (map[string]string, error) {
 		var str string
 		if len(v) == 0 || v[0] != '"' || json.Unmarshal(v, &str) != nil { // Unmarshal takes null for a string
 			return nil, BadRow("headers column is not a JSON object of strings: header %q is %s; quote the value (\"%s\")", k, describeJSON(v), strings.ReplaceAll(clip(string(v)), `"`, `\"`))
+		}
+		if why := eventrule.CheckHeaderName(k); why != "" {
+			return nil, BadRow("headers column: header %q: %s", clip(k), why)
+		}
+		if why := eventrule.CheckHeaderValue(str); why != "" {
+			return nil, BadRow("headers column: header %q: %s", clip(k), why)
 		}
 		out[k] = str
 	}

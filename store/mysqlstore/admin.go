@@ -5,6 +5,8 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -13,13 +15,25 @@ import (
 	"github.com/outbox-go/outbox/store/driver"
 )
 
+// recordSizeCols are recordCols and the payload's length, as scanRecord
+// reads them; previewCols the same with the payload's first
+// store.PreviewBytes only.
+var (
+	recordSizeCols = append(recordCols[:len(recordCols):len(recordCols)], "LENGTH(%spayload)")
+	previewCols    = func() []string {
+		out := slices.Clone(recordSizeCols)
+		out[slices.Index(out, "payload")] = "SUBSTRING(%spayload, 1, " + strconv.Itoa(store.PreviewBytes) + ")"
+		return out
+	}()
+)
+
 func scanRecord(row scanner, extra ...any) (store.Record, error) {
 	var r store.Record
 	var status string
 	var next, until, sent sql.NullString
 	// A row whose headers break the contract is still shown (its
 	// last_error says why once a claim buried it), without headers.
-	if _, err := scanEvent(row, &r.Event, append([]any{&status, &r.LastError, &next, &r.LeaseOwner, &until, &sent}, extra...)...); err != nil {
+	if _, err := scanEvent(row, &r.Event, append([]any{&status, &r.LastError, &next, &r.LeaseOwner, &until, &sent, &r.PayloadSize}, extra...)...); err != nil {
 		return r, err
 	}
 	r.Status = outbox.Status(status)
@@ -38,8 +52,8 @@ func scanRecord(row scanner, extra ...any) (store.Record, error) {
 // outbox first: during an Ack with KeepSent a row is briefly in both).
 func (s *Store) Get(ctx context.Context, id int64) (store.Record, error) {
 	var src int
-	r, err := scanRecord(s.db.QueryRowContext(ctx, "(SELECT "+cols(recordCols, "")+", 0 AS src FROM "+s.table+" WHERE id = ?) UNION ALL "+
-		"(SELECT "+cols(recordCols, "")+", 1 FROM "+s.archive+" WHERE id = ?) ORDER BY src LIMIT 1", id, id), &src)
+	r, err := scanRecord(s.db.QueryRowContext(ctx, "(SELECT "+cols(recordSizeCols, "")+", 0 AS src FROM "+s.table+" WHERE id = ?) UNION ALL "+
+		"(SELECT "+cols(recordSizeCols, "")+", 1 FROM "+s.archive+" WHERE id = ?) ORDER BY src LIMIT 1", id, id), &src)
 	if errors.Is(err, sql.ErrNoRows) {
 		return r, fmt.Errorf("mysqlstore: event %d: %w", id, store.ErrNotFound)
 	}
@@ -65,13 +79,29 @@ func deadFilter(q store.DeadQuery) (string, []any) {
 	return where, args
 }
 
+var _ store.PayloadReader = (*Store)(nil)
+
+// ReadPayload returns n bytes of event id's payload from offset on.
+func (s *Store) ReadPayload(ctx context.Context, id int64, offset, n int) ([]byte, error) {
+	b := []byte{}
+	err := s.db.QueryRowContext(ctx, "(SELECT SUBSTRING(payload, ?, ?), 0 AS src FROM "+s.table+" WHERE id = ?) UNION ALL (SELECT SUBSTRING(payload, ?, ?), 1 FROM "+s.archive+" WHERE id = ?) ORDER BY src LIMIT 1",
+		offset+1, n, id, offset+1, n, id).Scan(&b, new(int))
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, fmt.Errorf("mysqlstore: event %d: %w", id, store.ErrNotFound)
+	}
+	if b == nil {
+		b = []byte{}
+	}
+	return b, wrap("read payload", err)
+}
+
 // ListDead lists DEAD events in id order.
 func (s *Store) ListDead(ctx context.Context, q store.DeadQuery) ([]store.Record, error) {
 	if q.Limit <= 0 {
 		q.Limit = driver.DefaultLimit
 	}
 	where, args := deadFilter(q)
-	rows, err := s.db.QueryContext(ctx, "SELECT "+cols(recordCols, "")+" FROM "+s.table+where+" AND id > ? ORDER BY id LIMIT ?", append(args, q.AfterID, q.Limit)...)
+	rows, err := s.db.QueryContext(ctx, "SELECT "+cols(previewCols, "")+" FROM "+s.table+where+" AND id > ? ORDER BY id LIMIT ?", append(args, q.After(), q.Limit)...)
 	if err != nil {
 		return nil, wrap("list dead", err)
 	}
@@ -171,9 +201,10 @@ func (s *Store) Stats(ctx context.Context) (store.Stats, error) {
 	COALESCE(SUM(CASE WHEN status = 'NEW' AND attempts > 0 THEN 1 ELSE 0 END), 0),
 	COALESCE(SUM(CASE WHEN status = 'SENDING' AND `+leaseExpired("")+` THEN 1 ELSE 0 END), 0),
 	COUNT(DISTINCT CASE WHEN status = 'DEAD' AND event_key <> '' THEN event_key END),
+	COALESCE(SUM(CASE WHEN status = 'NEW' AND next_attempt_at >= NOW(6) + INTERVAL 1 YEAR THEN 1 ELSE 0 END), 0),
 	MIN(CASE WHEN status <> 'DEAD' THEN UNIX_TIMESTAMP(created_at) END),
 	`+dbNow+`
-FROM `+s.table).Scan(&st.New, &st.Sending, &st.Dead, &st.Retrying, &st.ExpiredLeases, &st.BlockedKeys, &oldest, &now)
+FROM `+s.table).Scan(&st.New, &st.Sending, &st.Dead, &st.Retrying, &st.ExpiredLeases, &st.BlockedKeys, &st.HeldForGood, &oldest, &now)
 	if err != nil {
 		return st, wrap("stats", err)
 	}

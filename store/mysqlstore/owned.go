@@ -6,6 +6,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -453,7 +454,11 @@ func (s *Store) claimOwned(ctx context.Context, req driver.ClaimParams, reads *i
 				b.WriteString(" UNION ALL ")
 			}
 			b.WriteString("(SELECT o.id, o.event_key, o.lane, " + s.heldSQL() + " FROM " + s.table + " o FORCE INDEX (" + s.laneIdx() + ") WHERE o.lane = ? AND o.id > ? AND " + dueSQL("o.") + " ORDER BY o.id LIMIT ?)")
-			args = append(args, req.HoldDeadKeys, lane, after[lane], page)
+			from, ok := after[lane]
+			if !ok {
+				from = math.MinInt64 // a plain-SQL producer may give an id below 1
+			}
+			args = append(args, req.HoldDeadKeys, lane, from, page)
 		}
 		rows, err := tx.QueryContext(ctx, b.String(), args...)
 		if err != nil {
@@ -469,7 +474,9 @@ func (s *Store) claimOwned(ctx context.Context, req driver.ClaimParams, reads *i
 			}
 			cands = append(cands, cd)
 			got[lane]++
-			after[lane] = max(after[lane], cd.id)
+			if a, ok := after[lane]; !ok || cd.id > a {
+				after[lane] = cd.id
+			}
 			need--
 		}
 		if err := rows.Err(); err != nil {

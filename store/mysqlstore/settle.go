@@ -230,7 +230,7 @@ func (s *Store) Retry(ctx context.Context, p driver.RetryParams) error {
 			r := retry[id]
 			args = append(args, id, max(r.Delay, 0).Microseconds(), driver.CleanError(r.Error))
 		}
-		return "UPDATE (" + b.String() + ") u STRAIGHT_JOIN " + s.table + " t" + byID + " ON t.id = u.id SET t.status = 'NEW', t.attempts = t.attempts + 1, t.next_attempt_at = NOW(6) + INTERVAL u.delay_us MICROSECOND, t.last_error = u.err, t.lease_owner = '', t.lease_until = NULL" +
+		return "UPDATE (" + b.String() + ") u STRAIGHT_JOIN " + s.table + " t" + byID + " ON t.id = u.id SET t.status = 'NEW', t.attempts = LEAST(t.attempts, 2147483646) + 1, t.next_attempt_at = NOW(6) + INTERVAL u.delay_us MICROSECOND, t.last_error = u.err, t.lease_owner = '', t.lease_until = NULL" +
 			" WHERE t.status = 'SENDING' AND t.lease_owner = ? AND t.lease_epoch = ? AND t.lease_until > NOW(6)", append(args, lease.Owner, lease.Epoch)
 	}, ids)
 }
@@ -266,7 +266,7 @@ func (s *Store) bury(ctx context.Context, lease driver.Lease, ids []int64, reaso
 			}
 			args = append(args, id, driver.CleanError(reason[id]))
 		}
-		return "UPDATE (" + b.String() + ") u STRAIGHT_JOIN " + s.table + " t" + byID + " ON t.id = u.id SET t.status = 'DEAD', t.attempts = t.attempts + 1, t.last_error = u.err, t.lease_owner = '', t.lease_until = NULL" +
+		return "UPDATE (" + b.String() + ") u STRAIGHT_JOIN " + s.table + " t" + byID + " ON t.id = u.id SET t.status = 'DEAD', t.attempts = LEAST(t.attempts, 2147483646) + 1, t.last_error = u.err, t.lease_owner = '', t.lease_until = NULL" +
 			" WHERE t.status = 'SENDING' AND t.lease_owner = ? AND t.lease_epoch = ? AND t.lease_until > NOW(6)", append(args, lease.Owner, lease.Epoch)
 	}, ids)
 }

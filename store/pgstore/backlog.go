@@ -2,7 +2,6 @@ package pgstore
 
 import (
 	"context"
-	"time"
 
 	"github.com/outbox-go/outbox/store"
 )
@@ -18,11 +17,11 @@ func (s *Store) Backlog(ctx context.Context) (store.Backlog, error) {
 	var age float64
 	err := s.pool.QueryRow(ctx, `SELECT
 	COALESCE((SELECT max(id) FROM `+s.table+` WHERE status = 'NEW') - (SELECT min(id) FROM `+s.table+` WHERE status = 'NEW') + 1, 0),
-	COALESCE(EXTRACT(EPOCH FROM now() - (SELECT created_at FROM `+s.table+` WHERE status = 'NEW' ORDER BY id LIMIT 1)), 0)::float8,
+	COALESCE(EXTRACT(EPOCH FROM now() - (SELECT CASE WHEN isfinite(created_at) THEN created_at END FROM `+s.table+` WHERE status = 'NEW' ORDER BY id LIMIT 1)), 0)::float8,
 	(SELECT count(*) FROM `+s.table+` WHERE status = 'DEAD')`).Scan(&b.Pending, &age, &b.Dead)
 	if err != nil {
 		return b, wrap("backlog", err)
 	}
-	b.OldestPendingAge = time.Duration(age * float64(time.Second))
+	b.OldestPendingAge = store.AgeOf(age)
 	return b, nil
 }

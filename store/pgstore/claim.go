@@ -238,7 +238,7 @@ func (s *Store) Retry(ctx context.Context, p driver.RetryParams) error {
 	for i, r := range retries {
 		ids[i], delays[i], errs[i] = r.ID, max(r.Delay, 0).Microseconds(), driver.CleanError(r.Error)
 	}
-	change := "changed AS (UPDATE " + s.table + " t SET attempts = t.attempts + 1, next_attempt_at = now() + u.delay_us * interval '1 microsecond', last_error = u.err " +
+	change := "changed AS (UPDATE " + s.table + " t SET attempts = LEAST(t.attempts, 2147483646) + 1, next_attempt_at = now() + u.delay_us * interval '1 microsecond', last_error = u.err " +
 		"FROM unnest($1::bigint[], $4::bigint[], $5::text[]) AS u(id, delay_us, err) WHERE t.id = u.id AND t.id IN (SELECT id FROM mine) AND t.status = 'NEW' RETURNING 1)"
 	return s.settle(ctx, "retry", lease, ids, true, false, change, delays, errs)
 }
@@ -251,7 +251,7 @@ func (s *Store) Bury(ctx context.Context, p driver.BuryParams) error {
 	for i, b := range burials {
 		ids[i], errs[i] = b.ID, driver.CleanError(b.Error)
 	}
-	change := "changed AS (UPDATE " + s.table + " t SET status = 'DEAD', attempts = t.attempts + 1, last_error = u.err " +
+	change := "changed AS (UPDATE " + s.table + " t SET status = 'DEAD', attempts = LEAST(t.attempts, 2147483646) + 1, last_error = u.err " +
 		"FROM unnest($1::bigint[], $4::text[]) AS u(id, err) WHERE t.id = u.id AND t.id IN (SELECT id FROM mine) AND t.status = 'NEW' RETURNING 1)"
 	return s.settle(ctx, "bury", lease, ids, true, true, change, errs)
 }

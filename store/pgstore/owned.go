@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 
 	outbox "github.com/outbox-go/outbox"
 	"github.com/outbox-go/outbox/store/driver"
@@ -350,16 +351,23 @@ func (s *Store) claimOwned(ctx context.Context, req driver.ClaimParams, explain 
 	}
 	c.Events = make([]outbox.Event, 0, n)
 	var headers []byte
+	var created pgtype.Timestamptz
 	var bad map[int64]error
 	for rows.Next() {
 		c.Events = append(c.Events, outbox.Event{})
 		e := &c.Events[len(c.Events)-1]
-		if err := rows.Scan(&e.ID, &e.EventID, &e.Topic, &e.Key, &e.Type, &e.AggregateType, &e.SchemaVersion, &e.Payload, &e.ContentType, &headers, &e.Attempts, &e.CreatedAt); err != nil {
+		if err := rows.Scan(&e.ID, &e.EventID, &e.Topic, &e.Key, &e.Type, &e.AggregateType, &e.SchemaVersion, &e.Payload, &e.ContentType, &headers, &e.Attempts, &created); err != nil {
 			rows.Close()
 			return driver.Claim{}, 0, 0, wrap("claim", err)
 		}
 		var err error
-		if e.Headers, err = driver.DecodeHeaders(headers); err != nil {
+		e.Headers, err = driver.DecodeHeaders(headers)
+		if created.InfinityModifier != pgtype.Finite {
+			// migration 10 refuses it; a row from before is buried
+			err = driver.BadRow("created_at is %s: write the time the event happened (or leave the column's default, now())", map[pgtype.InfinityModifier]string{pgtype.Infinity: "'infinity'", pgtype.NegativeInfinity: "'-infinity'"}[created.InfinityModifier])
+		}
+		e.CreatedAt = created.Time
+		if err != nil {
 			if bad == nil {
 				bad = map[int64]error{}
 			}

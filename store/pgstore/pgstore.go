@@ -13,6 +13,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	outbox "github.com/outbox-go/outbox"
@@ -532,7 +533,11 @@ func (s *Store) EnqueueTx(ctx context.Context, tx store.Execer, msgs ...outbox.M
 }
 
 const eventCols = "id, event_id::text, topic, event_key, event_type, aggregate_type, schema_version, payload, content_type, headers::text, attempts, created_at"
-const recordCols = eventCols + ", status, last_error, next_attempt_at, lease_owner, lease_until, sent_at"
+const recordCols = eventCols + ", status, last_error, next_attempt_at, lease_owner, lease_until, sent_at, octet_length(payload)"
+
+// previewCols are recordCols with the payload's first store.PreviewBytes
+// only (substring reads only the TOAST chunks it needs; octet_length none).
+var previewCols = strings.Replace(recordCols, "payload,", "substring(payload from 1 for "+strconv.Itoa(store.PreviewBytes)+"),", 1)
 
 // qualified quotes name, in the table's schema when one is set.
 func (s *Store) qualified(name string) string {
@@ -554,29 +559,34 @@ func scanRecord(row pgx.Row) (store.Record, error) {
 	var r store.Record
 	var headers []byte
 	var status string
-	var until, sent *time.Time
-	err := row.Scan(&r.ID, &r.EventID, &r.Topic, &r.Key, &r.Type, &r.AggregateType, &r.SchemaVersion, &r.Payload, &r.ContentType, &headers, &r.Attempts, &r.CreatedAt,
-		&status, &r.LastError, &r.NextAttemptAt, &r.LeaseOwner, &until, &sent)
+	// pgtype.Timestamptz takes 'infinity' too, which a table migrated
+	// before migration 10 may hold: shown as the zero time.
+	var created, next, until, sent pgtype.Timestamptz
+	err := row.Scan(&r.ID, &r.EventID, &r.Topic, &r.Key, &r.Type, &r.AggregateType, &r.SchemaVersion, &r.Payload, &r.ContentType, &headers, &r.Attempts, &created,
+		&status, &r.LastError, &next, &r.LeaseOwner, &until, &sent, &r.PayloadSize)
 	if err != nil {
 		return r, err
 	}
 	r.Status = outbox.Status(status)
-	if until != nil {
-		r.LeaseUntil = *until
-	}
-	if sent != nil {
-		r.SentAt = *sent
-	}
+	r.CreatedAt, r.NextAttemptAt, r.LeaseUntil, r.SentAt = finite(created), finite(next), finite(until), finite(sent)
 	// A row whose headers break the contract is still shown (its
 	// last_error says why once a claim buried it), without headers.
 	r.Headers, _ = driver.DecodeHeaders(headers)
 	return r, nil
 }
 
+// finite is t's time, or the zero time when it is NULL or infinite.
+func finite(t pgtype.Timestamptz) time.Time {
+	if !t.Valid || t.InfinityModifier != pgtype.Finite {
+		return time.Time{}
+	}
+	return t.Time
+}
+
 // Get returns one event from the outbox or the archive.
 func (s *Store) Get(ctx context.Context, id int64) (store.Record, error) {
 	// A claimed row's status column says NEW; its claim says SENDING.
-	r, err := scanRecord(s.pool.QueryRow(ctx, "SELECT "+prefixed(eventCols, "o.")+", CASE WHEN c.owner IS NOT NULL AND o.status = 'NEW' THEN 'SENDING' ELSE o.status END, o.last_error, o.next_attempt_at, COALESCE(c.owner, o.lease_owner), COALESCE(c.lease_until, o.lease_until), o.sent_at FROM "+s.table+
+	r, err := scanRecord(s.pool.QueryRow(ctx, "SELECT "+prefixed(eventCols, "o.")+", CASE WHEN c.owner IS NOT NULL AND o.status = 'NEW' THEN 'SENDING' ELSE o.status END, o.last_error, o.next_attempt_at, COALESCE(c.owner, o.lease_owner), COALESCE(c.lease_until, o.lease_until), o.sent_at, octet_length(o.payload) FROM "+s.table+
 		" o LEFT JOIN LATERAL (SELECT k.owner, k.lease_until FROM "+s.claimsTable()+" k WHERE o.id <@ k.ids ORDER BY k.lease_until DESC LIMIT 1) c ON true WHERE o.id = $1", id))
 	if errors.Is(err, pgx.ErrNoRows) {
 		r, err = scanRecord(s.pool.QueryRow(ctx, "SELECT "+recordCols+" FROM "+s.archive+" WHERE id = $1", id))
@@ -587,6 +597,18 @@ func (s *Store) Get(ctx context.Context, id int64) (store.Record, error) {
 	return r, wrap("get", err)
 }
 
+var _ store.PayloadReader = (*Store)(nil)
+
+// ReadPayload returns n bytes of event id's payload from offset on.
+func (s *Store) ReadPayload(ctx context.Context, id int64, offset, n int) ([]byte, error) {
+	var b []byte
+	err := s.pool.QueryRow(ctx, "(SELECT substring(payload from $2 for $3) FROM "+s.table+" WHERE id = $1) UNION ALL (SELECT substring(payload from $2 for $3) FROM "+s.archive+" WHERE id = $1) LIMIT 1", id, offset+1, n).Scan(&b)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, fmt.Errorf("pgstore: event %d: %w", id, store.ErrNotFound)
+	}
+	return b, wrap("read payload", err)
+}
+
 const deadFilter = " WHERE status = 'DEAD' AND ($1 = '' OR topic = $1) AND ($2 = '' OR event_key = $2) AND (cardinality($3::bigint[]) = 0 OR id = ANY($3))"
 
 // ListDead lists DEAD events in id order.
@@ -594,8 +616,8 @@ func (s *Store) ListDead(ctx context.Context, q store.DeadQuery) ([]store.Record
 	if q.Limit <= 0 {
 		q.Limit = driver.DefaultLimit
 	}
-	rows, err := s.pool.Query(ctx, "SELECT "+recordCols+" FROM "+s.table+deadFilter+" AND id > $4 ORDER BY id LIMIT $5",
-		q.Topic, q.Key, nonNil(q.IDs), q.AfterID, q.Limit)
+	rows, err := s.pool.Query(ctx, "SELECT "+previewCols+" FROM "+s.table+deadFilter+" AND id > $4 ORDER BY id LIMIT $5",
+		q.Topic, q.Key, nonNil(q.IDs), q.After(), q.Limit)
 	if err != nil {
 		return nil, wrap("list dead", err)
 	}
@@ -688,12 +710,13 @@ func (s *Store) Stats(ctx context.Context) (store.Stats, error) {
 	count(*) FILTER (WHERE o.status = 'NEW' AND f.id IS NULL AND o.attempts > 0),
 	count(*) FILTER (WHERE o.status = 'NEW' AND f.until <= now()),
 	count(DISTINCT o.event_key) FILTER (WHERE o.status = 'DEAD' AND o.event_key <> ''),
-	COALESCE(EXTRACT(EPOCH FROM now() - min(o.created_at) FILTER (WHERE o.status <> 'DEAD')), 0)::float8
-FROM `+s.table+` o LEFT JOIN (SELECT x AS id, max(lease_until) AS until FROM `+s.claimsTable()+`, unnest(ids) r, generate_series(lower(r), upper(r) - 1) x GROUP BY 1) f ON f.id = o.id`).Scan(&st.New, &st.Sending, &st.Dead, &st.Retrying, &st.ExpiredLeases, &st.BlockedKeys, &oldest)
+	count(*) FILTER (WHERE o.status = 'NEW' AND f.id IS NULL AND o.next_attempt_at >= now() + interval '1 year'),
+	COALESCE(EXTRACT(EPOCH FROM now() - min(o.created_at) FILTER (WHERE o.status <> 'DEAD' AND isfinite(o.created_at))), 0)::float8
+FROM `+s.table+` o LEFT JOIN (SELECT x AS id, max(lease_until) AS until FROM `+s.claimsTable()+`, unnest(ids) r, generate_series(lower(r), upper(r) - 1) x GROUP BY 1) f ON f.id = o.id`).Scan(&st.New, &st.Sending, &st.Dead, &st.Retrying, &st.ExpiredLeases, &st.BlockedKeys, &st.HeldForGood, &oldest)
 	if err != nil {
 		return st, wrap("stats", err)
 	}
-	st.OldestPending = time.Duration(oldest * float64(time.Second))
+	st.OldestPending = store.AgeOf(oldest)
 	if s.opts.KeepSent {
 		if err := s.pool.QueryRow(ctx, "SELECT count(*) FROM "+s.archive).Scan(&st.Sent); err != nil {
 			return st, wrap("stats", err)

@@ -213,6 +213,16 @@ ALTER TABLE %[5]s ADD COLUMN IF NOT EXISTS shards INTEGER[];
 		fmt.Sprintf(`
 ALTER TABLE %[1]s ADD COLUMN IF NOT EXISTS pid INTEGER;
 `, q(short+"_relays")),
+		// 10: finite times, as the domains of migration 6: PostgreSQL
+		// takes 'infinity' and '-infinity' for a timestamptz, which no
+		// time of the relay's can hold, and a producer writing one sees
+		// the error at its INSERT. Rows from before the rule are read all
+		// the same (the claim buries one with an infinite created_at; an
+		// infinite next_attempt_at holds its key, and Stats counts it in
+		// HeldForGood). Changing the columns' types rebuilds the partial
+		// index that names them, as in migration 6.
+		domain(t, "created_at", "TIMESTAMPTZ", q(short+"_created_t"), short+"_created_check", "isfinite(VALUE)") + "\n" +
+			domain(t, "next_attempt_at", "TIMESTAMPTZ", q(short+"_next_t"), short+"_next_check", "isfinite(VALUE)"),
 	}
 }
 
@@ -227,9 +237,9 @@ ALTER TABLE %[4]s ALTER COLUMN %[5]s TYPE %[1]s;
 ALTER DOMAIN %[1]s ADD CONSTRAINT %[3]s CHECK (%[6]s) NOT VALID;`, name, typ, pgx.Identifier{constraint}.Sanitize(), t, column, check)
 }
 
-// domainSuffixes name the column domains migrations 6 and 7 create, after
-// the table's name.
-var domainSuffixes = []string{"_status_t", "_topic_t", "_version_t", "_headers_t", "_type_t"}
+// domainSuffixes name the column domains migrations 6, 7 and 10 create,
+// after the table's name.
+var domainSuffixes = []string{"_status_t", "_topic_t", "_version_t", "_headers_t", "_type_t", "_created_t", "_next_t"}
 
 // DomainNames returns the names of the domains the migrations create for
 // an outbox table (in the table's schema). Dropping the table leaves them:

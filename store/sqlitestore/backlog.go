@@ -2,7 +2,6 @@ package sqlitestore
 
 import (
 	"context"
-	"time"
 
 	"github.com/outbox-go/outbox/store"
 )
@@ -14,14 +13,14 @@ var _ store.BacklogReader = (*Store)(nil)
 // rows of their partial index.
 func (s *Store) Backlog(ctx context.Context) (store.Backlog, error) {
 	var b store.Backlog
-	var ageUS int64
+	var ageUS float64 // a real when the difference leaves SQLite's integers
 	err := s.db.QueryRowContext(ctx, `SELECT
 	COALESCE((SELECT max(id) FROM `+s.table+` WHERE status IN ('NEW', 'SENDING')) - (SELECT min(id) FROM `+s.table+` WHERE status IN ('NEW', 'SENDING')) + 1, 0),
-	COALESCE(`+nowUS+` - (SELECT created_at FROM `+s.table+` WHERE status IN ('NEW', 'SENDING') ORDER BY id LIMIT 1), 0),
+	COALESCE(`+nowUS+` - (SELECT CASE WHEN typeof(created_at) = 'integer' THEN created_at END FROM `+s.table+` WHERE status IN ('NEW', 'SENDING') ORDER BY id LIMIT 1), 0),
 	(SELECT count(*) FROM `+s.table+` WHERE status = 'DEAD')`).Scan(&b.Pending, &ageUS, &b.Dead)
 	if err != nil {
 		return b, wrap("backlog", err)
 	}
-	b.OldestPendingAge = time.Duration(max(ageUS, 0)) * time.Microsecond
+	b.OldestPendingAge = store.AgeOf(ageUS / 1e6)
 	return b, nil
 }

@@ -1,11 +1,13 @@
 package sqlitestore
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"sort"
 	"strings"
 
@@ -381,7 +383,7 @@ func (s *Store) scanOwned(ctx context.Context, q func(string) (*sql.Stmt, error)
 		if err != nil {
 			return nil, nil, err
 		}
-		after, read := int64(0), 0
+		after, read := int64(math.MinInt64), 0 // a plain-SQL producer may give an id below 1
 		for len(take) < req.Limit && read < req.Limit+parkBound+4*req.Limit {
 			page := req.Limit - len(take) + 64
 			rows, err := cand.QueryContext(ctx, now, req.HoldDeadKeys, req.Lease.Owner, after, page)
@@ -450,9 +452,10 @@ RETURNING ` + eventCols + `, lease_until`
 // same, and buried under the claim's lease).
 func scanClaimed(rows *sql.Rows) (e outbox.Event, until int64, broken error, err error) {
 	var headers []byte
-	var version any // SQLite keeps what a producer wrote: text in an INTEGER column stays text
-	var created int64
-	if err = rows.Scan(&e.ID, &e.EventID, &e.Topic, &e.Key, &e.Type, &e.AggregateType, &version, &e.Payload, &e.ContentType, &headers, &e.Attempts, &created, &until); err != nil {
+	// SQLite keeps what a producer wrote: text in an INTEGER column
+	// stays text (values.go)
+	var version, attempts, created any
+	if err = rows.Scan(&e.ID, &e.EventID, &e.Topic, &e.Key, &e.Type, &e.AggregateType, &version, &e.Payload, &e.ContentType, &headers, &attempts, &created, &until); err != nil {
 		return e, 0, nil, err
 	}
 	e.SchemaVersion, broken = schemaVersion(version)
@@ -461,7 +464,13 @@ func scanClaimed(rows *sql.Rows) (e outbox.Event, until int64, broken error, err
 	} else {
 		e.Headers = h
 	}
-	e.CreatedAt = micros(created)
+	n, aerr := integer("attempts", attempts, math.MinInt64, math.MaxInt64)
+	e.Attempts = int(min(max(n, 0), math.MaxInt32))
+	us, cerr := integer("created_at", created, math.MinInt64, math.MaxInt64)
+	e.CreatedAt = micros(us)
+	if broken == nil {
+		broken = cmp.Or(aerr, cerr)
+	}
 	return e, until, broken, nil
 }
 

@@ -420,7 +420,11 @@ func (s *Store) EnqueueTx(ctx context.Context, tx store.Execer, msgs ...outbox.M
 // eventCols are read back as an outbox.Event; CAST keeps a payload that a
 // producer wrote as TEXT byte for byte.
 const eventCols = "id, event_id, topic, event_key, event_type, aggregate_type, schema_version, CAST(payload AS BLOB), content_type, headers, attempts, created_at"
-const recordCols = eventCols + ", status, last_error, next_attempt_at, lease_owner, lease_until, sent_at"
+const recordCols = eventCols + ", status, last_error, next_attempt_at, lease_owner, lease_until, sent_at, length(CAST(payload AS BLOB))"
+
+// previewCols are recordCols with the payload's first store.PreviewBytes
+// only.
+var previewCols = strings.Replace(recordCols, "CAST(payload AS BLOB),", "substr(CAST(payload AS BLOB), 1, "+strconv.Itoa(store.PreviewBytes)+"),", 1)
 
 // idsJSON encodes ids for json_each: one bound value however many ids.
 func idsJSON(ids []int64) string {
@@ -437,12 +441,9 @@ func idsJSON(ids []int64) string {
 
 func micros(us int64) time.Time { return time.UnixMicro(us) }
 
-func nullMicros(us sql.NullInt64) time.Time {
-	if !us.Valid {
-		return time.Time{}
-	}
-	return time.UnixMicro(us.Int64)
-}
+// yearUS is a year in µs: a NEW row due later than that is held for good
+// (Stats.HeldForGood).
+const yearUS = "31536000000000"
 
 // leaseExpired is the SQL of "the lease of SENDING row p ran out at now":
 // its lease_until has passed, or it has none. A relay never writes a
@@ -665,7 +666,7 @@ func (s *Store) Retry(ctx context.Context, p driver.RetryParams) error {
 	if err != nil {
 		return fmt.Errorf("sqlitestore: retry: %w", err)
 	}
-	query := "UPDATE " + s.table + " SET status = 'NEW', attempts = attempts + 1, next_attempt_at = " + nowUS + " + u.delay_us, last_error = u.err, lease_owner = '', lease_until = NULL " +
+	query := "UPDATE " + s.table + " SET status = 'NEW', attempts = min(attempts, 2147483646) + 1, next_attempt_at = " + nowUS + " + u.delay_us, last_error = u.err, lease_owner = '', lease_until = NULL " +
 		"FROM (SELECT json_extract(value, '$[0]') AS id, json_extract(value, '$[1]') AS delay_us, json_extract(value, '$[2]') AS err FROM json_each(?1)) AS u " +
 		"WHERE " + s.table + ".id = u.id" + liveLease
 	res, err := s.exec(ctx, query, string(js), lease.Owner, lease.Epoch)
@@ -689,7 +690,7 @@ func (s *Store) Bury(ctx context.Context, p driver.BuryParams) error {
 	// A buried row no longer holds its key when the relay moves on past
 	// dead keys: its key's parked rows are unparked, and the next claim
 	// parks them again if the relay holds dead keys.
-	query := "UPDATE " + s.table + " SET status = 'DEAD', attempts = attempts + 1, last_error = u.err, lease_owner = '', lease_until = NULL " +
+	query := "UPDATE " + s.table + " SET status = 'DEAD', attempts = min(attempts, 2147483646) + 1, last_error = u.err, lease_owner = '', lease_until = NULL " +
 		"FROM (SELECT json_extract(value, '$[0]') AS id, json_extract(value, '$[1]') AS err FROM json_each(?1)) AS u " +
 		"WHERE " + s.table + ".id = u.id" + liveLease + " RETURNING event_key"
 	var k keyed
@@ -720,18 +721,19 @@ func scanRecord(row scanner) (store.Record, error) {
 	var r store.Record
 	var headers []byte
 	var status string
-	var created, next int64
-	var until, sent sql.NullInt64
-	var version any
-	err := row.Scan(&r.ID, &r.EventID, &r.Topic, &r.Key, &r.Type, &r.AggregateType, &version, &r.Payload, &r.ContentType, &headers, &r.Attempts, &created,
-		&status, &r.LastError, &next, &r.LeaseOwner, &until, &sent)
+	// what a producer wrote, whatever its type (values.go): a row is
+	// shown whatever its columns hold
+	var version, attempts, created, next, until, sent any
+	err := row.Scan(&r.ID, &r.EventID, &r.Topic, &r.Key, &r.Type, &r.AggregateType, &version, &r.Payload, &r.ContentType, &headers, &attempts, &created,
+		&status, &r.LastError, &next, &r.LeaseOwner, &until, &sent, &r.PayloadSize)
 	if err != nil {
 		return r, err
 	}
 	r.SchemaVersion, _ = schemaVersion(version) // 0 when not a number: the row is still shown
+	r.Attempts = looseInt(attempts)
 	r.Status = outbox.Status(status)
-	r.CreatedAt, r.NextAttemptAt = micros(created), micros(next)
-	r.LeaseUntil, r.SentAt = nullMicros(until), nullMicros(sent)
+	r.CreatedAt, r.NextAttemptAt = looseMicros(created), looseMicros(next)
+	r.LeaseUntil, r.SentAt = looseMicros(until), looseMicros(sent)
 	// A row whose headers break the contract is still shown (its
 	// last_error says why once a claim buried it), without headers.
 	r.Headers, _ = driver.DecodeHeaders(headers)
@@ -750,6 +752,18 @@ func (s *Store) Get(ctx context.Context, id int64) (store.Record, error) {
 	return r, wrap("get", err)
 }
 
+var _ store.PayloadReader = (*Store)(nil)
+
+// ReadPayload returns n bytes of event id's payload from offset on.
+func (s *Store) ReadPayload(ctx context.Context, id int64, offset, n int) ([]byte, error) {
+	b := []byte{}
+	err := s.db.QueryRowContext(ctx, "SELECT substr(CAST(payload AS BLOB), ?2, ?3) FROM "+s.table+" WHERE id = ?1 UNION ALL SELECT substr(CAST(payload AS BLOB), ?2, ?3) FROM "+s.archive+" WHERE id = ?1 LIMIT 1", id, offset+1, n).Scan(&b)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, fmt.Errorf("sqlitestore: event %d: %w", id, store.ErrNotFound)
+	}
+	return b, wrap("read payload", err)
+}
+
 // deadFilter takes ?1 topic, ?2 key, ?3 a JSON array of ids.
 const deadFilter = " WHERE status = 'DEAD' AND (?1 = '' OR topic = ?1) AND (?2 = '' OR event_key = ?2) AND (?3 = '[]' OR id IN (SELECT value FROM json_each(?3)))"
 
@@ -758,8 +772,8 @@ func (s *Store) ListDead(ctx context.Context, q store.DeadQuery) ([]store.Record
 	if q.Limit <= 0 {
 		q.Limit = driver.DefaultLimit
 	}
-	rows, err := s.db.QueryContext(ctx, "SELECT "+recordCols+" FROM "+s.table+deadFilter+" AND id > ?4 ORDER BY id LIMIT ?5",
-		q.Topic, q.Key, idsJSON(q.IDs), q.AfterID, q.Limit)
+	rows, err := s.db.QueryContext(ctx, "SELECT "+previewCols+" FROM "+s.table+deadFilter+" AND id > ?4 ORDER BY id LIMIT ?5",
+		q.Topic, q.Key, idsJSON(q.IDs), q.After(), q.Limit)
 	if err != nil {
 		return nil, wrap("list dead", err)
 	}
@@ -844,7 +858,7 @@ func (s *Store) Purge(ctx context.Context, req store.PurgeRequest) (int64, error
 // Stats counts events by state.
 func (s *Store) Stats(ctx context.Context) (store.Stats, error) {
 	var st store.Stats
-	var oldestUS int64
+	var oldestUS float64 // a real when the difference leaves SQLite's integers
 	err := s.db.QueryRowContext(ctx, `SELECT
 	count(*) FILTER (WHERE status = 'NEW'),
 	count(*) FILTER (WHERE status = 'SENDING'),
@@ -852,12 +866,13 @@ func (s *Store) Stats(ctx context.Context) (store.Stats, error) {
 	count(*) FILTER (WHERE status = 'NEW' AND attempts > 0),
 	count(*) FILTER (WHERE status = 'SENDING' AND `+leaseExpired("", nowUS)+`),
 	count(DISTINCT event_key) FILTER (WHERE status = 'DEAD' AND event_key <> ''),
-	COALESCE(`+nowUS+` - min(created_at) FILTER (WHERE status <> 'DEAD'), 0)
-FROM `+s.table).Scan(&st.New, &st.Sending, &st.Dead, &st.Retrying, &st.ExpiredLeases, &st.BlockedKeys, &oldestUS)
+	count(*) FILTER (WHERE status = 'NEW' AND (typeof(next_attempt_at) <> 'integer' OR next_attempt_at >= `+nowUS+` + `+yearUS+`)),
+	COALESCE(`+nowUS+` - min(created_at) FILTER (WHERE status <> 'DEAD' AND typeof(created_at) = 'integer'), 0)
+FROM `+s.table).Scan(&st.New, &st.Sending, &st.Dead, &st.Retrying, &st.ExpiredLeases, &st.BlockedKeys, &st.HeldForGood, &oldestUS)
 	if err != nil {
 		return st, wrap("stats", err)
 	}
-	st.OldestPending = time.Duration(max(oldestUS, 0)) * time.Microsecond
+	st.OldestPending = store.AgeOf(oldestUS / 1e6)
 	if s.opts.KeepSent {
 		if err := s.db.QueryRowContext(ctx, "SELECT count(*) FROM "+s.archive).Scan(&st.Sent); err != nil {
 			return st, wrap("stats", err)

@@ -64,6 +64,13 @@ type Harness struct {
 	// group then checks that a claim reads O(batch) rows behind a held
 	// key with 100,000 rows; nil skips that check.
 	ClaimReads func(ctx context.Context, st driver.Store, req driver.ClaimParams) (driver.Claim, int64, error)
+	// Loosen, for a database that refuses some values of the table
+	// contract at INSERT by rules a table migrated before them lacks
+	// (PostgreSQL's domain constraints), drops those rules on fx's
+	// table: the Hostile case then inserts a refused value again, as
+	// such a table may hold it, and checks that the store survives it.
+	// nil: the refusal is the end of that value's case.
+	Loosen func(t *testing.T, fx Fixture)
 }
 
 // Dollar is the PostgreSQL placeholder: $1, $2, …
@@ -131,6 +138,12 @@ func Run(t *testing.T, h Harness) {
 	}
 	// The Owned group runs for stores that implement driver.Driver.
 	tests = append(tests, s.ownedTests(t)...)
+	tests = append(tests, struct {
+		name string
+		fn   func(*testing.T)
+	}{"Hostile", s.testHostile})
+	// Alone, before the parallel subtests: it measures allocations.
+	t.Run(h.Name+"/PreviewCost", s.testPreviewCost)
 	// The group makes Run wait for its parallel subtests, so a caller's
 	// deferred db.Close runs after them.
 	t.Run(h.Name, func(t *testing.T) {

@@ -249,8 +249,12 @@ func (f *flags) parse(e env, args []string) error {
 	f.onCommandLine = map[string]bool{}
 	f.Visit(func(fl *flag.Flag) { f.onCommandLine[fl.Name] = true })
 	if f.config != "" {
-		if err := f.applyConfig(f.config); err != nil {
+		secret, err := f.applyConfig(f.config)
+		if err != nil {
 			return err
+		}
+		if w := exposed(f.config, "--config", secret); w != "" {
+			fmt.Fprintf(e.stderr, "outbox %s: warning: %s\n", f.Name(), w)
 		}
 	}
 	if f.noStore {
@@ -268,18 +272,15 @@ func dashDash(msg string) string {
 	return msg
 }
 
-// maxTable is the longest table name store.Options accepts.
-const maxTable = 50
-
 // checkNames refuses a bad --table or --schema before anything is opened:
 // it is a typing error (exit 2), and an empty --table would otherwise fall
 // back to the default table while every message named "".
 func (f *flags) checkNames() error {
 	if err := store.ValidateName("table", f.table); err != nil {
-		return fmt.Errorf("%w: --table %q: use lower-case letters, digits and _, at most 50, not starting with a digit (default %s)", wire.ErrUsage, f.table, store.DefaultTable)
+		return fmt.Errorf("%w: --table %q: use lower-case letters, digits and _, at most %d, not starting with a digit (default %s)", wire.ErrUsage, f.table, store.MaxTableName, store.DefaultTable)
 	}
-	if len(f.table) > maxTable {
-		return fmt.Errorf("%w: --table %q is longer than %d characters: the derived names (%s_archive, %s_migrations) must fit in 63", wire.ErrUsage, f.table, maxTable, f.table, f.table)
+	if len(f.table) > store.MaxTableName {
+		return fmt.Errorf("%w: --table %q is longer than %d characters: the derived names (%s_archive, %s_migrations) must fit in 63", wire.ErrUsage, f.table, store.MaxTableName, f.table, f.table)
 	}
 	if f.schema != "" {
 		if err := store.ValidateName("schema", f.schema); err != nil {
@@ -300,11 +301,12 @@ func (f *flags) printHelp(w io.Writer) {
 }
 
 // applyConfig sets flags not given on the command line from a file of
-// `name = value` lines (# comments, blank lines ignored).
-func (f *flags) applyConfig(path string) error {
+// `name = value` lines (# comments, blank lines ignored). secret says the
+// file holds a password or another secret (in a URL, or a token).
+func (f *flags) applyConfig(path string) (secret bool, err error) {
 	file, err := os.Open(path)
 	if err != nil {
-		return fmt.Errorf("%w: --config: %v", wire.ErrUsage, err)
+		return false, fmt.Errorf("%w: --config: %v", wire.ErrUsage, err)
 	}
 	defer file.Close()
 	set := map[string]bool{}
@@ -317,21 +319,32 @@ func (f *flags) applyConfig(path string) error {
 		}
 		name, value, ok := strings.Cut(line, "=")
 		if !ok {
-			return fmt.Errorf("%w: %s:%d: expected `name = value`", wire.ErrUsage, path, n)
+			return secret, fmt.Errorf("%w: %s:%d: expected `name = value`", wire.ErrUsage, path, n)
 		}
 		name = strings.TrimPrefix(strings.TrimSpace(name), "--")
 		value = strings.Trim(strings.TrimSpace(value), `"`)
 		if f.Lookup(name) == nil {
-			return fmt.Errorf("%w: %s:%d: unknown setting %q for outbox %s", wire.ErrUsage, path, n, name, f.Name())
+			return secret, fmt.Errorf("%w: %s:%d: unknown setting %q for outbox %s", wire.ErrUsage, path, n, name, f.Name())
 		}
+		secret = secret || wire.Mask(value) != value
 		if set[name] {
 			continue
 		}
 		if err := f.Set(name, value); err != nil {
-			return fmt.Errorf("%w: %s:%d: %s: %v", wire.ErrUsage, path, n, name, err)
+			return secret, fmt.Errorf("%w: %s:%d: %s: %v", wire.ErrUsage, path, n, name, err)
 		}
 	}
-	return sc.Err()
+	return secret, sc.Err()
+}
+
+// exposed is a warning when the file at path, which holds a secret, can
+// be read by its group or by others (what flag names it); "" otherwise.
+func exposed(path, flag string, secret bool) string {
+	st, err := os.Stat(path)
+	if err != nil || !secret || st.Mode().Perm()&0o077 == 0 {
+		return ""
+	}
+	return fmt.Sprintf("%s %s holds a password or token and is readable by its group or others (mode %#o): chmod 600 %s", flag, path, st.Mode().Perm(), path)
 }
 
 func (f *flags) options() store.Options {

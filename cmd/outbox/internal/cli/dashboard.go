@@ -39,25 +39,34 @@ func loopbackAddr(flagName, raw string) (string, error) {
 }
 
 // dashboardToken reads the token from file (trailing white space trimmed),
-// or else from OUTBOX_DASHBOARD_TOKEN; "" means read-only.
-func dashboardToken(file string) (string, error) {
+// or else from OUTBOX_DASHBOARD_TOKEN; "" means read-only. Either must be
+// one word of at least 16 characters. warning is set when the file can be
+// read by its group or others.
+func dashboardToken(file string) (tok, warning string, err error) {
+	from := dashboardTokenEnv
 	if file == "" {
-		return strings.TrimSpace(os.Getenv(dashboardTokenEnv)), nil
+		tok = strings.TrimSpace(os.Getenv(dashboardTokenEnv))
+		if tok == "" {
+			return "", "", nil
+		}
+	} else {
+		b, err := os.ReadFile(file)
+		if err != nil {
+			return "", "", fmt.Errorf("%w: --dashboard-token-file: %v", wire.ErrUsage, err)
+		}
+		tok, from = strings.TrimSpace(string(b)), "--dashboard-token-file "+file
+		if tok == "" {
+			return "", "", fmt.Errorf("%w: --dashboard-token-file %s is empty: put a secret token in it (e.g. openssl rand -hex 32 > %s)", wire.ErrUsage, file, file)
+		}
+		warning = exposed(file, "--dashboard-token-file", true)
 	}
-	b, err := os.ReadFile(file)
-	if err != nil {
-		return "", fmt.Errorf("%w: --dashboard-token-file: %v", wire.ErrUsage, err)
-	}
-	tok := strings.TrimSpace(string(b))
 	switch {
-	case tok == "":
-		return "", fmt.Errorf("%w: --dashboard-token-file %s is empty: put a secret token in it (e.g. openssl rand -hex 32 > %s)", wire.ErrUsage, file, file)
 	case strings.ContainsAny(tok, " \t\r\n"):
-		return "", fmt.Errorf("%w: --dashboard-token-file %s holds more than one word: the token is the whole file, without spaces or line breaks", wire.ErrUsage, file)
+		return "", "", fmt.Errorf("%w: %s holds more than one word: the token is one word, without spaces or line breaks", wire.ErrUsage, from)
 	case len(tok) < 16:
-		return "", fmt.Errorf("%w: the token in --dashboard-token-file %s has %d characters: use at least 16 (e.g. openssl rand -hex 32)", wire.ErrUsage, file, len(tok))
+		return "", "", fmt.Errorf("%w: the token in %s has %d characters: use at least 16 (e.g. openssl rand -hex 32)", wire.ErrUsage, from, len(tok))
 	}
-	return tok, nil
+	return tok, warning, nil
 }
 
 // serveDashboard serves d on addr until the returned stop is called.

@@ -3,9 +3,11 @@ package cli
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -112,11 +114,50 @@ func TestRelayDashboardFlags(t *testing.T) {
 		{relay("--dashboard-addr", ":0", "--dashboard-token-file", filepath.Join(dir, "none")), "--dashboard-token-file"},
 		{relay("--dashboard-addr", "127.0.0.1:9464", "--metrics-addr", ":9464"), "different ports"},
 		{relay("--dashboard-host", "outbox.internal"), "add --dashboard-addr"},
+		{relay("--keep-sent", "0.5ns"), "below a nanosecond"},
+		{relay("--keep-sent", "500ms"), "--keep-sent 500ms: keep sent events at least 1s"},
 		{relay("--dashboard-addr", ":0", "--dashboard-host", "http://outbox.internal"), "--dashboard-host"},
 	} {
 		code, _, stderr := runCLI(c.args...)
 		if code != exitUsage || !strings.Contains(stderr, c.want) || strings.Count(stderr, "\n") != 1 {
 			t.Errorf("%v: exit %d %q; want 2 and one line saying %q", c.args[len(c.args)-2:], code, stderr, c.want)
+		}
+	}
+	// the token from the environment follows the token file's rules
+	for _, tok := range []string{"short", "two words-and-more-than-16"} {
+		t.Setenv("OUTBOX_DASHBOARD_TOKEN", tok)
+		code, _, stderr := runCLI(relay("--dashboard-addr", ":0")...)
+		if code != exitUsage || !strings.Contains(stderr, "OUTBOX_DASHBOARD_TOKEN") || strings.Count(stderr, "\n") != 1 {
+			t.Errorf("OUTBOX_DASHBOARD_TOKEN=%q: exit %d %q; want 2 and one line naming it", tok, code, stderr)
+		}
+	}
+}
+
+// A --config file holding a password, readable by its group or others,
+// is warned about (with the fix); one readable by its owner alone, or
+// without a secret, is not.
+func TestConfigFileModeWarning(t *testing.T) {
+	o := teststores.Open(t, "sqlite", store.Options{})
+	dir := t.TempDir()
+	for _, c := range []struct {
+		mode    os.FileMode
+		content string
+		warn    bool
+	}{
+		{0o644, "broker = nats://u:s3cret@127.0.0.1:4222\n", true},
+		{0o640, "broker = nats://u:s3cret@127.0.0.1:4222\n", true},
+		{0o600, "broker = nats://u:s3cret@127.0.0.1:4222\n", false},
+		{0o644, "broker = nats://127.0.0.1:4222\n", false},
+	} {
+		path := filepath.Join(dir, fmt.Sprintf("c%o-%v.conf", c.mode, c.warn))
+		writeFile(t, path, c.content)
+		if err := os.Chmod(path, c.mode); err != nil {
+			t.Fatal(err)
+		}
+		// --dashboard-addr 8080 stops the relay after its flags are read
+		_, _, stderr := runCLI("relay", "--db", o.URL, "--table", o.Opts.Table, "--config", path, "--dashboard-addr", "8080")
+		if got := strings.Contains(stderr, "chmod 600 "+path); got != c.warn {
+			t.Errorf("--config of mode %#o holding %q: warned %v (%q); want %v", c.mode, c.content, got, stderr, c.warn)
 		}
 	}
 }

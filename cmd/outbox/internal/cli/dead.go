@@ -120,15 +120,26 @@ func runDead(ctx context.Context, e env, args []string) error {
 			fmt.Fprintf(e.stdout, "more: outbox dead list --after %d\n", recs[len(recs)-1].ID)
 		}
 	case "show":
-		r, err := st.Get(ctx, ids[0])
+		// A DEAD event is read with a preview of its payload (it is
+		// often one too large for the broker); --raw streams the rest,
+		// --json reads it whole. Any other event is read whole.
+		r, err := peek(ctx, st, ids[0])
 		if err != nil {
 			return f.storeErr(err)
 		}
 		switch {
 		case *raw:
+			if len(r.Payload) < r.PayloadSize {
+				return f.storeErr(store.CopyPayload(ctx, st, r.ID, r.PayloadSize, e.stdout))
+			}
 			_, err := e.stdout.Write(r.Payload)
 			return err
 		case *asJSON:
+			if len(r.Payload) < r.PayloadSize {
+				if r, err = st.Get(ctx, r.ID); err != nil {
+					return f.storeErr(err)
+				}
+			}
 			return json.NewEncoder(e.stdout).Encode(toJSON([]store.Record{r})[0])
 		}
 		printRecord(e, r)
@@ -306,6 +317,7 @@ type recordJSON struct {
 	Headers       map[string]string `json:"headers,omitempty"`
 	Payload       string            `json:"payload"`
 	PayloadBase64 bool              `json:"payload_is_base64,omitempty"`
+	PayloadSize   int               `json:"payload_size"` // more than the payload's bytes: dead list gives its first 4 KiB
 	Status        string            `json:"status"`
 	Attempts      int               `json:"attempts"`
 	LastError     string            `json:"last_error,omitempty"`
@@ -318,7 +330,7 @@ func toJSON(recs []store.Record) []recordJSON {
 	for _, r := range recs {
 		j := recordJSON{ID: r.ID, EventID: r.EventID, Topic: r.Topic, Key: r.Key, Type: r.Type, AggregateType: r.AggregateType,
 			SchemaVersion: r.SchemaVersion, ContentType: r.ContentType, Headers: r.Headers, Status: string(r.Status),
-			Attempts: r.Attempts, LastError: r.LastError, CreatedAt: r.CreatedAt, NextAttemptAt: r.NextAttemptAt}
+			Attempts: r.Attempts, LastError: r.LastError, CreatedAt: r.CreatedAt, NextAttemptAt: r.NextAttemptAt, PayloadSize: max(r.PayloadSize, len(r.Payload))}
 		if utf8.Valid(r.Payload) {
 			j.Payload = string(r.Payload)
 		} else {
@@ -350,7 +362,20 @@ func printRecord(e env, r store.Record) {
 	for _, k := range names {
 		fmt.Fprintf(w, "header          %s: %s\n", printable(k), printable(r.Headers[k]))
 	}
-	fmt.Fprintf(w, "payload         %s\n", showPayload(r.ID, r.Payload))
+	fmt.Fprintf(w, "payload         %s\n", showPayload(r.ID, r.Payload, r.PayloadSize))
+}
+
+// peek reads event id: a DEAD one with the first store.PreviewBytes of its
+// payload (ListDead), any other whole (Get).
+func peek(ctx context.Context, st store.Store, id int64) (store.Record, error) {
+	recs, err := st.ListDead(ctx, store.DeadQuery{IDs: []int64{id}, Limit: 1})
+	if err != nil {
+		return store.Record{}, err
+	}
+	if len(recs) == 1 {
+		return recs[0], nil
+	}
+	return st.Get(ctx, id)
 }
 
 // Of a payload, dead show prints at most showPayloadMax bytes, and of a
@@ -365,15 +390,22 @@ const (
 // sequences, which must not reach the terminal), kept to showPayloadMax
 // bytes; binary (not UTF-8) as the hex of its first bytes. What is left out
 // is counted, with the command that prints it whole.
-func showPayload(id int64, p []byte) string {
+func showPayload(id int64, p []byte, size int) string {
 	whole := fmt.Sprintf("outbox dead show %d --raw > payload.bin (the exact bytes) or --json", id)
+	if size > len(p) {
+		// a prefix: it may end inside a character
+		for i := 0; i < utf8.UTFMax && len(p) > 0 && !utf8.FullRune(p[lastStart(p):]); i++ {
+			p = p[:lastStart(p)]
+		}
+	}
+	size = max(size, len(p))
 	if !utf8.Valid(p) {
 		n := min(len(p), showPayloadHex)
 		more := ""
-		if n < len(p) {
+		if n < size {
 			more = " …"
 		}
-		return fmt.Sprintf("(%d bytes, binary; the first %d in hex: % x%s; the whole payload: %s)", len(p), n, p[:n], more, whole)
+		return fmt.Sprintf("(%d bytes, binary; the first %d in hex: % x%s; the whole payload: %s)", size, n, p[:n], more, whole)
 	}
 	shown := p
 	if len(p) > showPayloadMax {
@@ -397,10 +429,19 @@ func showPayload(id int64, p []byte) string {
 			b.WriteRune(r)
 		}
 	}
-	if len(shown) < len(p) {
-		fmt.Fprintf(&b, " … (%d of %d bytes not shown; the whole payload: %s)", len(p)-len(shown), len(p), whole)
+	if len(shown) < size {
+		fmt.Fprintf(&b, " … (%d of %d bytes not shown; the whole payload: %s)", size-len(shown), size, whole)
 	}
 	return b.String()
+}
+
+// lastStart is the index of the start of p's last character.
+func lastStart(p []byte) int {
+	i := len(p) - 1
+	for i > 0 && !utf8.RuneStart(p[i]) {
+		i--
+	}
+	return max(i, 0)
 }
 
 func clip(s string, n int) string {

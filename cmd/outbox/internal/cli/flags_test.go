@@ -50,6 +50,7 @@ func TestBadFlagsExitTwoNamingTheFlag(t *testing.T) {
 		{relay("--trace-spans", "some"), "--trace-spans"},
 		{relay("--otlp-endpoint", "127.0.0.1:4318"), "--otlp-endpoint"},
 		{relay("--metrics-addr", "9464"), "--metrics-addr"},
+		{relay("--metrics-max-topics", "0"), "--metrics-max-topics 0: give at least 1"},
 		{relay("--metrics-addr", "127.0.0.1:"), "--metrics-addr"},
 		{relay("--stall-after", "0"), "--stall-after"},
 		{relay("--ready-grace", "-1s"), "--ready-grace"},

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -95,6 +96,9 @@ func (v durationMin) Set(s string) error {
 	d, err := time.ParseDuration(s)
 	if err != nil {
 		return errors.New("not a duration (say e.g. 500ms, 30s, 5m, 168h)")
+	}
+	if d == 0 && strings.ContainsAny(s, "123456789") {
+		return fmt.Errorf("%s is below a nanosecond and would be 0: give 0, or at least 1ns", s)
 	}
 	if d < v.min {
 		if v.min == 0 {

@@ -63,6 +63,7 @@ func runRelay(ctx context.Context, e env, args []string) error {
 	f.StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn, error")
 	logFormat := f.String("log-format", "text", "log lines as text (key=value) or json, on stderr")
 	metricsAddr := f.String("metrics-addr", "", "serve /metrics, /healthz and /readyz on this address (host:port; a bare :port binds 127.0.0.1); empty: off")
+	maxTopics := f.Int("metrics-max-topics", telemetry.DefaultMaxTopics, "how many distinct topics become values of the metrics' topic label; later ones are counted as topic=\"other\"")
 	var stallAfter, readyGrace time.Duration
 	f.durationFlag(&stallAfter, "stall-after", 5*time.Minute, time.Millisecond, "/readyz fails when the oldest pending event is older than this and nothing was delivered for as long")
 	f.durationFlag(&readyGrace, "ready-grace", 30*time.Second, time.Millisecond, "/readyz fails when the store or the broker has been failing for longer than this")
@@ -95,9 +96,9 @@ func runRelay(ctx context.Context, e env, args []string) error {
 			return fmt.Errorf("%w: --dashboard-host %q: give host names without ports or schemes, e.g. outbox.internal", wire.ErrUsage, h)
 		}
 	}
-	var dashToken string
+	var dashToken, tokenWarning string
 	if dashListen != "" {
-		if dashToken, err = dashboardToken(*dashTokenFile); err != nil {
+		if dashToken, tokenWarning, err = dashboardToken(*dashTokenFile); err != nil {
 			return err
 		}
 	}
@@ -130,6 +131,12 @@ func runRelay(ctx context.Context, e env, args []string) error {
 	if f.db == "" {
 		return wire.WithHint(fmt.Errorf("%w: no database given: pass --db URL or set OUTBOX_DB", wire.ErrUsage), " ("+wire.DBSchemes+")")
 	}
+	if keepSent > 0 && keepSent < time.Second {
+		return fmt.Errorf("%w: --keep-sent %s: keep sent events at least 1s (the archive is purged once a minute), or 0 to delete them at once", wire.ErrUsage, keepSent)
+	}
+	if *maxTopics < 1 {
+		return fmt.Errorf("%w: --metrics-max-topics %d: give at least 1", wire.ErrUsage, *maxTopics)
+	}
 	listenAddr, err := metricsListenAddr(*metricsAddr)
 	if err != nil {
 		return err
@@ -144,7 +151,7 @@ func runRelay(ctx context.Context, e env, args []string) error {
 	cfg.Logger = log
 	var metrics *telemetry.Metrics
 	if listenAddr != "" {
-		metrics = telemetry.NewMetrics()
+		metrics = telemetry.NewMetrics(telemetry.MetricsConfig{MaxTopics: *maxTopics})
 		cfg.Hooks = append(cfg.Hooks, metrics)
 	}
 	if endpoint != "" {
@@ -166,6 +173,9 @@ func runRelay(ctx context.Context, e env, args []string) error {
 		}
 	}
 	tuneGC()
+	if tokenWarning != "" {
+		log.Warn("outbox relay: " + tokenWarning)
+	}
 	for _, w := range f.commandLineSecrets(map[string]string{"db": f.db, "broker": *brokerURL}) {
 		log.Warn("outbox relay: " + w)
 	}

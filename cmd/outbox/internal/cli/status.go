@@ -42,6 +42,7 @@ type statusJSON struct {
 	Sent                 int64    `json:"sent_kept"`
 	ExpiredLeases        int64    `json:"expired_leases"`
 	BlockedKeys          int64    `json:"blocked_keys"`
+	HeldForGood          int64    `json:"held_for_good"`
 	OldestPendingSeconds float64  `json:"oldest_pending_seconds"`
 	Problems             []string `json:"problems,omitempty"` // with --check: why it fails
 }
@@ -94,7 +95,7 @@ func runStatus(ctx context.Context, e env, args []string) error {
 	if *asJSON {
 		enc := json.NewEncoder(e.stdout)
 		enc.SetIndent("", "  ")
-		if err := enc.Encode(statusJSON{f.qualifiedTable(), s.New, s.Sending, s.Retrying, s.Dead, s.Sent, s.ExpiredLeases, s.BlockedKeys, s.OldestPending.Seconds(), problems}); err != nil {
+		if err := enc.Encode(statusJSON{f.qualifiedTable(), s.New, s.Sending, s.Retrying, s.Dead, s.Sent, s.ExpiredLeases, s.BlockedKeys, s.HeldForGood, s.OldestPending.Seconds(), problems}); err != nil {
 			return err
 		}
 	} else {
@@ -117,6 +118,9 @@ func checkStats(s store.Stats, maxAge time.Duration) []string {
 	}
 	if s.BlockedKeys > 0 {
 		out = append(out, fmt.Sprintf("%d key(s) held by a dead event: their later events wait until it is retried or purged", s.BlockedKeys))
+	}
+	if s.HeldForGood > 0 {
+		out = append(out, heldForGood(s))
 	}
 	if s.ExpiredLeases > 0 {
 		out = append(out, fmt.Sprintf("%d claimed event(s) with an expired lease: a relay died or stalled; a running relay takes them back", s.ExpiredLeases))
@@ -143,6 +147,7 @@ func printStatus(e env, table, db string, s store.Stats) {
 	fmt.Fprintf(w, "  expired leases  %d\n", s.ExpiredLeases)
 	fmt.Fprintf(w, "  dead            %d\n", s.Dead)
 	fmt.Fprintf(w, "  blocked keys    %d\n", s.BlockedKeys)
+	fmt.Fprintf(w, "  held for good   %d\n", s.HeldForGood)
 	fmt.Fprintf(w, "  sent (kept)     %d\n", s.Sent)
 	fmt.Fprintf(w, "  oldest pending  %s\n", s.OldestPending.Round(time.Millisecond))
 	switch {
@@ -150,7 +155,14 @@ func printStatus(e env, table, db string, s store.Stats) {
 		fmt.Fprintf(w, "attention: %d key(s) held by dead events: inspect with `outbox dead list`, then `outbox dead retry`\n", s.BlockedKeys)
 	case s.Dead > 0:
 		fmt.Fprintf(w, "attention: %d dead event(s): `outbox dead list`\n", s.Dead)
+	case s.HeldForGood > 0:
+		fmt.Fprintf(w, "attention: %s\n", heldForGood(s))
 	case s.ExpiredLeases > 0:
 		fmt.Fprintln(w, "attention: claims with expired leases: a relay died or stalled; another relay will take them")
 	}
+}
+
+// heldForGood says why events wait for good and how to free them.
+func heldForGood(s store.Stats) string {
+	return fmt.Sprintf("%d event(s) held for good by their own next_attempt_at (a year or more ahead, 'infinity', or no time at all): each holds its key; fix the column with SQL (UPDATE … SET next_attempt_at = now())", s.HeldForGood)
 }

@@ -232,3 +232,27 @@ func TestDeadWithoutReasonSaysSo(t *testing.T) {
 		t.Errorf("dead show: exit %d\n%s", code, out)
 	}
 }
+
+// A row a producer wrote with next_attempt_at 'infinity' holds its key for
+// good: status shows it with the reason, and --check fails on it; a row
+// whose created_at is text does not stop status from answering.
+func TestStatusHeldForGood(t *testing.T) {
+	o := teststores.Open(t, "sqlite", store.Options{})
+	ctx := context.Background()
+	for _, q := range []string{
+		"INSERT INTO " + o.Opts.Table + " (topic, event_key, event_type, payload, next_attempt_at) VALUES ('orders', 'k', 'OrderPaid', x'7b7d', 'infinity')",
+		"INSERT INTO " + o.Opts.Table + " (topic, event_key, event_type, payload, created_at) VALUES ('orders', 'k2', 'OrderPaid', x'7b7d', 'infinity')",
+	} {
+		if _, err := o.DB.ExecContext(ctx, q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	code, out, stderr := runCLI("status", "--db", o.URL, "--table", o.Opts.Table)
+	if code != exitOK || !strings.Contains(out, "held for good   1") || !strings.Contains(out, "held for good by their own next_attempt_at") {
+		t.Errorf("status: exit %d %q %q; want the held row counted, with the reason", code, out, stderr)
+	}
+	code, _, stderr = runCLI("status", "--db", o.URL, "--table", o.Opts.Table, "--check", "--max-age", "1h")
+	if code != exitCheck || !strings.Contains(stderr, "1 event(s) held for good") {
+		t.Errorf("status --check: exit %d %q; want 3 naming the held row", code, stderr)
+	}
+}

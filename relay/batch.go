@@ -8,8 +8,8 @@ import (
 
 	outbox "github.com/outbox-go/outbox"
 	"github.com/outbox-go/outbox/broker"
-	"github.com/outbox-go/outbox/internal/dispatch"
-	"github.com/outbox-go/outbox/internal/retry"
+	"github.com/outbox-go/outbox/relay/internal/dispatch"
+	"github.com/outbox-go/outbox/relay/internal/retry"
 	"github.com/outbox-go/outbox/store"
 )
 
@@ -117,7 +117,7 @@ func (b *batch) dispatch(ctx, pubCtx context.Context, prevIn []int, prev []dispa
 		Prev:     prev,
 		Features: b.r.features,
 		Publish: func(send []outbox.Event) ([]broker.Result, bool) {
-			results, stopped := b.call(pubCtx, send)
+			results, stopped := b.r.publish(pubCtx, send)
 			return results, !stopped
 		},
 		Judge: func(send []outbox.Event, results []broker.Result) []bool {
@@ -187,38 +187,6 @@ func (b *batch) brokerHealth(brokerErr error) {
 // is stopping, the lease is gone, or the broker could not be reached.
 func (b *batch) mustStop(ctx, pubCtx context.Context, brokerErr error) bool {
 	return ctx.Err() != nil || pubCtx.Err() != nil || b.isLost() || errors.Is(brokerErr, broker.ErrUnavailable)
-}
-
-// call runs one publish call: it waits for room in the broker's in-flight
-// window, then publishes under PublishTimeout with the publish hooks, and
-// returns one result per event. stopped: pubCtx ended while waiting for
-// room, and nothing was sent. It touches none of the batch's outcomes, so
-// calls of one batch may run at once (sort them one at a time).
-func (b *batch) call(pubCtx context.Context, send []outbox.Event) (results []broker.Result, stopped bool) {
-	cfg := b.r.cfg
-	// Room in the broker's in-flight window is waited for before the
-	// publish deadline starts: a wait is not an attempt.
-	release, stop := b.r.inFlightWindow(pubCtx, len(send))
-	if stop {
-		return nil, true
-	}
-	wctx, cancel := context.WithTimeout(pubCtx, cfg.PublishTimeout)
-	for _, h := range b.r.hooks.publishStart {
-		if c := h.OnPublishStart(wctx, send); c != nil {
-			wctx = c
-		}
-	}
-	published := time.Now()
-	results = broker.PublishResults(wctx, b.r.br, send)
-	release()
-	for len(results) < len(send) { // a broken adapter: never count a missing result as confirmed
-		results = append(results, broker.Result{Err: errors.New("broker returned no result for this event"), Offset: -1})
-	}
-	for _, h := range b.r.hooks.publishEnd {
-		h.OnPublishEnd(wctx, PublishInfo{Events: send, Results: results, Took: time.Since(published)})
-	}
-	cancel()
-	return results, false
 }
 
 // sort files one call's results into acks, retries, burials and releases;

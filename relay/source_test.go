@@ -11,15 +11,12 @@ import (
 	"github.com/outbox-go/outbox/broker"
 	"github.com/outbox-go/outbox/broker/membroker"
 	"github.com/outbox-go/outbox/relay"
-	"github.com/outbox-go/outbox/source/pollsource"
-	"github.com/outbox-go/outbox/store"
-	"github.com/outbox-go/outbox/testkit/teststores"
+	"github.com/outbox-go/outbox/source"
 )
 
-// A relay over a source.Source (here the poller as one) tells its hooks,
-// Health and Totals what a store's relay tells them.
+// A relay over a source.Source tells its hooks, Health and Totals what a
+// store's relay tells them.
 func TestNewSourceHooksAndHealth(t *testing.T) {
-	st := teststores.Open(t, "sqlite", store.Options{}).Store
 	mb := newMem(t, membroker.Config{})
 	mb.SetHook(func(e outbox.Event) error {
 		if e.Type == "Poison" {
@@ -27,11 +24,7 @@ func TestNewSourceHooksAndHealth(t *testing.T) {
 		}
 		return nil
 	})
-	src, err := pollsource.New(st, pollsource.Config{LeaseFor: 2 * time.Second, PollInterval: 20 * time.Millisecond, Logger: quiet})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer src.Close()
+	src := newMemSource()
 	rec := &recorder{}
 	cfg := fastConfig()
 	cfg.Hooks = []relay.Hook{rec}
@@ -48,17 +41,9 @@ func TestNewSourceHooksAndHealth(t *testing.T) {
 			t.Errorf("Run: %v", err)
 		}
 	}()
-	var msgs []outbox.Message
-	for i := range 10 {
-		typ := "Ok"
-		if i == 3 {
-			typ = "Poison"
-		}
-		msgs = append(msgs, outbox.Message{Topic: "t", Key: "k" + string(rune('a'+i)), Type: typ, Payload: []byte("{}")})
-	}
-	if err := st.Enqueue(context.Background(), msgs...); err != nil {
-		t.Fatal(err)
-	}
+	first := txn(1, "ka", "kb", "kc", "kd", "ke", "kf", "kg", "kh", "ki", "kj")
+	first.Events[3].Type = "Poison"
+	src.add(first)
 	waitFor(t, "nine delivered, one dead", 20*time.Second, func() bool {
 		s := rec.snapshot()
 		return s.settled.Delivered == 9 && s.settled.Dead == 1
@@ -74,15 +59,12 @@ func TestNewSourceHooksAndHealth(t *testing.T) {
 	if h.LastDelivered.IsZero() || h.Delivered != 9 || h.Dead != 1 || h.InFlight != 0 || h.LastClaim.IsZero() || h.Claimed != 10 {
 		t.Errorf("health after delivery = %+v", h)
 	}
-	waitFor(t, "the table empty but for the DEAD event", 10*time.Second, func() bool {
-		p := pending(t, st)
-		return p.Pending() == 0 && p.Dead == 1
+	waitFor(t, "the source acknowledged, the DEAD event parked", 10*time.Second, func() bool {
+		return src.lastAck() == 1 && len(src.parkedEvents()) == 1
 	})
 
 	mb.SetDown(true)
-	if err := st.Enqueue(context.Background(), outbox.Message{Topic: "t", Key: "late", Type: "Ok", Payload: []byte("{}")}); err != nil {
-		t.Fatal(err)
-	}
+	src.add(txn(2, "late"))
 	waitFor(t, "the broker reported failing", 10*time.Second, func() bool { return r.Health().BrokerError != "" })
 	if h := r.Health(); h.BrokerFailingSince.IsZero() || !strings.Contains(h.BrokerError, "down") {
 		t.Errorf("health while the broker is down = %+v", h)
@@ -102,13 +84,17 @@ func TestNewSourceRefusesBadInput(t *testing.T) {
 	if _, err := relay.NewSource(nil, newMem(t, membroker.Config{}), relay.Config{}); err == nil {
 		t.Fatal("NewSource(nil, …): no error")
 	}
-	st := teststores.Open(t, "sqlite", store.Options{}).Store
-	src, err := pollsource.New(st, pollsource.Config{Logger: quiet})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer src.Close()
-	if _, err := relay.NewSource(src, newMem(t, membroker.Config{}), relay.Config{MaxAttempts: -1}); err == nil || !strings.Contains(err.Error(), "MaxAttempts") {
-		t.Fatalf("NewSource with MaxAttempts -1: %v", err)
+	var src source.Source = newMemSource()
+	for _, c := range []struct {
+		cfg  relay.Config
+		want string
+	}{
+		{relay.Config{MaxAttempts: -1}, "MaxAttempts"},
+		{relay.Config{Workers: -1}, "Workers"},
+		{relay.Config{BackoffBase: time.Minute, BackoffMax: time.Second}, "BackoffMax"},
+	} {
+		if _, err := relay.NewSource(src, newMem(t, membroker.Config{}), c.cfg); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("NewSource with %+v: %v, want an error naming %s", c.cfg, err, c.want)
+		}
 	}
 }

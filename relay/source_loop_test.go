@@ -1,4 +1,4 @@
-package source_test
+package relay_test
 
 import (
 	"context"
@@ -11,15 +11,12 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
-
 	outbox "github.com/outbox-go/outbox"
 	"github.com/outbox-go/outbox/broker"
 	"github.com/outbox-go/outbox/broker/membroker"
+	"github.com/outbox-go/outbox/relay"
 	"github.com/outbox-go/outbox/source"
 )
-
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 // memSource is a Source over transactions given up front.
 type memSource struct {
@@ -107,20 +104,40 @@ func txn(pos source.Position, keys ...string) source.Txn {
 	return t
 }
 
-func fast(cfg source.Config) source.Config {
+func fast(cfg relay.Config) relay.Config {
 	if cfg.BackoffBase == 0 {
 		cfg.BackoffBase = 5 * time.Millisecond
 	}
 	if cfg.BackoffMax == 0 {
 		cfg.BackoffMax = 20 * time.Millisecond
 	}
+	if cfg.Logger == nil {
+		cfg.Logger = quiet
+	}
 	return cfg
 }
 
-// start runs a Loop until the test ends.
-func start(t *testing.T, src source.Source, b broker.Broker, cfg source.Config) *source.Loop {
+// sourceTotals are a relay's Totals, read once.
+type sourceTotals struct{ Delivered, Retried, Dead int64 }
+
+func totals(r *relay.Relay) sourceTotals {
+	t := r.Totals()
+	return sourceTotals{Delivered: t.Delivered.Load(), Retried: t.Retried.Load(), Dead: t.Dead.Load()}
+}
+
+// claimHook and settleHook are hooks made of a function.
+type claimHook func(relay.ClaimInfo)
+
+func (h claimHook) OnClaim(_ context.Context, c relay.ClaimInfo) { h(c) }
+
+type settleHook func(relay.BatchReport)
+
+func (h settleHook) OnSettle(_ context.Context, r relay.BatchReport) { h(r) }
+
+// startSource runs a relay over src until the test ends.
+func startSource(t *testing.T, src source.Source, b broker.Broker, cfg relay.Config) *relay.Relay {
 	t.Helper()
-	l, err := source.New(src, b, fast(cfg))
+	l, err := relay.NewSource(src, b, fast(cfg))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -136,7 +153,7 @@ func start(t *testing.T, src source.Source, b broker.Broker, cfg source.Config) 
 	return l
 }
 
-func waitFor(t *testing.T, what string, cond func() bool) {
+func await(t *testing.T, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(20 * time.Second)
 	for !cond() {
@@ -172,7 +189,7 @@ func newBroker(t *testing.T, cfg membroker.Config) *membroker.Broker {
 	return b
 }
 
-func TestOrderPerKeyWithRetries(t *testing.T) {
+func TestSourceOrderPerKeyWithRetries(t *testing.T) {
 	for _, keyOrdered := range []bool{false, true} {
 		t.Run(fmt.Sprint("keyOrdered=", keyOrdered), func(t *testing.T) {
 			b := newBroker(t, membroker.Config{KeyOrdered: keyOrdered})
@@ -193,10 +210,10 @@ func TestOrderPerKeyWithRetries(t *testing.T) {
 				src.add(txn(source.Position(p), fmt.Sprint("k", p%5), fmt.Sprint("k", (p+1)%5), ""))
 				want += 3
 			}
-			l := start(t, src, b, source.Config{BatchSize: 16})
-			waitFor(t, "all delivered", func() bool { return l.Totals().Delivered == int64(want) })
+			l := startSource(t, src, b, relay.Config{BatchSize: 16})
+			await(t, "all delivered", func() bool { return totals(l).Delivered == int64(want) })
 			checkOrder(t, b.Events(""))
-			waitFor(t, "ack of the last position", func() bool { return src.lastAck() == 200 })
+			await(t, "ack of the last position", func() bool { return src.lastAck() == 200 })
 			if n := len(src.parkedEvents()); n != 0 {
 				t.Fatalf("%d events parked", n)
 			}
@@ -204,7 +221,7 @@ func TestOrderPerKeyWithRetries(t *testing.T) {
 	}
 }
 
-func TestFailingKeyHoldsOnlyItself(t *testing.T) {
+func TestSourceFailingKeyHoldsOnlyItself(t *testing.T) {
 	b := newBroker(t, membroker.Config{})
 	b.SetHook(func(e outbox.Event) error {
 		if e.Key == "poison" {
@@ -213,8 +230,8 @@ func TestFailingKeyHoldsOnlyItself(t *testing.T) {
 		return nil
 	})
 	src := newMemSource(txn(1, "poison", "a"), txn(2, "poison", "b"), txn(3, "c"))
-	l := start(t, src, b, source.Config{MaxAttempts: 1000, BackoffBase: 50 * time.Millisecond, BackoffMax: 50 * time.Millisecond})
-	waitFor(t, "the other keys", func() bool { return l.Totals().Delivered == 3 })
+	l := startSource(t, src, b, relay.Config{MaxAttempts: 1000, BackoffBase: 50 * time.Millisecond, BackoffMax: 50 * time.Millisecond})
+	await(t, "the other keys", func() bool { return totals(l).Delivered == 3 })
 	time.Sleep(100 * time.Millisecond)
 	if a := src.lastAck(); a != 0 {
 		t.Fatalf("acked %d past the unsettled poison events", a)
@@ -224,7 +241,7 @@ func TestFailingKeyHoldsOnlyItself(t *testing.T) {
 	}
 }
 
-func TestPermanentAndOutOfAttemptsArePark(t *testing.T) {
+func TestSourcePermanentAndOutOfAttemptsArePark(t *testing.T) {
 	b := newBroker(t, membroker.Config{})
 	b.SetHook(func(e outbox.Event) error {
 		switch string(e.Payload) {
@@ -237,13 +254,13 @@ func TestPermanentAndOutOfAttemptsArePark(t *testing.T) {
 	})
 	nextID = 0
 	src := newMemSource(txn(10, "k", "k"), txn(20, "j", "j"))
-	l := start(t, src, b, source.Config{MaxAttempts: 3})
-	waitFor(t, "settled", func() bool { return src.lastAck() == 20 })
+	l := startSource(t, src, b, relay.Config{MaxAttempts: 3})
+	await(t, "settled", func() bool { return src.lastAck() == 20 })
 	p := src.parkedEvents()
 	if len(p) != 2 || p[0].Event.ID != 1 || p[0].Attempts != 1 || p[1].Event.ID != 3 || p[1].Attempts != 3 || p[0].Pos != 10 || p[1].Pos != 20 {
 		t.Fatalf("parked %+v", p)
 	}
-	if tot := l.Totals(); tot.Delivered != 2 || tot.Dead != 2 || tot.Retried != 2 {
+	if tot := totals(l); tot.Delivered != 2 || tot.Dead != 2 || tot.Retried != 2 {
 		t.Fatalf("totals %+v", tot)
 	}
 	// a DEAD event does not hold its key: 2 and 4 were delivered after it
@@ -253,17 +270,17 @@ func TestPermanentAndOutOfAttemptsArePark(t *testing.T) {
 	}
 }
 
-func TestUnavailableCostsNoAttempts(t *testing.T) {
+func TestSourceUnavailableCostsNoAttempts(t *testing.T) {
 	b := newBroker(t, membroker.Config{})
 	b.SetDown(true)
 	src := newMemSource(txn(1, "a", "b", ""), txn(2, "a"))
-	l := start(t, src, b, source.Config{MaxAttempts: 2})
+	l := startSource(t, src, b, relay.Config{MaxAttempts: 2})
 	time.Sleep(300 * time.Millisecond) // many rounds of backoff at 5-20 ms
-	if tot := l.Totals(); tot.Dead != 0 || tot.Retried != 0 || tot.Delivered != 0 {
+	if tot := totals(l); tot.Dead != 0 || tot.Retried != 0 || tot.Delivered != 0 {
 		t.Fatalf("during the outage: %+v", tot)
 	}
 	b.SetDown(false)
-	waitFor(t, "delivery after the outage", func() bool { return src.lastAck() == 2 })
+	await(t, "delivery after the outage", func() bool { return src.lastAck() == 2 })
 	for _, e := range b.Events("") {
 		if e.Attempts != 0 {
 			t.Fatalf("event %d carries %d attempts", e.ID, e.Attempts)
@@ -273,7 +290,7 @@ func TestUnavailableCostsNoAttempts(t *testing.T) {
 
 // On a key-ordered broker the loop sends a key's events in one call; the
 // ones after a failure are held back and must not be charged an attempt.
-func TestHeldBehindFailureNotCounted(t *testing.T) {
+func TestSourceHeldBehindFailureNotCounted(t *testing.T) {
 	b := newBroker(t, membroker.Config{KeyOrdered: true})
 	var mu sync.Mutex
 	failed := 0
@@ -288,8 +305,8 @@ func TestHeldBehindFailureNotCounted(t *testing.T) {
 		return nil
 	})
 	src := newMemSource(txn(1, "k", "k", "k"))
-	l := start(t, src, b, source.Config{MaxAttempts: 3})
-	waitFor(t, "delivered", func() bool { return src.lastAck() == 1 })
+	l := startSource(t, src, b, relay.Config{MaxAttempts: 3})
+	await(t, "delivered", func() bool { return src.lastAck() == 1 })
 	got := b.Events("")
 	if len(got) != 3 {
 		t.Fatalf("delivered %d", len(got))
@@ -306,14 +323,14 @@ func TestHeldBehindFailureNotCounted(t *testing.T) {
 			t.Fatalf("event %d went out with %d attempts, want %d", e.ID, e.Attempts, want)
 		}
 	}
-	if tot := l.Totals(); tot.Retried != 2 || tot.Dead != 0 {
+	if tot := totals(l); tot.Retried != 2 || tot.Dead != 0 {
 		t.Fatalf("totals %+v", tot)
 	}
 }
 
 // The acknowledged position never passes an unsettled transaction, and
 // empty transactions advance it.
-func TestAckStopsAtUnsettled(t *testing.T) {
+func TestSourceAckStopsAtUnsettled(t *testing.T) {
 	b := newBroker(t, membroker.Config{})
 	var mu sync.Mutex
 	block := true
@@ -326,9 +343,9 @@ func TestAckStopsAtUnsettled(t *testing.T) {
 		return nil
 	})
 	src := newMemSource(txn(1, "a"), txn(2), txn(3, "slow"), txn(4, "b"), txn(5))
-	l := start(t, src, b, source.Config{MaxAttempts: 1000})
-	waitFor(t, "ack of 2", func() bool { return src.lastAck() == 2 })
-	waitFor(t, "b", func() bool { return l.Totals().Delivered == 2 })
+	l := startSource(t, src, b, relay.Config{MaxAttempts: 1000})
+	await(t, "ack of 2", func() bool { return src.lastAck() == 2 })
+	await(t, "b", func() bool { return totals(l).Delivered == 2 })
 	time.Sleep(100 * time.Millisecond)
 	if a := src.lastAck(); a != 2 {
 		t.Fatalf("acked %d", a)
@@ -336,27 +353,27 @@ func TestAckStopsAtUnsettled(t *testing.T) {
 	mu.Lock()
 	block = false
 	mu.Unlock()
-	waitFor(t, "ack of 5", func() bool { return src.lastAck() == 5 })
+	await(t, "ack of 5", func() bool { return src.lastAck() == 5 })
 }
 
 // A delayed event (AvailableAt) waits for its time and holds its key; the
 // other keys flow.
-func TestAvailableAtDelaysAndHoldsKey(t *testing.T) {
+func TestSourceAvailableAtDelaysAndHoldsKey(t *testing.T) {
 	b := newBroker(t, membroker.Config{})
 	src := newMemSource()
 	late := txn(1, "k", "k")
 	late.Events[0].AvailableAt = time.Now().Add(400 * time.Millisecond)
 	src.add(late, txn(2, "j"))
-	l := start(t, src, b, source.Config{})
-	waitFor(t, "the other key", func() bool { return l.Totals().Delivered == 1 })
+	l := startSource(t, src, b, relay.Config{})
+	await(t, "the other key", func() bool { return totals(l).Delivered == 1 })
 	if got := b.Events(""); got[0].Key != "j" {
 		t.Fatalf("delivered %v first", got[0])
 	}
 	time.Sleep(200 * time.Millisecond)
-	if n := l.Totals().Delivered; n != 1 {
+	if n := totals(l).Delivered; n != 1 {
 		t.Fatalf("%d delivered before the delayed event's time", n)
 	}
-	waitFor(t, "the delayed key", func() bool { return src.lastAck() == 2 })
+	await(t, "the delayed key", func() bool { return src.lastAck() == 2 })
 	got := b.Events("")
 	if len(got) != 3 || got[1].ID > got[2].ID {
 		t.Fatalf("delivered %v", got)
@@ -442,7 +459,7 @@ func (g *gate) calls(id int64) int {
 // previous one is confirmed and, when that one failed, it is given back
 // untried and goes after the retry. The other keys of the later read go
 // at once.
-func TestKeyAcrossReadsWaitsForTheCallInFlight(t *testing.T) {
+func TestSourceKeyAcrossReadsWaitsForTheCallInFlight(t *testing.T) {
 	for _, keyOrdered := range []bool{false, true} {
 		for _, failFirst := range []bool{false, true} {
 			t.Run(fmt.Sprintf("keyOrdered=%v/failFirst=%v", keyOrdered, failFirst), func(t *testing.T) {
@@ -462,14 +479,14 @@ func TestKeyAcrossReadsWaitsForTheCallInFlight(t *testing.T) {
 				})
 				g := &gate{Broker: mb, hold: 1, entered: make(chan struct{}, 1), open: make(chan struct{})}
 				src := newMemSource(first)
-				l := start(t, src, g, source.Config{})
+				l := startSource(t, src, g, relay.Config{})
 				select {
 				case <-g.entered:
 				case <-time.After(20 * time.Second):
 					t.Fatal("event 1 was not published")
 				}
 				src.add(txn(2, "k", "j")) // events 2 (k) and 3 (j)
-				waitFor(t, "the other key's event", func() bool {
+				await(t, "the other key's event", func() bool {
 					return slices.ContainsFunc(mb.Events(""), func(e outbox.Event) bool { return e.ID == 3 })
 				})
 				time.Sleep(50 * time.Millisecond)
@@ -477,7 +494,7 @@ func TestKeyAcrossReadsWaitsForTheCallInFlight(t *testing.T) {
 					t.Fatalf("event 2 was published while event 1, before it on its key, was in flight")
 				}
 				close(g.open)
-				waitFor(t, "ack of 2", func() bool { return src.lastAck() == 2 })
+				await(t, "ack of 2", func() bool { return src.lastAck() == 2 })
 				got := mb.Events("")
 				checkOrder(t, got)
 				if len(got) != 3 || got[0].ID != 3 {
@@ -499,7 +516,7 @@ func TestKeyAcrossReadsWaitsForTheCallInFlight(t *testing.T) {
 				if failFirst {
 					retried = 1
 				}
-				if tot := l.Totals(); tot.Delivered != 3 || tot.Dead != 0 || tot.Retried != retried {
+				if tot := totals(l); tot.Delivered != 3 || tot.Dead != 0 || tot.Retried != retried {
 					t.Fatalf("totals %+v", tot)
 				}
 			})
@@ -510,17 +527,17 @@ func TestKeyAcrossReadsWaitsForTheCallInFlight(t *testing.T) {
 // On a key-ordered broker, a hot key's events read one at a time while
 // its earlier ones are in flight do not go one call each: those that
 // waited meanwhile go together, in one call.
-func TestHotKeyReadsGatherIntoOneCall(t *testing.T) {
+func TestSourceHotKeyReadsGatherIntoOneCall(t *testing.T) {
 	mb := newBroker(t, membroker.Config{KeyOrdered: true})
 	g := &gate{Broker: mb, hold: 1, entered: make(chan struct{}, 1), open: make(chan struct{})}
 	nextID = 0
 	src := newMemSource(txn(1, "k"))
 	var reads atomic.Int64
-	start(t, src, g, source.Config{Observer: &source.Observer{Read: func(_ context.Context, _ []source.Txn, _ time.Duration, err error) {
-		if err == nil {
+	startSource(t, src, g, relay.Config{Hooks: []relay.Hook{claimHook(func(c relay.ClaimInfo) {
+		if c.Err == nil {
 			reads.Add(1)
 		}
-	}}})
+	})}})
 	select {
 	case <-g.entered:
 	case <-time.After(20 * time.Second):
@@ -528,13 +545,13 @@ func TestHotKeyReadsGatherIntoOneCall(t *testing.T) {
 	}
 	for p := 2; p <= 5; p++ {
 		src.add(txn(source.Position(p), "k")) // one read each
-		waitFor(t, "the read", func() bool { return reads.Load() == int64(p) })
+		await(t, "the read", func() bool { return reads.Load() == int64(p) })
 		// the reader asks again only once the loop has taken the read
-		waitFor(t, "the loop to take the read", func() bool { return src.nexts.Load() >= int64(p+1) })
+		await(t, "the loop to take the read", func() bool { return src.nexts.Load() >= int64(p+1) })
 	}
 	time.Sleep(20 * time.Millisecond)
 	close(g.open)
-	waitFor(t, "ack of 5", func() bool { return src.lastAck() == 5 })
+	await(t, "ack of 5", func() bool { return src.lastAck() == 5 })
 	checkOrder(t, mb.Events(""))
 	if c := g.callOf(3); fmt.Sprint(c) != "[3 4 5]" && fmt.Sprint(c) != "[2 3 4 5]" {
 		g.mu.Lock()
@@ -543,20 +560,11 @@ func TestHotKeyReadsGatherIntoOneCall(t *testing.T) {
 	}
 }
 
-func TestConfigRefusesNegative(t *testing.T) {
-	if _, err := (source.Config{BatchSize: -1}).WithDefaults(); err == nil {
-		t.Fatal("accepted BatchSize -1")
-	}
-	if _, err := (source.Config{BackoffBase: time.Minute, BackoffMax: time.Second}).WithDefaults(); err == nil {
-		t.Fatal("accepted BackoffMax < BackoffBase")
-	}
-}
-
 // BenchmarkLoop: the loop's own cost per event, 100,000 events of 5,000
 // keys in transactions of 100, through membroker.
 //
-//	go test -run XXX -bench Loop -benchmem ./source/
-func BenchmarkLoop(b *testing.B) {
+//	go test -run XXX -bench Source -benchmem ./relay/
+func BenchmarkSource(b *testing.B) {
 	const n, perTxn = 100_000, 100
 	txns := make([]source.Txn, 0, n/perTxn)
 	for i := 0; i < n; i += perTxn {
@@ -570,7 +578,7 @@ func BenchmarkLoop(b *testing.B) {
 	for i := 0; i < b.N; i++ {
 		mb, _ := membroker.New(membroker.Config{})
 		src := newMemSource(txns...)
-		l, err := source.New(src, mb, source.Config{BatchSize: 1000})
+		l, err := relay.NewSource(src, mb, relay.Config{BatchSize: 1000, Logger: quiet})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -591,14 +599,14 @@ func BenchmarkLoop(b *testing.B) {
 // per call. To keep up, the loop must send the key's events that waited
 // meanwhile together, in one call.
 //
-//	go test -run XXX -bench LoopHotKey ./source/
-func BenchmarkLoopHotKey(b *testing.B) {
+//	go test -run XXX -bench SourceHotKey ./relay/
+func BenchmarkSourceHotKey(b *testing.B) {
 	const n = 2000
 	calls := 0
 	for i := 0; i < b.N; i++ {
 		mb, _ := membroker.New(membroker.Config{KeyOrdered: true, Latency: time.Millisecond})
 		src := newMemSource()
-		l, err := source.New(src, mb, source.Config{})
+		l, err := relay.NewSource(src, mb, relay.Config{Logger: quiet})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -624,16 +632,16 @@ func BenchmarkLoopHotKey(b *testing.B) {
 	b.ReportMetric(float64(n)*float64(b.N)/float64(calls), "ev/call")
 }
 
-// partitionBroker is a broker whose ordered unit is the call (a Kafka
+// unitBroker is a broker whose ordered unit is the call (a Kafka
 // partition shared by every key): once an event fails, the later events
 // of the call, whatever their key, are not sent (broker.ErrNotAttempted).
-type partitionBroker struct{ *membroker.Broker }
+type unitBroker struct{ *membroker.Broker }
 
-func (p partitionBroker) Features() broker.Features {
+func (p unitBroker) Features() broker.Features {
 	return broker.Features{Ordering: broker.OrderPartition}
 }
 
-func (p partitionBroker) PublishResults(ctx context.Context, evs []outbox.Event) []broker.Result {
+func (p unitBroker) PublishResults(ctx context.Context, evs []outbox.Event) []broker.Result {
 	out := make([]broker.Result, len(evs))
 	failed := false
 	for i := range evs {
@@ -647,14 +655,14 @@ func (p partitionBroker) PublishResults(ctx context.Context, evs []outbox.Event)
 	return out
 }
 
-func (p partitionBroker) Publish(ctx context.Context, evs []outbox.Event) []error {
+func (p unitBroker) Publish(ctx context.Context, evs []outbox.Event) []error {
 	return errsOf(p.PublishResults(ctx, evs))
 }
 
 // An event the adapter did not send because another key's event failed
 // before it in its ordered unit (ErrNotAttempted) goes again uncharged:
 // with MaxAttempts 2 and two failures of key a, key b must not go DEAD.
-func TestNotAttemptedCostsNoAttempt(t *testing.T) {
+func TestSourceNotAttemptedCostsNoAttempt(t *testing.T) {
 	mb := newBroker(t, membroker.Config{})
 	var mu sync.Mutex
 	failed := 0
@@ -669,8 +677,8 @@ func TestNotAttemptedCostsNoAttempt(t *testing.T) {
 		return nil
 	})
 	src := newMemSource(txn(1, "a", "b", "b"))
-	l := start(t, src, partitionBroker{mb}, source.Config{MaxAttempts: 4})
-	waitFor(t, "delivered", func() bool { return src.lastAck() == 1 })
+	l := startSource(t, src, unitBroker{mb}, relay.Config{MaxAttempts: 4})
+	await(t, "delivered", func() bool { return src.lastAck() == 1 })
 	got := mb.Events("")
 	if len(got) != 3 {
 		t.Fatalf("delivered %d: %v", len(got), got)
@@ -687,15 +695,15 @@ func TestNotAttemptedCostsNoAttempt(t *testing.T) {
 	if !slices.Equal(b, []int64{2, 3}) {
 		t.Fatalf("key b's order %v", b)
 	}
-	if tot := l.Totals(); tot.Dead != 0 || tot.Retried != 3 {
+	if tot := totals(l); tot.Dead != 0 || tot.Retried != 3 {
 		t.Fatalf("totals %+v, want 3 retries (key a's) and none dead", tot)
 	}
 }
 
 // An event given back untried (it waited in a later set for its key's
-// event in flight, which failed) is in a Settled report as Held, so that
-// the Observer's counts add up to every event handed out.
-func TestGivenBackUntriedIsSettledAsHeld(t *testing.T) {
+// event in flight, which failed) is in a settle report as Released, so
+// that the reports add up to every event handed out.
+func TestSourceGivenBackUntriedIsSettledAsHeld(t *testing.T) {
 	mb := newBroker(t, membroker.Config{})
 	nextID = 0
 	var failed atomic.Bool
@@ -706,28 +714,29 @@ func TestGivenBackUntriedIsSettledAsHeld(t *testing.T) {
 		return nil
 	})
 	var mu sync.Mutex
-	var sum source.Settled
+	var sum relay.BatchReport
 	g := &gate{Broker: mb, hold: 1, entered: make(chan struct{}, 1), open: make(chan struct{})}
 	src := newMemSource(txn(1, "k"))
-	start(t, src, g, source.Config{Observer: &source.Observer{Settled: func(_ context.Context, s source.Settled) {
+	startSource(t, src, g, relay.Config{Hooks: []relay.Hook{settleHook(func(s relay.BatchReport) {
 		mu.Lock()
-		sum.Events += s.Events
+		sum.Claimed += s.Claimed
 		sum.Delivered += s.Delivered
 		sum.Retried += s.Retried
-		sum.Held += s.Held
+		sum.Dead += s.Dead
+		sum.Released += s.Released
 		mu.Unlock()
-	}}})
+	})}})
 	<-g.entered
 	src.add(txn(2, "k"))
 	time.Sleep(30 * time.Millisecond) // event 2 is read and waits for event 1
 	close(g.open)
-	waitFor(t, "ack of 2", func() bool { return src.lastAck() == 2 })
+	await(t, "ack of 2", func() bool { return src.lastAck() == 2 })
 	mu.Lock()
 	defer mu.Unlock()
-	if sum.Held == 0 || sum.Retried != 1 || sum.Delivered != 2 {
-		t.Errorf("settled %+v; want event 1 retried once, both delivered, and event 2's give-back counted as held", sum)
+	if sum.Released == 0 || sum.Retried != 1 || sum.Delivered != 2 {
+		t.Errorf("settled %+v; want event 1 retried once, both delivered, and event 2's give-back counted as released", sum)
 	}
-	if sum.Events != sum.Delivered+sum.Retried+sum.Held+sum.Dead {
+	if sum.Claimed != sum.Delivered+sum.Retried+sum.Released+sum.Dead {
 		t.Errorf("settled %+v: the outcomes do not add up to the events", sum)
 	}
 }

@@ -104,10 +104,11 @@ type report struct {
 }
 
 type call struct {
-	entries []*entry
-	events  []outbox.Event
-	results []broker.Result
-	took    time.Duration
+	entries  []*entry
+	events   []outbox.Event
+	results  []broker.Result
+	took     time.Duration
+	cutShort bool // the publish's context had ended when it returned
 }
 
 // reports carries the sets' reports to the log loop's goroutine, in the

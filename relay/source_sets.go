@@ -3,7 +3,6 @@ package relay
 import (
 	"cmp"
 	"container/heap"
-	"errors"
 	"slices"
 	"time"
 
@@ -132,24 +131,13 @@ func (l *logRun) runSet(es []*entry, evs []outbox.Event, latches []*dispatch.Lat
 			return l.publish(es, idx, send)
 		},
 		Judge: func(send []outbox.Event, results []broker.Result) []bool {
+			// the same judgement settleCall makes of this call's report
+			j := l.r.judge(send, results, false)
 			ok := make([]bool, len(send))
-			var failed map[string]bool
-			for i, e := range send {
-				switch err := results[i].Err; {
-				case e.Key != "" && failed[e.Key]:
-					// held back behind its key's failure in this call
-				case err == nil:
-					ok[i] = true
-				default:
-					unavailable = unavailable || errors.Is(err, broker.ErrUnavailable)
-					if e.Key != "" {
-						if failed == nil {
-							failed = map[string]bool{}
-						}
-						failed[e.Key] = true
-					}
-				}
+			for i := range send {
+				ok[i] = j.each[i].verdict == confirmed
 			}
+			unavailable = unavailable || j.unavailable != nil
 			return ok
 		},
 		Stop: func() bool {
@@ -197,7 +185,7 @@ func (l *logRun) publish(es []*entry, idx []int, evs []outbox.Event) ([]broker.R
 		return nil, false
 	}
 	<-l.slots // before the report: the loop, woken by it, finds the slot free
-	c := &call{entries: make([]*entry, len(idx)), events: evs, results: res, took: took}
+	c := &call{entries: make([]*entry, len(idx)), events: evs, results: res, took: took, cutShort: l.pub.Err() != nil}
 	for k, i := range idx {
 		c.entries[k] = es[i]
 	}

@@ -3,12 +3,9 @@ package relay
 import (
 	"container/heap"
 	"context"
-	"errors"
 	"slices"
 	"time"
 
-	"github.com/outbox-go/outbox/broker"
-	"github.com/outbox-go/outbox/relay/internal/retry"
 	"github.com/outbox-go/outbox/source"
 )
 
@@ -36,87 +33,47 @@ func (l *logRun) settle(now time.Time) {
 	l.advance()
 }
 
-// settleCall sorts a call's results: confirmed, retried, parked, or held
-// back behind a failure of its key (no attempt counted).
+// settleCall files a call's results as judge decides them: confirmed,
+// retried, parked, or given back (no attempt counted).
 func (l *logRun) settleCall(c *call, now time.Time) {
 	cfg := l.r.cfg
-	var failedKeys map[string]bool
-	var unavailable error // the first ErrUnavailable result of the call
-	var firstErr error
-	anyOK := false
+	j := l.r.judge(c.events, c.results, c.cutShort)
 	st := BatchReport{Claimed: len(c.entries), Duration: c.took}
 	for i, e := range c.entries {
-		res := c.results[i]
-		key := e.ev.Key
-		if key != "" && failedKeys[key] {
-			st.Released++
-			l.back(e, now) // held back: it goes again behind the failed one
-			continue
-		}
-		if res.Err == nil {
-			anyOK = true
+		switch v := j.each[i]; v.verdict {
+		case confirmed:
 			st.Delivered++
 			l.done(e)
-			continue
-		}
-		if firstErr == nil {
-			firstErr = res.Err
-		}
-		if key != "" {
-			if failedKeys == nil {
-				failedKeys = map[string]bool{}
-			}
-			failedKeys[key] = true
-		}
-		if errors.Is(res.Err, broker.ErrNotAttempted) {
-			// The adapter did not send it: it stood behind a failure of
-			// its ordered unit (a Kafka partition shared with another
-			// key). It goes again, uncharged; its key's later events
-			// are held behind it (failedKeys, above).
+		case givenBack:
 			st.Released++
 			l.back(e, now)
-			continue
-		}
-		if errors.Is(res.Err, broker.ErrUnavailable) {
-			st.Released++
-			e.notBefore = time.Time{}
-			if unavailable == nil {
-				unavailable = res.Err
-			}
-			l.back(e, now)
-			continue
-		}
-		e.attempts++
-		if dead, reason := retry.Dead(res.Err, e.attempts, cfg.MaxAttempts); dead {
-			l.parks = append(l.parks, source.Parked{Event: e.ev, Pos: e.txn.pos, Attempts: e.attempts, Reason: reason})
+		case dead:
+			e.attempts = v.attempt
+			l.parks = append(l.parks, source.Parked{Event: e.ev, Pos: e.txn.pos, Attempts: v.attempt, Reason: v.reason})
 			st.Dead++
 			l.done(e)
-			continue
+		case retried:
+			e.attempts = v.attempt
+			st.Retried++
+			e.notBefore = now.Add(l.r.retryDelay(v.attempt, v.err))
+			l.back(e, now)
 		}
-		st.Retried++
-		e.notBefore = now.Add(retry.Delay(cfg.BackoffBase, cfg.BackoffMax, e.attempts, res.Err))
-		l.back(e, now)
 	}
-	if unavailable != nil {
+	if j.unavailable != nil {
 		// one backoff step per call that could not reach the broker, not
 		// one per event of it
 		l.unavailable++
 		l.pauseUntil = now.Add(l.backoff(l.unavailable))
 		l.paused.Store(l.pauseUntil.UnixNano())
 		if l.unavailable == 1 {
-			cfg.Logger.Warn("relay: broker unavailable; backing off", "error", unavailable.Error())
+			cfg.Logger.Warn("relay: broker unavailable; backing off", "error", j.unavailable.Error())
 		}
 	}
-	if anyOK && l.unavailable > 0 {
+	if j.confirmed > 0 && l.unavailable > 0 {
 		l.unavailable = 0
 		cfg.Logger.Info("relay: broker available again")
 	}
-	switch {
-	case anyOK:
-		l.r.health.set(&l.r.health.broker, nil)
-	case firstErr != nil && !broker.IsPermanent(firstErr):
-		l.r.health.set(&l.r.health.broker, firstErr)
-	}
+	l.r.brokerHealth(j.brokerErr(), j.confirmed)
 	l.r.settled(st, true)
 }
 
@@ -225,7 +182,7 @@ func (l *logRun) wakeAt(now time.Time) time.Duration {
 // backoff is the pause after attempt consecutive calls found the broker
 // unreachable.
 func (l *logRun) backoff(attempt int) time.Duration {
-	return retry.Jitter(retry.Backoff(l.r.cfg.BackoffBase, l.r.cfg.BackoffMax, attempt))
+	return jitter(backoff(l.r.cfg.BackoffBase, l.r.cfg.BackoffMax, attempt))
 }
 
 type delayHeap []*entry

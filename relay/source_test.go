@@ -3,6 +3,7 @@ package relay_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -96,5 +97,65 @@ func TestNewSourceRefusesBadInput(t *testing.T) {
 		if _, err := relay.NewSource(src, newMem(t, membroker.Config{}), c.cfg); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("NewSource with %+v: %v, want an error naming %s", c.cfg, err, c.want)
 		}
+	}
+}
+
+// A source's events go through the store relay's publish call: a broker
+// that declares MaxInFlight gets no more events at once than that, across
+// all publish calls, and each call is cut to fit it.
+func TestSourceHonoursTheBrokersInFlightWindow(t *testing.T) {
+	mb := newMem(t, membroker.Config{MaxInFlight: 4, Latency: 20 * time.Millisecond})
+	keys := make([]string, 60)
+	for i := range keys {
+		keys[i] = fmt.Sprint("k", i%20)
+		if i%3 == 0 {
+			keys[i] = ""
+		}
+	}
+	src := newMemSource(txn(1, keys...))
+	startSource(t, src, mb, relay.Config{Workers: 3})
+	await(t, "ack of 1", func() bool { return src.lastAck() == 1 })
+	if peak := mb.Stats().PeakInFlight; peak > 4 {
+		t.Errorf("the broker saw %d events in flight at once; it declared 4", peak)
+	}
+	checkOrder(t, mb.Events(""))
+}
+
+// A publish that a stop cut short (DrainTimeout ran out while the broker
+// held the call) is given back, no attempt counted, as a store's relay
+// releases it: the relay judges a source's results by the same rule.
+func TestSourcePublishCutShortByAStopIsNoAttempt(t *testing.T) {
+	mb := newMem(t, membroker.Config{})
+	nextID = 0
+	g := &gate{Broker: mb, hold: 1, entered: make(chan struct{}, 1), open: make(chan struct{})}
+	src := newMemSource(txn(1, "k"))
+	rec := &recorder{}
+	r, err := relay.NewSource(src, g, fast(relay.Config{DrainTimeout: 50 * time.Millisecond, Hooks: []relay.Hook{rec}}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- r.Run(ctx) }()
+	select {
+	case <-g.entered:
+	case <-time.After(20 * time.Second):
+		t.Fatal("event 1 was not published")
+	}
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("Run: %v", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Run did not return after DrainTimeout")
+	}
+	tot := totals(r)
+	if tot.Retried != 0 || tot.Dead != 0 || r.Totals().Released.Load() != 1 {
+		t.Errorf("totals %+v, released %d: want the cut-short event released, no attempt counted", tot, r.Totals().Released.Load())
+	}
+	if a := src.lastAck(); a != 0 {
+		t.Errorf("acked %d past an unsettled event", a)
 	}
 }

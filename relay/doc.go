@@ -211,7 +211,10 @@
 // committed transactions in commit order with a Position each (the source
 // package doc says what it must promise), and the relay settles by
 // counting events off transactions, then acknowledges a Position once
-// every event up to it is settled.
+// every event up to it is settled. The log loop lives in this package
+// (source.go, source_sets.go, source_settle.go), not under
+// relay/internal, so that it reports to the hooks, Health and Totals
+// directly, without a layer translating its own events into them.
 //
 //   - Order per key is commit order. A key's next event is published only
 //     after its previous one was confirmed (or, on a broker whose Ordering

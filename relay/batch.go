@@ -8,8 +8,7 @@ import (
 
 	outbox "github.com/outbox-go/outbox"
 	"github.com/outbox-go/outbox/broker"
-	"github.com/outbox-go/outbox/internal/dispatch"
-	"github.com/outbox-go/outbox/internal/retry"
+	"github.com/outbox-go/outbox/relay/internal/dispatch"
 	"github.com/outbox-go/outbox/store/driver"
 )
 
@@ -59,7 +58,6 @@ func (b *batch) isLost() bool {
 // stopping, the lease is gone or the broker cannot be reached. It returns
 // the broker's error, before brokerOutcome.
 func (b *batch) dispatch(ctx, pubCtx context.Context, prevIn []int, prev []dispatch.Ticket, settled func(i int, o dispatch.Outcome)) error {
-	failedKeys := make(map[string]bool)
 	var brokerErr error
 	b.acks = make([]int64, 0, len(b.events))
 	dispatch.Run(dispatch.Set{
@@ -68,11 +66,11 @@ func (b *batch) dispatch(ctx, pubCtx context.Context, prevIn []int, prev []dispa
 		Prev:     prev,
 		Features: b.r.features,
 		Publish: func(send []outbox.Event) ([]broker.Result, bool) {
-			results, stopped := b.call(pubCtx, send)
+			results, stopped := b.r.publish(pubCtx, send)
 			return results, !stopped
 		},
 		Judge: func(send []outbox.Event, results []broker.Result) []bool {
-			return b.sort(pubCtx, send, results, failedKeys, &brokerErr)
+			return b.sort(pubCtx, send, results, &brokerErr)
 		},
 		Stop: func() bool { return b.mustStop(ctx, pubCtx, brokerErr) },
 		Wait: func(wake <-chan struct{}) bool {
@@ -127,11 +125,7 @@ func (b *batch) brokerOutcome(brokerErr error) error {
 
 // brokerHealth records the broker's state after a batch.
 func (b *batch) brokerHealth(brokerErr error) {
-	if brokerErr != nil {
-		b.r.health.set(&b.r.health.broker, brokerErr)
-	} else if len(b.acks) > 0 {
-		b.r.health.set(&b.r.health.broker, nil)
-	}
+	b.r.brokerHealth(brokerErr, len(b.acks))
 }
 
 // mustStop reports whether no further publish call may start: the relay
@@ -140,113 +134,32 @@ func (b *batch) mustStop(ctx, pubCtx context.Context, brokerErr error) bool {
 	return ctx.Err() != nil || pubCtx.Err() != nil || b.isLost() || errors.Is(brokerErr, broker.ErrUnavailable)
 }
 
-// call runs one publish call: it waits for room in the broker's in-flight
-// window, then publishes under PublishTimeout with the publish hooks, and
-// returns one result per event. stopped: pubCtx ended while waiting for
-// room, and nothing was sent. It touches none of the batch's outcomes, so
-// calls of one batch may run at once (sort them one at a time).
-func (b *batch) call(pubCtx context.Context, send []outbox.Event) (results []broker.Result, stopped bool) {
-	cfg := b.r.cfg
-	// Room in the broker's in-flight window is waited for before the
-	// publish deadline starts: a wait is not an attempt.
-	release, stop := b.r.inFlightWindow(pubCtx, len(send))
-	if stop {
-		return nil, true
-	}
-	wctx, cancel := context.WithTimeout(pubCtx, cfg.PublishTimeout)
-	for _, h := range b.r.hooks.publishStart {
-		if c := h.OnPublishStart(wctx, send); c != nil {
-			wctx = c
-		}
-	}
-	published := time.Now()
-	results = broker.PublishResults(wctx, b.r.br, send)
-	release()
-	for len(results) < len(send) { // a broken adapter: never count a missing result as confirmed
-		results = append(results, broker.Result{Err: errors.New("broker returned no result for this event"), Offset: -1})
-	}
-	for _, h := range b.r.hooks.publishEnd {
-		h.OnPublishEnd(wctx, PublishInfo{Events: send, Results: results, Took: time.Since(published)})
-	}
-	cancel()
-	return results, false
-}
-
-// sort files one call's results into acks, retries, burials and releases;
-// ok[i] says send[i] was confirmed. failedKeys gathers the keys with a
-// failed event; *brokerErr is set when the broker failed as a whole.
-func (b *batch) sort(pubCtx context.Context, send []outbox.Event, results []broker.Result, failedKeys map[string]bool, brokerErr *error) (ok []bool) {
+// sort files one call's results, as judge decides them, into acks,
+// retries, burials and releases; ok[i] says send[i] was confirmed.
+// *brokerErr is set when the broker failed as a whole.
+func (b *batch) sort(pubCtx context.Context, send []outbox.Event, results []broker.Result, brokerErr *error) (ok []bool) {
+	j := b.r.judge(send, results, pubCtx.Err() != nil)
 	ok = make([]bool, len(send))
-	confirmed := 0
-	var firstErr error
 	for i, e := range send {
-		err := results[i].Err
-		if err == nil {
+		switch v := j.each[i]; v.verdict {
+		case confirmed:
 			b.acks = append(b.acks, e.ID)
 			ok[i] = true
-			confirmed++
-			continue
-		}
-		if errors.Is(err, broker.ErrNotAttempted) {
-			// The adapter says it failed only behind an earlier
-			// failure of its ordered unit (a Kafka partition): give
-			// it back without counting an attempt, and hold its key's
-			// later events like any failure does.
+		case givenBack:
 			b.released = append(b.released, e.ID)
-			if e.Key != "" {
-				failedKeys[e.Key] = true
-			}
-			continue
+		case dead:
+			b.burials = append(b.burials, driver.Burial{ID: e.ID, Error: v.reason})
+		case retried:
+			b.retries = append(b.retries, driver.Retry{ID: e.ID, Delay: b.r.retryDelay(v.attempt, v.err), Error: v.err.Error()})
 		}
-		if e.Key != "" {
-			if failedKeys[e.Key] {
-				// An earlier event of its key failed in this same
-				// call (a key-ordered broker sends a key's events
-				// together and fails the rest after the first
-				// failure): it was held back, not attempted. Give
-				// it back without counting an attempt, so it cannot
-				// go DEAD untried behind a flaky predecessor.
-				b.released = append(b.released, e.ID)
-				continue
-			}
-			failedKeys[e.Key] = true
-		}
-		if pubCtx.Err() != nil && errors.Is(err, context.Canceled) {
-			// cut short by a stop or a lost lease, not the event's
-			// fault: give it back without counting an attempt
-			b.released = append(b.released, e.ID)
-			continue
-		}
-		if errors.Is(err, broker.ErrUnavailable) {
-			// the broker could not be reached at all: not the
-			// event's fault either; the worker backs off
-			b.released = append(b.released, e.ID)
-			if *brokerErr == nil {
-				*brokerErr = err
-			}
-			continue
-		}
-		if firstErr == nil {
-			firstErr = err
-		}
-		b.fail(e, err)
 	}
-	if confirmed == 0 && firstErr != nil && !broker.IsPermanent(firstErr) {
-		*brokerErr = firstErr
+	if j.unavailable != nil && *brokerErr == nil {
+		*brokerErr = j.unavailable
+	}
+	if j.failing != nil {
+		*brokerErr = j.failing
 	}
 	return ok
-}
-
-// fail decides between retry and burial.
-func (b *batch) fail(e outbox.Event, err error) {
-	cfg := b.r.cfg
-	attempt := e.Attempts + 1
-	if dead, reason := retry.Dead(err, attempt, cfg.MaxAttempts); dead {
-		b.burials = append(b.burials, driver.Burial{ID: e.ID, Error: reason})
-		return
-	}
-	delay := retry.Delay(cfg.BackoffBase, cfg.BackoffMax, attempt, err)
-	b.retries = append(b.retries, driver.Retry{ID: e.ID, Delay: delay, Error: err.Error()})
 }
 
 // renew extends the lease every LeaseFor/3 until ctx ends. When the store

@@ -39,10 +39,11 @@ type Config struct {
 	// bounded by 2 × Workers × BatchSize × the largest payload: each worker
 	// publishes one batch while the previous one is being settled.
 	BatchSize int
-	// Workers is how many batches one relay has in flight at once; default
-	// 3, so that the database, the relay and the broker each have work
-	// while the others are busy: on 2 cores, 3 drained a backlog faster
-	// than 2 (BENCHMARKS.md), and 6 slower.
+	// Workers is how many batches one relay has in flight at once (over a
+	// source.Source: how many publish calls); default 3, so that the
+	// database, the relay and the broker each have work while the others
+	// are busy: on 2 cores, 3 drained a backlog faster than 2
+	// (BENCHMARKS.md), and 6 slower.
 	Workers int
 	// LeaseFor is how long a claim holds before other relays may take it
 	// back; default 30s. It is renewed while the batch is in flight.

@@ -150,4 +150,56 @@
 // HookHealth and HookShards (each heartbeat); Relay.Health is a snapshot
 // for readiness checks (failing since when, last delivery, events in
 // flight, shards held).
+//
+// # Sources: the log loop
+//
+// NewSource runs a source.Source (a log tail such as source/pgcdc) inside
+// the same engine: the same per-key dispatcher (relay/internal/dispatch),
+// the same publish call (the broker's in-flight window, PublishTimeout,
+// the publish hooks), the same judgement of each result (retry, DEAD,
+// given back, broker unreachable) and the same retry rules
+// (relay/internal/retry), the same hooks, Health and Totals. What differs
+// is what feeds the dispatcher and where outcomes go: a source hands out
+// committed transactions in commit order with a Position each (the source
+// package doc says what it must promise), and the relay settles by
+// counting events off transactions, then acknowledges a Position once
+// every event up to it is settled. The log loop lives in this package
+// (source.go, source_sets.go, source_settle.go), not under
+// relay/internal, so that it reports to the hooks, Health and Totals
+// directly, without a layer translating its own events into them.
+//
+//   - Order per key is commit order. A key's next event is published only
+//     after its previous one was confirmed (or, on a broker whose Ordering
+//     is OrderKey or stronger, in the same publish call, after it). A
+//     failing event holds only its own key. Events held back behind a
+//     failure are given back without counting an attempt.
+//   - Sets. The events that may go when a publish call could start form a
+//     set, dispatched on its own goroutine; several sets are in flight at
+//     once, with at most Workers publish calls across them. A key's event
+//     whose predecessor is in a set still in flight joins the new set
+//     behind that predecessor's ticket, as ordering by ownership does
+//     across batches. A key's events are in at most two sets at once: what
+//     comes next gathers until the first of them is back and then goes in
+//     one set (on a key-ordered broker, one call). A key one of whose
+//     events came back unsettled (retried, held back, given back) joins no
+//     new set until every one of its events in a set is back; it then goes
+//     again from its first unsettled event. A call takes what is ready, up
+//     to BatchSize (dispatch.Set.NoCut).
+//   - Retries are kept in memory with their backoff; an event goes DEAD
+//     (Source.Park, with the reason a store's relay writes) after
+//     MaxAttempts failed attempts or at once on a permanent error. A
+//     broker that cannot be reached at all costs no attempts: the loop
+//     pauses one backoff step per call that found it so.
+//   - A DEAD event does not hold its key's later events (DeadKeys is
+//     ignored): a log source cannot hold a key without holding its
+//     acknowledgement, and with it the server's log (WAL) without bound.
+//   - An event with a future AvailableAt waits until then and holds its
+//     key's later events meanwhile. Its transaction's Position is not
+//     acknowledged before it is delivered: a log source retains its log
+//     that long, so keep such delays short under CDC.
+//   - The Position acknowledged never passes an unsettled event. At most
+//     20,000 events read and not settled are held in memory; past that the
+//     relay reads no more until some settle. A stop lets the calls in
+//     flight finish within DrainTimeout and acknowledges what settled; the
+//     source replays the rest after a restart.
 package relay

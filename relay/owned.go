@@ -10,7 +10,7 @@ import (
 	"time"
 
 	outbox "github.com/outbox-go/outbox"
-	"github.com/outbox-go/outbox/internal/dispatch"
+	"github.com/outbox-go/outbox/relay/internal/dispatch"
 	"github.com/outbox-go/outbox/store"
 	"github.com/outbox-go/outbox/store/driver"
 )

@@ -12,7 +12,7 @@ import (
 
 	outbox "github.com/outbox-go/outbox"
 	"github.com/outbox-go/outbox/broker"
-	"github.com/outbox-go/outbox/internal/retry"
+	"github.com/outbox-go/outbox/relay/internal/retry"
 	"github.com/outbox-go/outbox/source"
 	"github.com/outbox-go/outbox/store/driver"
 )
@@ -48,8 +48,8 @@ type Relay struct {
 	// own holds the shard leases and orders the claims.
 	own *ownership
 
-	// loop is set when the relay reads a source.Source (NewSource).
-	loop *source.Loop
+	// src is set when the relay reads a source.Source (NewSource).
+	src source.Source
 }
 
 // Totals are cumulative counts since the relay started.
@@ -109,7 +109,7 @@ func (r *Relay) Wake() {
 // the rest. It returns nil after a graceful stop; errors on the way are
 // retried and logged, never returned.
 func (r *Relay) Run(ctx context.Context) error {
-	if r.loop != nil {
+	if r.src != nil {
 		return r.runSource(ctx)
 	}
 	if n, ok := r.st.(driver.Notifier); ok {

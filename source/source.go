@@ -40,12 +40,12 @@ type Source interface {
 	// their rows, advance its slot).
 	Ack(ctx context.Context, pos Position) error
 	// Park records events as DEAD, with their reasons, where operators see
-	// them (`outbox dead list`). The loop parks an event before it
+	// them (`outbox dead list`). The relay parks an event before it
 	// acknowledges a Position past it.
 	Park(ctx context.Context, events []Parked) error
 }
 
 // ErrFenced is what a Source returns once another process took over its
-// stream (its lease expired, or an operator moved it): the loop stops
+// stream (its lease expired, or an operator moved it): the relay stops
 // without acknowledging anything more.
 var ErrFenced = errors.New("source: fenced: another process holds this source's lease now")

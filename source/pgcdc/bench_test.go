@@ -21,6 +21,7 @@ import (
 	"github.com/outbox-go/outbox/internal/redact"
 	"github.com/outbox-go/outbox/internal/testenv"
 	"github.com/outbox-go/outbox/internal/testnats"
+	"github.com/outbox-go/outbox/relay"
 	"github.com/outbox-go/outbox/source"
 	"github.com/outbox-go/outbox/source/pgcdc"
 )
@@ -140,12 +141,13 @@ func benchDrain(b *testing.B, tableLess bool, n int) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	loop, err := source.New(src, br, source.Config{BatchSize: 1000, InFlight: benchInFlight(), Logger: quietLogger(),
-		OnDelivered: func(outbox.Event, broker.Result) {
+	acks := &ackWatch{Source: src}
+	loop, err := relay.NewSource(acks, br, relay.Config{BatchSize: 1000, Workers: benchInFlight(), Logger: quietLogger(),
+		Hooks: []relay.Hook{onConfirmed(func(outbox.Event) {
 			if delivered.Add(1) == int64(n) {
 				close(all)
 			}
-		}})
+		})}})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -163,11 +165,11 @@ func benchDrain(b *testing.B, tableLess bool, n int) {
 		b.Fatalf("only %d of %d delivered", delivered.Load(), n)
 	}
 	drain := time.Since(began)
-	endLSN := loop.Totals().Acked
+	endLSN := acks.last.Load()
 	for !tableLess && f.countB(b) > 0 {
 		time.Sleep(5 * time.Millisecond)
 	}
-	for loop.Totals().Acked < endLSN || loop.Totals().Acked == 0 {
+	for a := acks.last.Load(); a < endLSN || a == 0; a = acks.last.Load() {
 		time.Sleep(5 * time.Millisecond)
 	}
 	settled := time.Since(began)
@@ -232,15 +234,15 @@ func benchLatency(b *testing.B, tableLess bool, rate int, d time.Duration) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	loop, err := source.New(src, br, source.Config{Logger: quietLogger(), InFlight: benchInFlight(),
-		OnDelivered: func(e outbox.Event, _ broker.Result) {
+	loop, err := relay.NewSource(src, br, relay.Config{Logger: quietLogger(), Workers: benchInFlight(),
+		Hooks: []relay.Hook{onConfirmed(func(e outbox.Event) {
 			var i int
 			fmt.Sscan(string(e.Payload), &i)
 			if i > 0 && i <= n {
 				confirmed[i].Store(time.Now().UnixNano())
 				lat <- i
 			}
-		}})
+		})}})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -354,9 +356,35 @@ func (f *fixture) countB(b *testing.B) int {
 	return n
 }
 
-// benchInFlight is PGCDC_BENCH_INFLIGHT, or the default.
+// benchInFlight is PGCDC_BENCH_INFLIGHT (the relay's Workers: publish
+// calls in flight), or the default.
 func benchInFlight() int {
 	var n int
 	fmt.Sscan(os.Getenv("PGCDC_BENCH_INFLIGHT"), &n)
 	return n
+}
+
+// onConfirmed is a publish hook told each event the broker confirmed.
+type onConfirmed func(outbox.Event)
+
+func (f onConfirmed) OnPublishEnd(_ context.Context, p relay.PublishInfo) {
+	for i, r := range p.Results {
+		if r.Err == nil {
+			f(p.Events[i])
+		}
+	}
+}
+
+// ackWatch is a Source that remembers the last Position acknowledged.
+type ackWatch struct {
+	*pgcdc.Source
+	last atomic.Uint64
+}
+
+func (a *ackWatch) Ack(ctx context.Context, pos source.Position) error {
+	err := a.Source.Ack(ctx, pos)
+	if err == nil {
+		a.last.Store(uint64(pos))
+	}
+	return err
 }

@@ -2,8 +2,7 @@
 // outbox table's inserts (table mode) or pg_logical_emit_message records
 // (table-less mode) from a replication slot with the pgoutput plugin
 // (protocol 1), and implements source.Source, so the relay
-// (relay.NewSource, `outbox relay --source pgcdc`) or source.Loop delivers
-// them.
+// (relay.NewSource, `outbox relay --source pgcdc`) delivers them.
 //
 // Set-up: the server needs wal_level = logical (Start refuses anything
 // else, naming the fix); the role needs REPLICATION and, for Setup, to own

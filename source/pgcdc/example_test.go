@@ -10,7 +10,7 @@ import (
 
 	outbox "github.com/outbox-go/outbox"
 	"github.com/outbox-go/outbox/broker/membroker"
-	"github.com/outbox-go/outbox/source"
+	"github.com/outbox-go/outbox/relay"
 	"github.com/outbox-go/outbox/source/pgcdc"
 )
 
@@ -49,7 +49,7 @@ func ExampleEmitter() {
 	}
 	defer src.Close()
 	b, _ := membroker.New(membroker.Config{})
-	loop, _ := source.New(src, b, source.Config{})
+	loop, _ := relay.NewSource(src, b, relay.Config{Logger: quietLogger()})
 	runCtx, stop := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() { done <- loop.Run(runCtx) }()

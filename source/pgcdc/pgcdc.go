@@ -20,7 +20,7 @@ import (
 
 // Source streams an outbox table's inserts (or the table-less mode's
 // logical messages) from a replication slot. It implements source.Source.
-// Start it, then hand it to relay.NewSource (or source.New).
+// Start it, then hand it to relay.NewSource.
 type Source struct {
 	cfg  Config
 	n    names

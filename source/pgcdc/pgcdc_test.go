@@ -24,6 +24,7 @@ import (
 	"github.com/outbox-go/outbox/broker"
 	"github.com/outbox-go/outbox/broker/membroker"
 	"github.com/outbox-go/outbox/internal/testenv"
+	"github.com/outbox-go/outbox/relay"
 	"github.com/outbox-go/outbox/source"
 	"github.com/outbox-go/outbox/source/pgcdc"
 	"github.com/outbox-go/outbox/store"
@@ -121,13 +122,13 @@ func dropSlot(ctx context.Context, t testing.TB, pool *pgxpool.Pool, slot string
 // running is a started Source and its delivery loop.
 type running struct {
 	src    *pgcdc.Source
-	loop   *source.Loop
+	loop   *relay.Relay
 	broker *membroker.Broker
 	cancel context.CancelFunc
 	done   chan error
 }
 
-func (f *fixture) start(b *membroker.Broker, lcfg source.Config) *running {
+func (f *fixture) start(b *membroker.Broker, lcfg relay.Config) *running {
 	f.t.Helper()
 	src, err := pgcdc.New(f.pool, f.cfg)
 	if err != nil {
@@ -142,7 +143,7 @@ func (f *fixture) start(b *membroker.Broker, lcfg source.Config) *running {
 		lcfg.BackoffBase, lcfg.BackoffMax = 5*time.Millisecond, 50*time.Millisecond
 	}
 	lcfg.Logger = quietLogger()
-	loop, err := source.New(src, b, lcfg)
+	loop, err := relay.NewSource(src, b, lcfg)
 	if err != nil {
 		f.t.Fatal(err)
 	}
@@ -215,7 +216,7 @@ func payloads(evs []outbox.Event) []string {
 func TestOutOfOrderCommitsInCommitOrder(t *testing.T) {
 	f := newFixture(t, false)
 	b := newBroker(t)
-	f.start(b, source.Config{})
+	f.start(b, relay.Config{})
 	ctx := context.Background()
 	txA, err := f.pool.Begin(ctx)
 	if err != nil {
@@ -249,7 +250,7 @@ func waitCtx(t *testing.T) context.Context {
 func TestRolledBackNeverDelivered(t *testing.T) {
 	f := newFixture(t, false)
 	b := newBroker(t)
-	f.start(b, source.Config{})
+	f.start(b, relay.Config{})
 	ctx := context.Background()
 	tx, err := f.pool.Begin(ctx)
 	if err != nil {
@@ -277,7 +278,7 @@ func TestRolledBackNeverDelivered(t *testing.T) {
 func TestColumnsDecoded(t *testing.T) {
 	f := newFixture(t, false)
 	b := newBroker(t)
-	f.start(b, source.Config{})
+	f.start(b, relay.Config{})
 	ctx := context.Background()
 	payload := []byte{0, 1, 2, '\\', 0xff, 'x'}
 	m := outbox.Message{Topic: "orders", Key: "order-1", Type: "OrderPaid", AggregateType: "Order", SchemaVersion: 3,
@@ -311,7 +312,7 @@ func TestBadRowsAndDeadEvents(t *testing.T) {
 		}
 		return nil
 	})
-	f.start(b, source.Config{})
+	f.start(b, relay.Config{})
 	ins := "INSERT INTO " + f.table() + " (topic, event_key, event_type, payload, headers) VALUES ('t', 'k', 'T', $1, $2)"
 	f.exec(ins, []byte("bad headers"), `{"n": 1}`)
 	f.exec(ins, []byte("poison"), `{}`)
@@ -372,7 +373,7 @@ func currentLSN(t *testing.T, pool *pgxpool.Pool) pglogrepl.LSN {
 // move the slot's confirmed position up to the server's current WAL.
 func TestHeartbeatAdvancesIdleSlot(t *testing.T) {
 	f := newFixture(t, false)
-	r := f.start(newBroker(t), source.Config{})
+	r := f.start(newBroker(t), relay.Config{})
 	cfg := r.src.Config()
 	waitFor(t, "the slot", 10*time.Second, func() bool { return slotConfirmed(t, f.pool, cfg.Slot) != 0 })
 	target := currentLSN(t, f.pool)
@@ -394,7 +395,7 @@ func TestSlotDroppedBehindItsBack(t *testing.T) {
 	b := newBroker(t)
 	ctx := context.Background()
 	ins := "INSERT INTO " + f.table() + " (topic, event_key, event_type, payload) VALUES ('t', 'k', 'T', $1)"
-	r := f.start(b, source.Config{})
+	r := f.start(b, relay.Config{})
 	f.exec(ins, []byte("1"))
 	if _, err := b.Wait(waitCtx(t), "t", 1); err != nil {
 		t.Fatal(err)
@@ -406,7 +407,7 @@ func TestSlotDroppedBehindItsBack(t *testing.T) {
 	f.exec(ins, []byte("2"))
 	f.exec(ins, []byte("3"))
 	dropSlot(ctx, t, f.pool, cfg.Slot)
-	f.start(b, source.Config{})
+	f.start(b, relay.Config{})
 	f.exec(ins, []byte("4"))
 	if _, err := b.Wait(waitCtx(t), "t", 4); err != nil {
 		t.Fatalf("%v: delivered %v", err, payloads(b.Events("t")))
@@ -459,7 +460,7 @@ func TestTableLessRoundTrip(t *testing.T) {
 		}
 		return nil
 	})
-	f.start(b, source.Config{})
+	f.start(b, relay.Config{})
 	ctx := context.Background()
 	em := pgcdc.Emitter{Prefix: f.cfg.Prefix}
 	emit := func(commit bool, msgs ...outbox.Message) {
@@ -532,7 +533,7 @@ func TestTableLessRoundTrip(t *testing.T) {
 func TestTableLessLostSlotRefused(t *testing.T) {
 	f := newFixture(t, true)
 	b := newBroker(t)
-	r := f.start(b, source.Config{})
+	r := f.start(b, relay.Config{})
 	if err := r.stop(); err != nil {
 		t.Fatal(err)
 	}
@@ -549,7 +550,7 @@ func TestTableLessLostSlotRefused(t *testing.T) {
 	if err := pgcdc.DropSlot(context.Background(), f.pool, f.cfg, true); err != nil {
 		t.Fatal(err)
 	}
-	f.start(b, source.Config{}) // forgotten: a new slot, no complaint
+	f.start(b, relay.Config{}) // forgotten: a new slot, no complaint
 }
 
 // One streamer at a time: a second source waits for the lease and takes
@@ -558,7 +559,7 @@ func TestLeaseOneStreamer(t *testing.T) {
 	f := newFixture(t, false)
 	b := newBroker(t)
 	ins := "INSERT INTO " + f.table() + " (topic, event_key, event_type, payload) VALUES ('t', 'k', 'T', $1)"
-	r1 := f.start(b, source.Config{})
+	r1 := f.start(b, relay.Config{})
 	f.exec(ins, []byte("1"))
 	if _, err := b.Wait(waitCtx(t), "t", 1); err != nil {
 		t.Fatal(err)
@@ -583,7 +584,7 @@ func TestLeaseOneStreamer(t *testing.T) {
 	if second.Epoch() <= r1.src.Epoch() {
 		t.Fatalf("epoch %d after %d", second.Epoch(), r1.src.Epoch())
 	}
-	loop, err := source.New(second, b, source.Config{Logger: quietLogger()})
+	loop, err := relay.NewSource(second, b, relay.Config{Logger: quietLogger()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -617,7 +618,7 @@ func TestDropSlotRefusesUndelivered(t *testing.T) {
 	f := newFixture(t, false)
 	b := newBroker(t)
 	b.SetDown(true)
-	r := f.start(b, source.Config{})
+	r := f.start(b, relay.Config{})
 	f.exec("INSERT INTO " + f.table() + " (topic, event_type) VALUES ('t', 'T')")
 	time.Sleep(200 * time.Millisecond)
 	if err := pgcdc.DropSlot(context.Background(), f.pool, f.cfg, false); err == nil || !strings.Contains(err.Error(), "in use") {
@@ -639,7 +640,7 @@ func TestDropSlotRefusesUndelivered(t *testing.T) {
 	}
 	// the next start makes a new slot and delivers the row by polling
 	b.SetDown(false)
-	f.start(b, source.Config{})
+	f.start(b, relay.Config{})
 	if _, err := b.Wait(waitCtx(t), "t", 1); err != nil {
 		t.Fatal(err)
 	}
@@ -657,7 +658,7 @@ func TestLostSlotRecreated(t *testing.T) {
 	f := newFixture(t, false)
 	b := newBroker(t)
 	ins := "INSERT INTO " + f.table() + " (topic, event_key, event_type, payload) VALUES ('t', 'k', 'T', $1)"
-	r := f.start(b, source.Config{})
+	r := f.start(b, relay.Config{})
 	f.exec(ins, []byte("1"))
 	if _, err := b.Wait(waitCtx(t), "t", 1); err != nil {
 		t.Fatal(err)
@@ -671,7 +672,7 @@ func TestLostSlotRecreated(t *testing.T) {
 	f.exec(ins, []byte("3"))
 	pgcdc.MarkSlotLost(cfg.Slot)
 	defer pgcdc.ClearSlotHook()
-	f.start(b, source.Config{})
+	f.start(b, relay.Config{})
 	f.exec(ins, []byte("4"))
 	if _, err := b.Wait(waitCtx(t), "t", 4); err != nil {
 		t.Fatalf("%v: delivered %v", err, payloads(b.Events("t")))
@@ -695,7 +696,7 @@ func TestLostSlotRecreated(t *testing.T) {
 func TestTableLessInvalidatedSlotRefused(t *testing.T) {
 	f := newFixture(t, true)
 	b := newBroker(t)
-	r := f.start(b, source.Config{})
+	r := f.start(b, relay.Config{})
 	if err := r.stop(); err != nil {
 		t.Fatal(err)
 	}
@@ -741,7 +742,7 @@ func TestPolledRowsBeforeStreamedOnes(t *testing.T) {
 			}
 		}
 	}()
-	f.start(b, source.Config{BatchSize: 50})
+	f.start(b, relay.Config{BatchSize: 50})
 	time.Sleep(500 * time.Millisecond)
 	close(stop)
 	<-wrote

@@ -1,5 +1,6 @@
 // Package sourcetest is the conformance suite every source.Source must
-// pass: what the delivery loop relies on, checked against a real database.
+// pass: what the relay relies on (the source package doc lists it),
+// checked against a real database.
 //
 // A source's test builds a Suite whose New returns a Fixture over a fresh
 // stream (its own table, slot, …), and calls Run. The suite checks:

@@ -60,10 +60,6 @@ type Suite struct {
 	// even when it learns of several at once (a log tail). Without it the
 	// suite only checks commit order for transactions it reads one by one.
 	CommitOrder bool
-	// SingleWriter says the database runs one writing transaction at a
-	// time (SQLite): the checks that keep a transaction open while another
-	// commits are left out.
-	SingleWriter bool
 	// Wait bounds how long the suite waits for events to come; default 30s.
 	Wait time.Duration
 }
@@ -248,21 +244,14 @@ func (s Suite) testCommittedOnly(t *testing.T) {
 	tx := fx.Begin(t)
 	tx.Write(t, rolled)
 	tx.Rollback(t)
-	var open Tx
 	pending := msg("open", "k2")
-	if !s.SingleWriter {
-		open = fx.Begin(t)
-		open.Write(t, pending)
-	}
+	open := fx.Begin(t)
+	open.Write(t, pending)
 	first := msg("committed", "k")
 	commit(t, fx, first)
 	r := newReader(t, src, rolled, pending)
 	got := r.until(s.Wait, "a committed transaction", first)
 	r.none("after a rollback", got, rolled)
-	if open == nil {
-		t.Log("SingleWriter: the open-transaction check is left out")
-		return
-	}
 	r.none("while its transaction is open", got, pending)
 	open.Commit(t)
 	last := msg("last", "")
@@ -304,10 +293,6 @@ func (s Suite) testCommitOrder(t *testing.T) {
 // testConcurrentCommits: a transaction that began first and committed
 // last comes after the one that committed in between.
 func (s Suite) testConcurrentCommits(t *testing.T) {
-	if s.SingleWriter {
-		t.Log("SingleWriter: two writing transactions cannot be open at once; nothing to check")
-		return
-	}
 	fx := s.New(t)
 	src := fx.Open(t)
 	defer fx.Close(t, src)

@@ -1,6 +1,7 @@
-// Package dispatch is the per-key dispatcher the relay's engines and
-// source.Loop share: given a set of events (one claimed batch; for Loop,
-// the events that may go when a publish call could start) and, for each,
+// Package dispatch is the relay's per-key dispatcher, for a store's
+// batches and a source's events alike: given a set of events (one claimed
+// batch; for a source, the events that may go when a publish call could
+// start) and, for each,
 // the event it must wait for, it decides which events go to the broker in
 // which publish call and when, and which are given back untried.
 //
@@ -24,12 +25,12 @@
 //     broker that keeps no order (OrderNone) a ready set found with no call
 //     in flight is cut into MaxCalls calls, so that the keys' chains drift
 //     apart instead of all waiting for the slowest ack of one call
-//     (Set.NoCut keeps them in one call: source.Loop's calls take what is
+//     (Set.NoCut keeps them in one call: a source's calls take what is
 //     ready). A call carries at most Features.MaxInFlight events.
 //
 // What it does not own, and leaves to its caller's callbacks: the publish
 // call itself (deadlines, hooks, the broker's in-flight window), what a
 // failed result means (Set.Judge: retry, DEAD, release, a broker outage),
-// where outcomes are written (the relay: its store, by lease; source.Loop:
-// its transactions), and tickets' lifetimes across sets.
+// where outcomes are written (a store, by lease; a source, by counting
+// events off its transactions), and tickets' lifetimes across sets.
 package dispatch

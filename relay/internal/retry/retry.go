@@ -1,5 +1,5 @@
-// Package retry holds the rules every delivery engine applies to a failed
-// attempt (the polling relay's batches and source.Loop alike): when an
+// Package retry holds the rules the relay applies to a failed attempt (a
+// store's batches and a source's events alike): when an
 // event goes DEAD and the reason it carries, and how long its next attempt
 // waits.
 package retry

@@ -1,4 +1,4 @@
-package source_test
+package relay_test
 
 import (
 	"context"
@@ -12,6 +12,7 @@ import (
 	outbox "github.com/outbox-go/outbox"
 	"github.com/outbox-go/outbox/broker"
 	"github.com/outbox-go/outbox/broker/membroker"
+	"github.com/outbox-go/outbox/relay"
 	"github.com/outbox-go/outbox/source"
 )
 
@@ -125,7 +126,7 @@ func newChaos(t *testing.T, ordered bool, seed int64) *chaos {
 		keyOf: map[int64]string{}, settled: map[int64]bool{}, conf: map[int64]int{}, perm: map[int64]bool{}, fails: map[int64]int{}}
 }
 
-// shape is a BatchSize/InFlight pair a random test runs under.
+// shape is a BatchSize/Workers pair a random test runs under.
 type shape struct{ batch, inFlight int }
 
 // forRandomRuns runs fn as a subtest for each broker ordering (none, key),
@@ -158,13 +159,13 @@ func ids(evs []outbox.Event) []int64 {
 // charged, nothing confirmed or parked is sent again, the in-flight bound
 // holds; at the end each event was confirmed once or parked, and the ack
 // reached the last Position.
-func TestLoopRandomFaultsKeepEveryRule(t *testing.T) {
+func TestSourceRandomFaultsKeepEveryRule(t *testing.T) {
 	forRandomRuns(t, func(t *testing.T, ordered bool, sh shape, seed int64) {
 		rnd := rand.New(rand.NewSource(seed))
 		c := newChaos(t, ordered, seed)
 		src := newMemSource()
-		cfg := source.Config{BatchSize: sh.batch, InFlight: sh.inFlight, MaxAttempts: 100, BackoffBase: time.Millisecond, BackoffMax: 4 * time.Millisecond}
-		l, err := source.New(src, c, cfg)
+		cfg := relay.Config{BatchSize: sh.batch, Workers: sh.inFlight, MaxAttempts: 100, BackoffBase: time.Millisecond, BackoffMax: 4 * time.Millisecond}
+		l, err := relay.NewSource(src, c, cfg)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -198,7 +199,7 @@ func TestLoopRandomFaultsKeepEveryRule(t *testing.T) {
 			src.add(txns...)
 			time.Sleep(time.Duration(rnd.Intn(2000)) * time.Microsecond)
 		}
-		waitFor(t, fmt.Sprintf("ack of %d", pos), func() bool { return src.lastAck() == pos })
+		await(t, fmt.Sprintf("ack of %d", pos), func() bool { return src.lastAck() == pos })
 		cancel()
 		if err := <-done; err != nil {
 			t.Fatal(err)
@@ -208,8 +209,8 @@ func TestLoopRandomFaultsKeepEveryRule(t *testing.T) {
 		for _, e := range c.errs[:min(len(c.errs), 10)] {
 			t.Error(e)
 		}
-		if c.maxIn > cfg.InFlight {
-			t.Errorf("%d calls in flight, InFlight %d", c.maxIn, cfg.InFlight)
+		if c.maxIn > cfg.Workers {
+			t.Errorf("%d calls in flight, Workers %d", c.maxIn, cfg.Workers)
 		}
 		nconf, nperm := 0, 0
 		for i := int64(1); i <= id; i++ {
@@ -224,7 +225,7 @@ func TestLoopRandomFaultsKeepEveryRule(t *testing.T) {
 				t.Errorf("event %d neither confirmed nor parked", i)
 			}
 		}
-		tot := l.Totals()
+		tot := totals(l)
 		if tot.Delivered != int64(nconf) || tot.Dead != int64(nperm) {
 			t.Errorf("totals %+v, broker confirmed %d, permanent %d", tot, nconf, nperm)
 		}
@@ -236,13 +237,13 @@ func TestLoopRandomFaultsKeepEveryRule(t *testing.T) {
 
 // The same random faults with a stop mid-stream: Run returns, and no
 // Position past an unsettled event was acknowledged.
-func TestLoopRandomStopsAckNothingUnsettled(t *testing.T) {
+func TestSourceRandomStopsAckNothingUnsettled(t *testing.T) {
 	forRandomRuns(t, func(t *testing.T, ordered bool, sh shape, seed int64) {
 		rnd := rand.New(rand.NewSource(seed))
 		c := newChaos(t, ordered, seed)
 		src := newMemSource()
-		cfg := source.Config{BatchSize: sh.batch, InFlight: sh.inFlight, MaxAttempts: 100, BackoffBase: time.Millisecond, BackoffMax: 4 * time.Millisecond, DrainTimeout: time.Second}
-		l, _ := source.New(src, c, cfg)
+		cfg := relay.Config{BatchSize: sh.batch, Workers: sh.inFlight, MaxAttempts: 100, BackoffBase: time.Millisecond, BackoffMax: 4 * time.Millisecond, DrainTimeout: time.Second}
+		l, _ := relay.NewSource(src, c, cfg)
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan error, 1)
 		go func() { done <- l.Run(ctx) }()
@@ -293,7 +294,7 @@ func TestLoopRandomStopsAckNothingUnsettled(t *testing.T) {
 
 // A key's first event goes DEAD while its next ones wait in later sets:
 // they are delivered after it, in order, charged no attempt.
-func TestLoopDeadEventFirstAcrossSets(t *testing.T) {
+func TestSourceDeadEventFirstAcrossSets(t *testing.T) {
 	for _, keyOrdered := range []bool{false, true} {
 		t.Run(fmt.Sprint(keyOrdered), func(t *testing.T) {
 			mb := newBroker(t, membroker.Config{KeyOrdered: keyOrdered})
@@ -306,14 +307,14 @@ func TestLoopDeadEventFirstAcrossSets(t *testing.T) {
 			})
 			g := &gate{Broker: mb, hold: 1, entered: make(chan struct{}, 1), open: make(chan struct{})}
 			src := newMemSource(txn(1, "k"))
-			l := start(t, src, g, source.Config{})
+			l := startSource(t, src, g, relay.Config{})
 			<-g.entered
 			src.add(txn(2, "k"))
 			time.Sleep(20 * time.Millisecond)
 			src.add(txn(3, "k"))
 			time.Sleep(20 * time.Millisecond)
 			close(g.open)
-			waitFor(t, "ack of 3", func() bool { return src.lastAck() == 3 })
+			await(t, "ack of 3", func() bool { return src.lastAck() == 3 })
 			got := mb.Events("")
 			checkOrder(t, got)
 			if len(got) != 2 {
@@ -324,7 +325,7 @@ func TestLoopDeadEventFirstAcrossSets(t *testing.T) {
 					t.Fatalf("event %d attempts %d", e.ID, e.Attempts)
 				}
 			}
-			if tot := l.Totals(); tot.Dead != 1 || tot.Delivered != 2 || tot.Retried != 0 {
+			if tot := totals(l); tot.Dead != 1 || tot.Delivered != 2 || tot.Retried != 0 {
 				t.Fatalf("totals %+v", tot)
 			}
 			g.mu.Lock()
@@ -336,18 +337,18 @@ func TestLoopDeadEventFirstAcrossSets(t *testing.T) {
 
 // A stop while a key's event waits on the latch of one still in flight
 // returns promptly, acknowledges nothing, and never sends the waiting one.
-func TestLoopStopWithAnEventWaitingOnALatch(t *testing.T) {
+func TestSourceStopWithAnEventWaitingOnALatch(t *testing.T) {
 	mb := newBroker(t, membroker.Config{})
 	nextID = 0
 	g := &gate{Broker: mb, hold: 1, entered: make(chan struct{}, 1), open: make(chan struct{})}
 	src := newMemSource(txn(1, "k"))
-	l, _ := source.New(src, g, fast(source.Config{DrainTimeout: 100 * time.Millisecond}))
+	l, _ := relay.NewSource(src, g, fast(relay.Config{DrainTimeout: 100 * time.Millisecond}))
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- l.Run(ctx) }()
 	<-g.entered
 	src.add(txn(2, "k", "j"))
-	waitFor(t, "j", func() bool { return len(mb.Events("")) == 1 })
+	await(t, "j", func() bool { return len(mb.Events("")) == 1 })
 	src.add(txn(3, "k"))
 	time.Sleep(20 * time.Millisecond)
 	start := time.Now()
@@ -395,7 +396,7 @@ func (b *blip) Publish(ctx context.Context, evs []outbox.Event) []error {
 
 // One unreachable call of 20 events of distinct keys pauses the loop one
 // step of backoff (at most BackoffBase), not twenty (it did, before).
-func TestLoopOneUnavailableCallPausesOneStep(t *testing.T) {
+func TestSourceOneUnavailableCallPausesOneStep(t *testing.T) {
 	mb := newBroker(t, membroker.Config{})
 	b := &blip{Broker: mb}
 	keys := make([]string, 20)
@@ -404,8 +405,8 @@ func TestLoopOneUnavailableCallPausesOneStep(t *testing.T) {
 	}
 	src := newMemSource(txn(1, keys...))
 	begin := time.Now()
-	start(t, src, b, source.Config{BackoffBase: 10 * time.Millisecond, BackoffMax: 5 * time.Second})
-	waitFor(t, "ack", func() bool { return src.lastAck() == 1 })
+	startSource(t, src, b, relay.Config{BackoffBase: 10 * time.Millisecond, BackoffMax: 5 * time.Second})
+	await(t, "ack", func() bool { return src.lastAck() == 1 })
 	if d := time.Since(begin); d > 500*time.Millisecond {
 		t.Fatalf("one unreachable call paused the loop %v (BackoffBase 10ms)", d)
 	}

@@ -92,14 +92,21 @@ func newReceiver(t testing.TB, seeds, topic string) *receiver {
 func (r *receiver) next(ctx context.Context) (*kgo.Record, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	// A fetch error is what a consumer sees while a broker restarts (the
+	// connection closed under a request): franz-go fetches again, so the
+	// receiver keeps polling and names the last error only if ctx ends.
+	var last error
 	for len(r.buf) == 0 {
 		fs := r.cl.PollFetches(ctx)
 		if err := ctx.Err(); err != nil {
+			if last != nil {
+				return nil, fmt.Errorf("%w (last fetch error: %w)", err, last)
+			}
 			return nil, err
 		}
 		for _, fe := range fs.Errors() {
 			if fe.Err != context.Canceled && fe.Err != context.DeadlineExceeded {
-				return nil, fmt.Errorf("fetch %s/%d: %w", fe.Topic, fe.Partition, fe.Err)
+				last = fmt.Errorf("fetch %s/%d: %w", fe.Topic, fe.Partition, fe.Err)
 			}
 		}
 		r.buf = append(r.buf, fs.Records()...)

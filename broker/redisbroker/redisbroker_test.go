@@ -587,7 +587,7 @@ func TestWrongPasswordHidden(t *testing.T) {
 	}
 	u := "redis://:WRONGPW@127.0.0.1:" + srv.port + "/0"
 	_, err := redisbroker.Dial(u, redisbroker.Config{Timeout: 2 * time.Second})
-	if err == nil || strings.Contains(err.Error(), "WRONGPW") || !errors.Is(err, broker.ErrUnavailable) {
+	if err == nil || strings.Contains(err.Error(), "WRONGPW") || !errors.Is(err, broker.ErrRefused) {
 		t.Errorf("Dial with a wrong password: %v", err)
 	}
 	b := dial(t, "redis://:RIGHTPW@127.0.0.1:"+srv.port+"/0", redisbroker.Config{})

@@ -92,7 +92,7 @@ func (s *Store) holdSQL(hold string) string {
 }
 
 // ownedSQL caches the claim statements per table and number of branches.
-var ownedSQL sync.Map // key: table + "#" + branches → string
+var ownedSQL sync.Map // key: table + "#" + walk + "#" + runs → string
 
 // ownedBranches is the number of shard branches of the claim statement for
 // n shards: the next power of two (at most numShards). The statement names
@@ -108,10 +108,11 @@ func ownedBranches(n int) int {
 	return b
 }
 
-// ownedClaimSQL is the claim statement that walks up to branches shards.
+// ownedClaimSQL is the claim statement that walks up to walk shards, and
+// with runs > 0 first reads up to runs runs of consecutive shards.
 // Parameters: $1 owner, $2 claim epoch, $3 HoldDeadKeys, $4 limit, $5
 // lease in µs, $6 the shards asked for (sorted, distinct), $7 their
-// epochs, $8 the shards to walk (at most branches).
+// epochs; with runs, $8 and $9 the first and last shard of each run.
 //
 // held: the shards the owner still holds under those epochs (locked by
 // the statement before, so no takeover runs in between). others: the
@@ -119,38 +120,40 @@ func ownedBranches(n int) int {
 // inlined, the claims table would be scanned once per held shard, and
 // between two vacuums it is tens of pages of dead claims; measured at a
 // steady 1,000 events/s, that scan was most of a small claim's cost). ok:
-// the held shards that none of them touches (an earlier version's claim
-// has no shard list and touches all). cand: a merge of one walk per shard of the
-// shard index in id order (a Merge Append under the LIMIT: it reads only
-// as far as the batch needs, whatever the backlog), skipping the owner's
-// own claimed ids and rows not due; branch k walks shard $8[k] (NULL past
-// the array's end: the index scan then reads nothing), and a branch whose
-// shard is not ok is cut off by a one-time filter. A row never delayed (next_attempt_at at most
-// created_at) is due whatever now() says: now() is the transaction's start,
-// and the statement's snapshot comes later (after the lock waits above), so
-// it can see a key's earlier row written by a transaction that began after
-// it; "not due" must be exactly what holdSQL counts as a delayed earlier
-// row, or a key's later row would be claimed without the earlier one. judged: each candidate held or not by an
-// earlier row of its key; held ones are parked, the others claimed.
+// the held shards that none of them touches (an earlier claim with no
+// shard list touches all).
 //
-// Ranged (a relay that keeps up, see claimOwned), branch k reads the
-// shards $8[k] to $9[k] (a run of consecutive shards; NULL past the
-// arrays' end) in one range scan of the shard index, in shard and id
-// order, the ok shards only, and stops after 4 × $4 rows; the rows of all
-// branches are sorted by id and the first $4 taken. What a branch reads of
-// each shard is a prefix of its pending rows in id order, and so is what
-// the claim takes of it: a key lies in one shard, so its events are taken
-// in order. Under a backlog the cap takes the first shards of a run first,
-// and the claim comes back full: the next one walks a branch per shard.
-// ORDER BY id + 0: no index gives that order, so the plan sorts what the
-// range scans return and never walks the primary key in id order through
-// other relays' rows.
-func (s *Store) ownedClaimSQL(branches int, ranged bool) string {
-	key := s.table + "#" + strconv.Itoa(branches) + "#" + strconv.FormatBool(ranged)
+// walked: a merge of one walk per shard of the shard index in id order (a
+// Merge Append under the LIMIT: it reads only as far as the batch needs,
+// whatever the backlog), skipping the owner's own claimed ids and rows not
+// due; branch k walks shard $6[k] (NULL past the array's end: the index
+// scan then reads nothing), and a branch whose shard is not ok is cut off
+// by a one-time filter. A row never delayed (next_attempt_at at most
+// created_at) is due whatever now() says: now() is the transaction's
+// start, and the statement's snapshot comes later (after the lock waits
+// above), so it can see a key's earlier row written by a transaction that
+// began after it; "not due" must be exactly what holdSQL counts as a
+// delayed earlier row, or a key's later row would be claimed without the
+// earlier one.
+//
+// With runs (a relay that keeps up, see claimOwned), ranged reads first:
+// run k is the shards $8[k] to $9[k] in one range scan of the shard index,
+// ok shards only, stopped after 4 × $4 rows. A run that stopped short of
+// its cap returned every pending row of its shards; when none reached it,
+// those rows sorted by id are exactly what the walk would return, and the
+// walk is cut off by its one-time filter. When one did (a backlog), the
+// ranged rows are dropped and the walk runs: a claim always takes the
+// oldest ready events of its shards, in id order.
+//
+// judged: each candidate held or not by an earlier row of its key; held
+// ones are parked, the others claimed.
+func (s *Store) ownedClaimSQL(walk, runs int) string {
+	key := s.table + "#" + strconv.Itoa(walk) + "#" + strconv.Itoa(runs)
 	if q, ok := ownedSQL.Load(key); ok {
 		return q.(string)
 	}
 	expr := shardExpr("o")
+	rest := ` AND o.status = 'NEW' AND NOT o.parked AND (o.next_attempt_at <= now() OR o.next_attempt_at <= o.created_at) AND NOT (o.id <@ (SELECT r FROM mine))`
 	var b strings.Builder
 	b.WriteString(`WITH held AS (
 	SELECT s.shard FROM ` + s.shardsTable() + ` s JOIN unnest($6::int[], $7::bigint[]) AS r(shard, epoch) ON r.shard = s.shard
@@ -162,28 +165,41 @@ func (s *Store) ownedClaimSQL(branches int, ranged bool) string {
 	WHERE NOT EXISTS (SELECT 1 FROM others o WHERE o.shards IS NULL OR h.shard = ANY(o.shards))
 ), mine AS (
 	SELECT COALESCE(range_agg(c.ids), '{}') AS r FROM ` + s.claimsTable() + ` c WHERE c.owner = $1
-), cand AS (
-	SELECT u.id, u.event_key, u.shard FROM (`)
-	for i := range branches {
+)`)
+	walkGate := ""
+	if runs > 0 {
+		b.WriteString(`, ranged AS MATERIALIZED (
+	SELECT u.id, u.event_key, u.shard, u.run FROM (`)
+		for i := range runs {
+			if i > 0 {
+				b.WriteString("\n\tUNION ALL ")
+			}
+			lo, hi := "($8::int[])["+strconv.Itoa(i+1)+"]", "($9::int[])["+strconv.Itoa(i+1)+"]"
+			b.WriteString(`(SELECT o.id, o.event_key, ` + expr + ` AS shard, ` + strconv.Itoa(i) + ` AS run FROM ` + s.table + ` o WHERE ` + expr + ` BETWEEN ` + lo + ` AND ` + hi +
+				` AND ` + expr + ` = ANY((SELECT a FROM ok)::int[])` + rest + ` ORDER BY ` + expr + `, o.id LIMIT 4 * $4)`)
+		}
+		b.WriteString(`) u
+), capped AS (
+	SELECT EXISTS (SELECT 1 FROM ranged GROUP BY run HAVING count(*) >= 4 * $4) AS c
+)`)
+		walkGate = ` AND (SELECT c FROM capped)`
+	}
+	b.WriteString(`, cand AS (`)
+	if runs > 0 {
+		b.WriteString(`
+	(SELECT r.id, r.event_key, r.shard FROM ranged r WHERE NOT (SELECT c FROM capped) ORDER BY r.id LIMIT $4)
+	UNION ALL `)
+	}
+	b.WriteString(`(SELECT u.id, u.event_key, u.shard FROM (`)
+	for i := range walk {
 		if i > 0 {
 			b.WriteString("\n\tUNION ALL ")
 		}
-		n := "($8::int[])[" + strconv.Itoa(i+1) + "]"
-		rest := ` AND o.status = 'NEW' AND NOT o.parked AND (o.next_attempt_at <= now() OR o.next_attempt_at <= o.created_at) AND NOT (o.id <@ (SELECT r FROM mine))`
-		if ranged {
-			hi := "($9::int[])[" + strconv.Itoa(i+1) + "]"
-			b.WriteString(`(SELECT o.id, o.event_key, ` + expr + ` AS shard FROM ` + s.table + ` o WHERE ` + expr + ` BETWEEN ` + n + ` AND ` + hi +
-				` AND ` + expr + ` = ANY((SELECT a FROM ok)::int[])` + rest + ` ORDER BY ` + expr + `, o.id LIMIT 4 * $4)`)
-			continue
-		}
+		n := "($6::int[])[" + strconv.Itoa(i+1) + "]"
 		b.WriteString(`(SELECT o.id, o.event_key, ` + n + ` AS shard FROM ` + s.table + ` o WHERE ` + expr + ` = ` + n +
-			rest + ` AND (SELECT ` + n + ` = ANY(a) FROM ok) ORDER BY o.id)`)
+			rest + ` AND (SELECT ` + n + ` = ANY(a) FROM ok)` + walkGate + ` ORDER BY o.id)`)
 	}
-	order := "u.id"
-	if ranged {
-		order = "u.id + 0"
-	}
-	b.WriteString(`) u ORDER BY ` + order + ` LIMIT $4
+	b.WriteString(`) u ORDER BY u.id LIMIT $4)
 ), judged AS (
 	SELECT c.id, c.event_key, c.shard, (` + s.holdSQL("$3::bool") + `) AS held FROM cand c
 ), parking AS (
@@ -265,14 +281,13 @@ func (s *Store) claimOwned(ctx context.Context, req driver.ClaimParams, explain 
 	// of the shard index that stops after four batches' rows, and sorts
 	// what it read by id (see ownedClaimSQL): one round trip, where a
 	// probe for the shards with pending rows and then a claim over those
-	// took two, and little read when little is pending. After a claim
-	// that filled at least half its batch (a backlog) the next one walks
-	// the branches, which read only as far as the batch needs.
+	// took two, and little read when little is pending. A run that
+	// reached its cap means a backlog: the same statement then walks the
+	// branches instead, and after a claim that filled at least half its
+	// batch the next one walks them at once.
 	_, busy := s.busyOwners.Load(req.Lease.Owner)
-	ranged := !explain && !busy
 	var lows, highs []int
-	branches := len(shards)
-	if ranged {
+	if !explain && !busy {
 		for i, sh := range shards {
 			if i > 0 && sh == shards[i-1]+1 {
 				highs[len(highs)-1] = sh
@@ -280,9 +295,12 @@ func (s *Store) claimOwned(ctx context.Context, req driver.ClaimParams, explain 
 			}
 			lows, highs = append(lows, sh), append(highs, sh)
 		}
-		branches = len(lows)
 	}
-	sql := s.ownedClaimSQL(ownedBranches(branches), ranged)
+	runs := 0
+	if len(lows) > 0 {
+		runs = ownedBranches(len(lows))
+	}
+	sql := s.ownedClaimSQL(ownedBranches(len(shards)), runs)
 	if explain {
 		sql = "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + sql
 	}
@@ -303,10 +321,10 @@ func (s *Store) claimOwned(ctx context.Context, req driver.ClaimParams, explain 
 	// one order, so two claimers cannot deadlock); deleting one waits for
 	// a stale holder's state change in progress, as in Claim.
 	b.Queue("DELETE FROM "+claims+" WHERE (owner, epoch) IN (SELECT owner, epoch FROM "+claims+" WHERE lease_until <= now() AND (shards IS NULL OR shards && $1::int[]) ORDER BY owner, epoch FOR UPDATE)", shards)
-	if ranged {
+	if runs > 0 {
 		b.Queue(sql, req.Lease.Owner, req.Lease.Epoch, req.HoldDeadKeys, req.Limit, req.LeaseFor.Microseconds(), shards, epochs, lows, highs)
 	} else {
-		b.Queue(sql, req.Lease.Owner, req.Lease.Epoch, req.HoldDeadKeys, req.Limit, req.LeaseFor.Microseconds(), shards, epochs, shards)
+		b.Queue(sql, req.Lease.Owner, req.Lease.Epoch, req.HoldDeadKeys, req.Limit, req.LeaseFor.Microseconds(), shards, epochs)
 	}
 	b.Queue("COMMIT")
 	b.Queue(readSettings)

@@ -53,7 +53,7 @@ func (b *batch) isLost() bool {
 // batch, or (prevIn[i] < 0) for the ticket prev[i] of an earlier batch, if
 // any; at most dispatch.DefaultMaxCalls calls are in flight. Each call's
 // results are sorted into acks, retries, burials and releases (sort); the
-// events given back untried are the caller's to record, told through
+// events released untried are the caller's to record, told through
 // settled with every other outcome. No call starts once the relay is
 // stopping, the lease is gone or the broker cannot be reached. It returns
 // the broker's error, before brokerOutcome.

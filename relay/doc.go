@@ -89,8 +89,8 @@
 //     after that one was confirmed by the broker (or, on a broker that
 //     keeps a key's order within a call, broker.OrderKey and
 //     OrderPartition, in the same call right after it). When the earlier
-//     event fails (a retry, DEAD), or is given back (stop, outage, lost
-//     lease), the later events of the key are given back too, without
+//     event fails (a retry, DEAD), or is released (stop, outage, lost
+//     lease), the later events of the key are released too, without
 //     counting an attempt, and the store parks them behind the failed one:
 //     they come back once it is delivered, requeued or purged. A key's
 //     tickets are forgotten only after every outcome of its claimed events
@@ -157,7 +157,7 @@
 // the same engine: the same per-key dispatcher (relay/internal/dispatch),
 // the same publish call (the broker's in-flight window, PublishTimeout,
 // the publish hooks), the same judgement of each result (retry, DEAD,
-// given back, broker unreachable) and the same retry rules
+// released, broker unreachable) and the same retry rules
 // (relay/internal/retry), the same hooks, Health and Totals. What differs
 // is what feeds the dispatcher and where outcomes go: a source hands out
 // committed transactions in commit order with a Position each (the source
@@ -172,7 +172,7 @@
 //     after its previous one was confirmed (or, on a broker whose Ordering
 //     is OrderKey or stronger, in the same publish call, after it). A
 //     failing event holds only its own key. Events held back behind a
-//     failure are given back without counting an attempt.
+//     failure are released without counting an attempt.
 //   - Sets. The events that may go when a publish call could start form a
 //     set, dispatched on its own goroutine; several sets are in flight at
 //     once, with at most Workers publish calls across them. A key's event
@@ -181,12 +181,12 @@
 //     across batches. A key's events are in at most two sets at once: what
 //     comes next gathers until the first of them is back and then goes in
 //     one set (on a key-ordered broker, one call). A key one of whose
-//     events came back unsettled (retried, held back, given back) joins no
+//     events came back unsettled (retried, held back, released) joins no
 //     new set until every one of its events in a set is back; it then goes
 //     again from its first unsettled event. A call takes what is ready, up
 //     to BatchSize (dispatch.Set.NoCut).
 //   - Retries are kept in memory with their backoff; an event goes DEAD
-//     (Source.Park, with the reason a store's relay writes) after
+//     (Source.Bury, with the reason a store's relay writes) after
 //     MaxAttempts failed attempts or at once on a permanent error. A
 //     broker that cannot be reached at all costs no attempts: the loop
 //     pauses one backoff step per call that found it so.

@@ -71,9 +71,9 @@ type keyState struct {
 
 // add places a new ticket and returns the one it waits for: the unsettled
 // ticket of the largest smaller id (the newest of that id). An event is
-// claimed again after a failure (retried, or given back behind one) while
+// claimed again after a failure (retried, or released behind one) while
 // tickets of later ids may still be unsettled: it does not wait behind
-// those, which were given back untried, and they do not overtake it,
+// those, which were released untried, and they do not overtake it,
 // since every later event waits for the nearest earlier one. Settled
 // tickets are skipped: their outcome is in the store, and the claim that
 // took the event saw it (a key's events below a claimed one are either
@@ -96,7 +96,7 @@ func (ks *keyState) add(t *ticket) (prev *ticket) {
 // ticket is one claimed keyed event's place in its key's order. Its latch
 // is resolved once its outcome is known: ok when the broker confirmed it
 // (the next event of its key may go), not ok when it failed or was given
-// back (the next events of its key are given back too, untried).
+// back (the next events of its key are released too, untried).
 type ticket struct {
 	dispatch.Latch
 	id int64
@@ -520,7 +520,7 @@ func (o *ownership) balance(ctx context.Context, leave bool) error {
 // deliver publishes a batch through the per-key dispatcher (internal/dispatch): an event goes once the previous
 // event of its key is confirmed, in this batch or in an earlier one still
 // in flight (its ticket), or, on a key-ordered broker, together with it in
-// one call; when that event failed or was given back, it is given back
+// one call; when that event failed or was released, it is released
 // too, untried. Each outcome resolves the event's own ticket at once, so
 // the key's next events in later batches move on without waiting for this
 // batch to end.
@@ -539,7 +539,7 @@ func (b *batch) deliver(ctx context.Context) (BatchReport, error) {
 		}
 	}
 	brokerErr := b.dispatch(ctx, pubCtx, b.prevIn, prev, func(i int, o dispatch.Outcome) {
-		if o == dispatch.GivenBack {
+		if o == dispatch.Released {
 			b.released = append(b.released, b.events[i].ID)
 		}
 		if t := b.tickets[i]; t != nil {

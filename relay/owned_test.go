@@ -139,7 +139,7 @@ func TestOwnedHotKeyOrderAcrossBatches(t *testing.T) {
 }
 
 // When a key's event fails, its later events, claimed in the same batch or
-// in later ones while it was in flight, are given back untried: no attempt
+// in later ones while it was in flight, are released untried: no attempt
 // is counted on them, so they cannot go DEAD behind a flaky predecessor.
 // Other keys of the shard keep flowing. Both on a key-ordered broker and
 // on one that keeps no order.

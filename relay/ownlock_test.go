@@ -254,7 +254,7 @@ func TestOwnedSettleDoesNotWaitForAClaim(t *testing.T) {
 // NEW with a later next attempt while the claim is in the store) may take
 // the key's next event e2: the store does not let a relay's own claims
 // hold its keys, and e1 was still leased to this relay. e2 must wait
-// behind e1 (and be given back, untried), not find the key forgotten by
+// behind e1 (and be released, untried), not find the key forgotten by
 // e1's settle, which ran meanwhile. Ordering by ownership held the lock
 // across the claim, so the settle waited; with claims outside the lock,
 // the settle's closing of e1's ticket waits for the end of such a claim.

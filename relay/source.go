@@ -26,7 +26,7 @@ const maxPending = 20_000
 // package doc). The relay's hooks, Health and Totals work as for a store:
 // a Next is a claim (HookClaim), each publish call goes to
 // HookPublishStart and HookPublishEnd, each call's outcomes to HookSettle
-// (Released counts the events given back untried), and the source's Park
+// (Released counts the events released untried), and the source's Bury
 // and Ack failures set the store's health. There are no leases per batch
 // (HookLease and HookShards are not called): a source fences itself.
 // cfg's BatchSize, Workers (publish calls in flight), PublishTimeout,
@@ -96,7 +96,7 @@ type keyChain struct {
 }
 
 // report is what a set tells the log loop: one publish call's results, an
-// event given back untried, or that the set is done.
+// event released untried, or that the set is done.
 type report struct {
 	call    *call
 	back    *entry
@@ -138,8 +138,8 @@ func (b *reports) take() []report {
 }
 
 type ackReq struct {
-	parks []source.Parked
-	pos   source.Position
+	burials []source.Burial
+	pos     source.Position
 }
 
 type ackDone struct {
@@ -174,7 +174,7 @@ type logRun struct {
 	pauseUntil  time.Time // the broker was unavailable
 	unavailable int       // consecutive unavailable calls
 
-	parks     []source.Parked // decided, not yet written
+	burials   []source.Burial // decided, not yet written
 	ackWanted source.Position // highest fully settled position
 	ackSent   source.Position
 	ackBusy   bool
@@ -234,8 +234,8 @@ func (r *Relay) runSource(ctx context.Context) error {
 		for req := range acks {
 			actx, cancel := context.WithTimeout(ackCtx, 30*time.Second)
 			var err error
-			if len(req.parks) > 0 {
-				err = r.src.Park(actx, req.parks)
+			if len(req.burials) > 0 {
+				err = r.src.Bury(actx, req.burials)
 			}
 			if err == nil && req.pos > 0 {
 				err = r.src.Ack(actx, req.pos)
@@ -264,16 +264,16 @@ func (r *Relay) runSource(ctx context.Context) error {
 		if !stopping && !now.Before(l.pauseUntil) && (l.sets == 0 || len(l.slots) < cfg.Workers) {
 			l.launch(now)
 		}
-		if !l.ackBusy && !now.Before(l.ackRetry) && (len(l.parks) > 0 || l.ackWanted > l.ackSent) {
-			req := ackReq{parks: l.parks, pos: l.ackWanted}
-			l.parks = nil
+		if !l.ackBusy && !now.Before(l.ackRetry) && (len(l.burials) > 0 || l.ackWanted > l.ackSent) {
+			req := ackReq{burials: l.burials, pos: l.ackWanted}
+			l.burials = nil
 			l.ackBusy = true
 			acks <- req
 		}
 		if stopping && l.sets == 0 && !l.ackBusy {
 			// nothing left to acknowledge, or the final ack failed (the
 			// source replays what it did not acknowledge)
-			if len(l.parks) == 0 && l.ackWanted <= l.ackSent || now.Before(l.ackRetry) {
+			if len(l.burials) == 0 && l.ackWanted <= l.ackSent || now.Before(l.ackRetry) {
 				return failure
 			}
 		}
@@ -301,11 +301,11 @@ func (r *Relay) runSource(ctx context.Context) error {
 		case d := <-acked:
 			l.ackBusy = false
 			if d.err != nil {
-				l.parks = append(d.req.parks, l.parks...)
+				l.burials = append(d.req.burials, l.burials...)
 				if errors.Is(d.err, source.ErrFenced) {
 					failure = d.err
 					stop()
-					l.parks, l.ackWanted = nil, l.ackSent // fenced: write nothing more
+					l.burials, l.ackWanted = nil, l.ackSent // fenced: write nothing more
 					continue
 				}
 				cfg.Logger.Warn("relay: acknowledging to the source failed; will retry", "error", d.err.Error())
@@ -344,7 +344,7 @@ func (r *Relay) sourceRead(ctx context.Context, txns []source.Txn, took time.Dur
 	r.inFlight.Add(int64(len(evs)))
 }
 
-// sourceAcked records the outcome of a Park-and-Ack round in the store's
+// sourceAcked records the outcome of a Bury-and-Ack round in the store's
 // health (fencing is no failure of the store: Run returns it).
 func (r *Relay) sourceAcked(err error) {
 	if errors.Is(err, source.ErrFenced) {

@@ -64,7 +64,7 @@ func (c *chaos) PublishResults(ctx context.Context, evs []outbox.Event) []broker
 			c.bad("event %d sent with Attempts %d, charged %d", e.ID, e.Attempts, c.fails[e.ID])
 		}
 		if c.conf[e.ID] > 0 || c.perm[e.ID] {
-			c.bad("event %d sent again after it was confirmed/parked", e.ID)
+			c.bad("event %d sent again after it was confirmed/buried", e.ID)
 		}
 		if e.Key == "" {
 			continue
@@ -156,8 +156,8 @@ func ids(evs []outbox.Event) []int64 {
 // bursts of reads, on a broker that keeps no order and one that keeps a
 // key's: at every call's start each event's earlier events of its key are
 // settled (or before it in the call, key-ordered), Attempts is what was
-// charged, nothing confirmed or parked is sent again, the in-flight bound
-// holds; at the end each event was confirmed once or parked, and the ack
+// charged, nothing confirmed or buried is sent again, the in-flight bound
+// holds; at the end each event was confirmed once or buried, and the ack
 // reached the last Position.
 func TestSourceRandomFaultsKeepEveryRule(t *testing.T) {
 	forRandomRuns(t, func(t *testing.T, ordered bool, sh shape, seed int64) {
@@ -222,15 +222,15 @@ func TestSourceRandomFaultsKeepEveryRule(t *testing.T) {
 			} else if c.perm[i] {
 				nperm++
 			} else {
-				t.Errorf("event %d neither confirmed nor parked", i)
+				t.Errorf("event %d neither confirmed nor buried", i)
 			}
 		}
 		tot := totals(l)
 		if tot.Delivered != int64(nconf) || tot.Dead != int64(nperm) {
 			t.Errorf("totals %+v, broker confirmed %d, permanent %d", tot, nconf, nperm)
 		}
-		if len(src.parkedEvents()) != nperm {
-			t.Errorf("parked %d, want %d", len(src.parkedEvents()), nperm)
+		if len(src.buriedEvents()) != nperm {
+			t.Errorf("buried %d, want %d", len(src.buriedEvents()), nperm)
 		}
 	})
 }

@@ -21,7 +21,7 @@ type memSource struct {
 	mu     sync.Mutex
 	txns   []source.Txn
 	acked  []source.Position
-	parked []source.Parked
+	buried []source.Burial
 	wake   chan struct{}
 	nexts  atomic.Int64 // calls of Next: the reader calls again once the loop took the last read
 }
@@ -66,10 +66,10 @@ func (s *memSource) Ack(_ context.Context, pos source.Position) error {
 	return nil
 }
 
-func (s *memSource) Park(_ context.Context, p []source.Parked) error {
+func (s *memSource) Bury(_ context.Context, p []source.Burial) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.parked = append(s.parked, p...)
+	s.buried = append(s.buried, p...)
 	return nil
 }
 
@@ -82,10 +82,10 @@ func (s *memSource) lastAck() source.Position {
 	return s.acked[len(s.acked)-1]
 }
 
-func (s *memSource) parkedEvents() []source.Parked {
+func (s *memSource) buriedEvents() []source.Burial {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return append([]source.Parked(nil), s.parked...)
+	return append([]source.Burial(nil), s.buried...)
 }
 
 var nextID int64

@@ -41,8 +41,8 @@ func TestSourceOrderPerKeyWithRetries(t *testing.T) {
 			await(t, "all delivered", func() bool { return totals(l).Delivered == int64(want) })
 			checkOrder(t, b.Events(""))
 			await(t, "ack of the last position", func() bool { return src.lastAck() == 200 })
-			if n := len(src.parkedEvents()); n != 0 {
-				t.Fatalf("%d events parked", n)
+			if n := len(src.buriedEvents()); n != 0 {
+				t.Fatalf("%d events buried", n)
 			}
 		})
 	}
@@ -68,7 +68,7 @@ func TestSourceFailingKeyHoldsOnlyItself(t *testing.T) {
 	}
 }
 
-func TestSourcePermanentAndOutOfAttemptsArePark(t *testing.T) {
+func TestSourcePermanentAndOutOfAttemptsAreBuried(t *testing.T) {
 	b := newBroker(t, membroker.Config{})
 	b.SetHook(func(e outbox.Event) error {
 		switch string(e.Payload) {
@@ -83,9 +83,9 @@ func TestSourcePermanentAndOutOfAttemptsArePark(t *testing.T) {
 	src := newMemSource(txn(10, "k", "k"), txn(20, "j", "j"))
 	l := startSource(t, src, b, relay.Config{MaxAttempts: 3})
 	await(t, "settled", func() bool { return src.lastAck() == 20 })
-	p := src.parkedEvents()
+	p := src.buriedEvents()
 	if len(p) != 2 || p[0].Event.ID != 1 || p[0].Attempts != 1 || p[1].Event.ID != 3 || p[1].Attempts != 3 || p[0].Pos != 10 || p[1].Pos != 20 {
-		t.Fatalf("parked %+v", p)
+		t.Fatalf("buried %+v", p)
 	}
 	if tot := totals(l); tot.Delivered != 2 || tot.Dead != 2 || tot.Retried != 2 {
 		t.Fatalf("totals %+v", tot)
@@ -209,7 +209,7 @@ func TestSourceAvailableAtDelaysAndHoldsKey(t *testing.T) {
 
 // A key's event read while its previous one is still in a publish call
 // (an earlier set) waits for that call's outcome: it goes only after the
-// previous one is confirmed and, when that one failed, it is given back
+// previous one is confirmed and, when that one failed, it is released
 // untried and goes after the retry. The other keys of the later read go
 // at once.
 func TestSourceKeyAcrossReadsWaitsForTheCallInFlight(t *testing.T) {
@@ -354,10 +354,10 @@ func TestSourceNotAttemptedCostsNoAttempt(t *testing.T) {
 	}
 }
 
-// An event given back untried (it waited in a later set for its key's
+// An event released untried (it waited in a later set for its key's
 // event in flight, which failed) is in a settle report as Released, so
 // that the reports add up to every event handed out.
-func TestSourceGivenBackUntriedIsSettledAsHeld(t *testing.T) {
+func TestSourceReleasedIsSettledAsHeld(t *testing.T) {
 	mb := newBroker(t, membroker.Config{})
 	nextID = 0
 	var failed atomic.Bool

@@ -152,7 +152,7 @@ func (l *logRun) runSet(es []*entry, evs []outbox.Event, latches []*dispatch.Lat
 			}
 		},
 		Settled: func(i int, o dispatch.Outcome) {
-			if o == dispatch.GivenBack {
+			if o == dispatch.Released {
 				l.reports.push(report{back: es[i]})
 			}
 			latches[i].Resolve(o == dispatch.Confirmed)
@@ -172,7 +172,7 @@ func (l *logRun) publish(es []*entry, idx []int, evs []outbox.Event) ([]broker.R
 	// A call that waited for its slot looks again: the loop may have
 	// stopped, or learned the broker is unreachable, meanwhile (the slot
 	// is freed before the loop hears of the call that held it). Its
-	// events are given back untried, as Stop would have.
+	// events are released untried, as Stop would have.
 	if l.ctx.Err() != nil || time.Now().UnixNano() < l.paused.Load() {
 		<-l.slots
 		return nil, false

@@ -9,8 +9,8 @@ import (
 	"github.com/outbox-go/outbox/source"
 )
 
-// settle takes in the sets' reports. The events given back untried (behind
-// a predecessor that failed or was given back in an earlier set, or not
+// settle takes in the sets' reports. The events released untried (behind
+// a predecessor that failed or was released in an earlier set, or not
 // sent because the loop stopped or paused) go to the settle hooks as one
 // report of released events without a call, so that the reports add up to
 // every event handed out.
@@ -34,7 +34,7 @@ func (l *logRun) settle(now time.Time) {
 }
 
 // settleCall files a call's results as judge decides them: confirmed,
-// retried, parked, or given back (no attempt counted).
+// retried, buried, or released (no attempt counted).
 func (l *logRun) settleCall(c *call, now time.Time) {
 	cfg := l.r.cfg
 	j := l.r.judge(c.events, c.results, c.cutShort)
@@ -49,7 +49,7 @@ func (l *logRun) settleCall(c *call, now time.Time) {
 			l.back(e, now)
 		case dead:
 			e.attempts = v.attempt
-			l.parks = append(l.parks, source.Parked{Event: e.ev, Pos: e.txn.pos, Attempts: v.attempt, Reason: v.reason})
+			l.burials = append(l.burials, source.Burial{Event: e.ev, Pos: e.txn.pos, Attempts: v.attempt, Reason: v.reason})
 			st.Dead++
 			l.done(e)
 		case retried:
@@ -78,7 +78,7 @@ func (l *logRun) settleCall(c *call, now time.Time) {
 }
 
 // settled counts one report of a source's events (a publish call's
-// outcomes, or events given back without one) and tells the settle hooks.
+// outcomes, or events released without one) and tells the settle hooks.
 func (r *Relay) settled(rep BatchReport, call bool) {
 	r.inFlight.Add(-int64(rep.Delivered + rep.Dead))
 	if rep.Delivered > 0 {

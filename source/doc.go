@@ -1,6 +1,6 @@
 // Package source is the seam between a log of committed outbox events and
 // the relay that delivers them (relay.NewSource). It holds the seam only:
-// the Source interface, its Txn, Position and Parked values, and
+// the Source interface, its Txn, Position and Burial values, and
 // ErrFenced. Its implementations live below it: source/pgcdc (PostgreSQL
 // logical replication, table and table-less modes) and the MySQL binlog
 // source; source/sourcetest is the conformance suite each of them passes.
@@ -20,17 +20,17 @@
 //     to it. A Txn may carry no events, so that a quiet log still
 //     advances.
 //   - Ack. The relay acknowledges a Position only once every event up to
-//     it was confirmed by the broker or parked. The source may then forget
+//     it was confirmed by the broker or buried. The source may then forget
 //     those events for good (delete their rows, advance its slot), and
 //     only then: after a crash or restart every event not acknowledged
 //     comes back, with the same event id (at least once). Acknowledging a
 //     Position twice, or an older one, is harmless.
-//   - Park visibility. Park records events as DEAD, with their reasons,
+//   - Bury visibility. Bury records events as DEAD, with their reasons,
 //     where operators look (`outbox dead list`), before the relay
-//     acknowledges a Position past them; a parked event is not delivered
+//     acknowledges a Position past them; a buried event is not delivered
 //     again unless an operator requeues it.
 //   - Fencing. A source that can be taken over (its lease expired, an
-//     operator moved it) returns ErrFenced from Next, Ack or Park once
+//     operator moved it) returns ErrFenced from Next, Ack or Bury once
 //     another process holds its stream, and writes nothing more; the relay
 //     then stops and Run returns the error.
 //   - Cancellation. Next returns the context's error when the context ends

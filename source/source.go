@@ -20,9 +20,9 @@ type Txn struct {
 	Events []outbox.Event
 }
 
-// Parked is an event that will not be delivered: out of attempts, or
+// Burial is an event that will not be delivered: out of attempts, or
 // refused for good by the broker.
-type Parked struct {
+type Burial struct {
 	Event    outbox.Event
 	Pos      Position // the Position of its transaction
 	Attempts int      // failed attempts, this one included
@@ -36,13 +36,13 @@ type Source interface {
 	// slice and its events belong to the caller.
 	Next(ctx context.Context) ([]Txn, error)
 	// Ack says that every event of every transaction up to and including
-	// pos was delivered or parked: the source may forget them (and delete
+	// pos was delivered or buried: the source may forget them (and delete
 	// their rows, advance its slot).
 	Ack(ctx context.Context, pos Position) error
-	// Park records events as DEAD, with their reasons, where operators see
-	// them (`outbox dead list`). The relay parks an event before it
+	// Bury records events as DEAD, with their reasons, where operators see
+	// them (`outbox dead list`). The relay burials an event before it
 	// acknowledges a Position past it.
-	Park(ctx context.Context, events []Parked) error
+	Bury(ctx context.Context, events []Burial) error
 }
 
 // ErrFenced is what a Source returns once another process took over its

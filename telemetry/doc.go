@@ -11,7 +11,7 @@
 //	outbox_events_published_total{topic}          counter   events the broker confirmed
 //	outbox_publish_failures_total{topic,kind}     counter   per event; kind = transient, permanent, unavailable
 //	outbox_metrics_topics_overflow_total          counter   events counted under topic="other"
-//	outbox_events_settled_total{outcome}          counter   delivered, retried, dead, released (given back untried)
+//	outbox_events_settled_total{outcome}          counter   delivered, retried, dead, released (released untried)
 //	outbox_delivery_latency_seconds               histogram commit (database clock) → broker confirmation (relay clock)
 //	outbox_publish_duration_seconds               histogram one publish call
 //	outbox_claim_batch_events                     histogram events per claim, empty claims included

@@ -71,7 +71,7 @@ func NewMetrics(c MetricsConfig) *Metrics {
 		overflow: prometheus.NewCounter(prometheus.CounterOpts{Name: "outbox_metrics_topics_overflow_total",
 			Help: "Events counted under topic=\"other\": their topic came after MetricsConfig.MaxTopics (--metrics-max-topics) others."}),
 		published: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "outbox_events_published_total", Help: "Events the broker confirmed."}, []string{"topic"}),
-		failed:    prometheus.NewCounterVec(prometheus.CounterOpts{Name: "outbox_publish_failures_total", Help: "Events the broker did not confirm, by kind: transient (retried), permanent (DEAD), unavailable (given back, no attempt counted)."}, []string{"topic", "kind"}),
+		failed:    prometheus.NewCounterVec(prometheus.CounterOpts{Name: "outbox_publish_failures_total", Help: "Events the broker did not confirm, by kind: transient (retried), permanent (DEAD), unavailable (released, no attempt counted)."}, []string{"topic", "kind"}),
 		settled:   prometheus.NewCounterVec(prometheus.CounterOpts{Name: "outbox_events_settled_total", Help: "Outcomes written back to the store: delivered, retried, dead, released."}, []string{"outcome"}),
 		latency: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "outbox_delivery_latency_seconds", Help: "Commit (database clock) to broker confirmation (relay clock).",
 			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 300}}),

@@ -78,9 +78,9 @@ func TestPasswordUserAndGrants(t *testing.T) {
 	}
 }
 
-// A row that breaks the table contract (written with plain SQL) is parked
+// A row that breaks the table contract (written with plain SQL) is buried
 // DEAD with the reason; the rows after it are delivered.
-func TestBadRowParked(t *testing.T) {
+func TestBadRowBuried(t *testing.T) {
 	f := newFixture(t)
 	src := f.start(t, f.cfg)
 	f.exec("INSERT INTO `" + f.cfg.Table + "` (topic, event_type, payload) VALUES ('orders', '', 'x')")

@@ -57,7 +57,7 @@
 // order, which is commit order; rolled-back transactions are not in the
 // binlog. Inserts into the outbox table are delivered, and updates that
 // turn a row back to NEW (`outbox dead retry`); rows that break the table
-// contract are parked DEAD with the reason.
+// contract are buried DEAD with the reason.
 //
 // Positions: source.Position is a counter the source assigns to the
 // transactions it hands out, growing by one per transaction (those without
@@ -101,7 +101,7 @@
 // The lease is the row of <table>_binlog: owner, a fencing epoch and an
 // expiry on the database clock, renewed every third of LeaseFor. Other
 // processes wait in Start and take over once it expired, resuming from the
-// saved position. Every write (Ack's deletes and position, Park) locks the
+// saved position. Every write (Ack's deletes and position, Bury) locks the
 // row and checks owner and epoch in the same transaction before it
 // commits, so a process that stalled past its lease and was taken over
 // changes nothing and stops with source.ErrFenced. A renewal that comes

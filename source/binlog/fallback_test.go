@@ -198,14 +198,14 @@ func TestTakeover(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("the second source did not take over within 30s of the first one's crash")
 	}
-	if err := a.Park(context.Background(), []source.Parked{{Event: got[0], Reason: "stale"}}); !errors.Is(err, source.ErrFenced) {
-		t.Fatalf("the crashed source's Park after the takeover: %v; want source.ErrFenced", err)
+	if err := a.Bury(context.Background(), []source.Burial{{Event: got[0], Reason: "stale"}}); !errors.Is(err, source.ErrFenced) {
+		t.Fatalf("the crashed source's Bury after the takeover: %v; want source.ErrFenced", err)
 	}
 	if err := a.Ack(context.Background(), pos); !errors.Is(err, source.ErrFenced) {
 		t.Fatalf("the crashed source's Ack after the takeover: %v; want source.ErrFenced", err)
 	}
 	if n := f.count("status = 'DEAD'"); n != 0 {
-		t.Fatalf("%d rows DEAD after a fenced Park", n)
+		t.Fatalf("%d rows DEAD after a fenced Bury", n)
 	}
 }
 

@@ -15,7 +15,7 @@ import (
 // clock) and the resume position (the binlog file and offset after the
 // last transaction whose events are all settled, and the GTID position
 // there). A process streams only while it holds the lease; every write it
-// makes (deleting delivered rows, parking, saving the position) locks the
+// makes (deleting delivered rows, burying, saving the position) locks the
 // row and checks owner and epoch in the same transaction before it
 // commits, so a process whose lease was taken over changes nothing.
 

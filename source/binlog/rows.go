@@ -62,12 +62,12 @@ func layoutOf(names []string) (layout, error) {
 type decodedRow struct {
 	ev     outbox.Event
 	status string
-	bad    error // the row breaks the table contract: it is parked with this reason
+	bad    error // the row breaks the table contract: it is buried with this reason
 }
 
 // rowOf reads a row image through l. A value of an unexpected type makes
-// the row bad (parked), never an error; a row without a readable id is an
-// error (it cannot even be parked).
+// the row bad (buried), never an error; a row without a readable id is an
+// error (it cannot even be buried).
 func rowOf(l layout, img rowImage) (decodedRow, error) {
 	var d decodedRow
 	get := func(c int) any {

@@ -38,7 +38,7 @@ type Source struct {
 	bufEvents int
 	next      source.Position // the last Position handed out
 	emitted   []emitted       // handed out, not yet acknowledged
-	parkedIDs map[int64]bool  // rows parked, not to be deleted
+	deadIDs   map[int64]bool  // rows buried, not to be deleted
 	saved     resume          // the position last written
 	savedAt   time.Time
 	streamed  resume    // where the stream is: after the last whole transaction read
@@ -95,7 +95,7 @@ func New(db *sql.DB, conn *mysql.Config, cfg Config) (*Source, error) {
 	}
 	s := &Source{cfg: cfg, db: db, log: cfg.Logger,
 		dial: dialConfig{Net: conn.Net, Addr: conn.Addr, User: conn.User, Passwd: conn.Passwd, Timeout: timeout},
-		wake: make(chan struct{}, 1), room: make(chan struct{}, 1), parkedIDs: map[int64]bool{}}
+		wake: make(chan struct{}, 1), room: make(chan struct{}, 1), deadIDs: map[int64]bool{}}
 	s.n.schema = cfg.Schema
 	return s, nil
 }
@@ -305,7 +305,7 @@ func (s *Source) Ack(ctx context.Context, pos source.Position) error {
 	for n < len(s.emitted) && s.emitted[n].pos <= pos {
 		e := s.emitted[n]
 		for _, id := range e.ids {
-			if !s.parkedIDs[id] {
+			if !s.deadIDs[id] {
 				ids = append(ids, id)
 			}
 		}
@@ -354,7 +354,7 @@ func (s *Source) Ack(ctx context.Context, pos source.Position) error {
 	s.mu.Lock()
 	for _, e := range s.emitted[:n] {
 		for _, id := range e.ids {
-			delete(s.parkedIDs, id)
+			delete(s.deadIDs, id)
 		}
 	}
 	s.emitted = s.emitted[n:]
@@ -365,22 +365,22 @@ func (s *Source) Ack(ctx context.Context, pos source.Position) error {
 	return nil
 }
 
-// Park marks events DEAD with their reasons as last_error, as the polling
+// Bury marks events DEAD with their reasons as last_error, as the polling
 // relay does (`outbox dead list` shows them, `outbox dead retry` requeues
 // them). Fenced by the lease.
-func (s *Source) Park(ctx context.Context, parked []source.Parked) error {
-	if len(parked) == 0 {
+func (s *Source) Bury(ctx context.Context, buried []source.Burial) error {
+	if len(buried) == 0 {
 		return nil
 	}
-	// marked first: a row whose parking failed is not deleted either, and
+	// marked first: a row whose burying failed is not deleted either, and
 	// stays NEW for the next read of the table
 	s.mu.Lock()
-	for _, p := range parked {
-		s.parkedIDs[p.Event.ID] = true
+	for _, p := range buried {
+		s.deadIDs[p.Event.ID] = true
 	}
 	s.mu.Unlock()
 	err := s.fenced(ctx, func(tx *sql.Tx) error {
-		for _, p := range parked {
+		for _, p := range buried {
 			if _, err := tx.ExecContext(ctx, "UPDATE "+s.n.table+" SET status = 'DEAD', last_error = ?, attempts = ? WHERE id = ? AND status = 'NEW'",
 				clip(p.Reason), p.Attempts, p.Event.ID); err != nil {
 				return err
@@ -392,7 +392,7 @@ func (s *Source) Park(ctx context.Context, parked []source.Parked) error {
 		if errors.Is(err, source.ErrFenced) {
 			return err
 		}
-		return fmt.Errorf("binlog: parking %d events: %w", len(parked), err)
+		return fmt.Errorf("binlog: burying %d events: %w", len(buried), err)
 	}
 	return nil
 }

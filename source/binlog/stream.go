@@ -341,23 +341,23 @@ func (s *Source) layoutFor(tm *tableMapEvent) (layout, error) {
 	return l, nil
 }
 
-// deliver parks the rows that break the table contract and hands out the
+// deliver buries the rows that break the table contract and hands out the
 // others as one transaction resumable at r.
 func (s *Source) deliver(ctx context.Context, rows []decodedRow, r *resume, force bool) error {
-	var bad []source.Parked
+	var bad []source.Burial
 	events := make([]outbox.Event, 0, len(rows))
 	ids := make([]int64, 0, len(rows))
 	for _, d := range rows {
 		if d.bad != nil {
-			s.log.Warn("outbox binlog: parking an event that breaks the table contract", "id", d.ev.ID, "reason", d.bad.Error())
-			bad = append(bad, source.Parked{Event: d.ev, Attempts: d.ev.Attempts, Reason: d.bad.Error()})
+			s.log.Warn("outbox binlog: burying an event that breaks the table contract", "id", d.ev.ID, "reason", d.bad.Error())
+			bad = append(bad, source.Burial{Event: d.ev, Attempts: d.ev.Attempts, Reason: d.bad.Error()})
 			continue
 		}
 		events = append(events, d.ev)
 		ids = append(ids, d.ev.ID)
 	}
 	if len(bad) > 0 {
-		if err := s.Park(ctx, bad); err != nil {
+		if err := s.Bury(ctx, bad); err != nil {
 			return err
 		}
 	}

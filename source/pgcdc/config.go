@@ -31,7 +31,7 @@ const (
 // through the slot outbox_outbox and the publication outbox_outbox_pub.
 type Config struct {
 	// Table is the outbox table (table mode), or the name the table-less
-	// mode derives its own tables from (<table>_cdc, <table>_parked);
+	// mode derives its own tables from (<table>_cdc, <table>_dead);
 	// default "outbox".
 	Table string
 	// Schema is the table's schema; default the connection's current
@@ -45,8 +45,8 @@ type Config struct {
 	Publication string
 	// TableLess streams pg_logical_emit_message records written by
 	// EnqueueMessage instead of the table's rows: nothing to delete, no
-	// table growth. Parked events go to <table>_parked, an outbox table of
-	// its own (`outbox dead list --table <table>_parked` shows them).
+	// table growth. Burial events go to <table>_dead, an outbox table of
+	// its own (`outbox dead list --table <table>_dead` shows them).
 	TableLess bool
 	// Prefix is the logical message prefix of the table-less mode (and of
 	// the heartbeat, Prefix+"hb"); default "outbox". EnqueueMessage's
@@ -122,8 +122,8 @@ func (c Config) Validate() error {
 			return fmt.Errorf("pgcdc: %w", err)
 		}
 	}
-	if len(c.Table) > 55 { // room for _parked, _cdc, …
-		return fmt.Errorf("pgcdc: table name %q is longer than 55 characters, which leaves no room for its _parked and _cdc tables", c.Table)
+	if len(c.Table) > 55 { // room for _dead, _cdc, …
+		return fmt.Errorf("pgcdc: table name %q is longer than 55 characters, which leaves no room for its _dead and _cdc tables", c.Table)
 	}
 	if c.Schema != "" {
 		if err := store.ValidateName("schema", c.Schema); err != nil {
@@ -144,7 +144,7 @@ func (c Config) Validate() error {
 
 // names are the quoted identifiers a Config leads to.
 type names struct {
-	table, state, parked string // quoted, qualified when Schema is set
+	table, state, buried string // quoted, qualified when Schema is set
 	schema               string // the schema as configured ("" = current)
 }
 
@@ -155,7 +155,7 @@ func (c Config) names() names {
 		}
 		return pgx.Identifier{name}.Sanitize()
 	}
-	return names{table: q(c.Table), state: q(c.Table + "_cdc"), parked: q(c.Table + "_parked"), schema: c.Schema}
+	return names{table: q(c.Table), state: q(c.Table + "_cdc"), buried: q(c.Table + "_dead"), schema: c.Schema}
 }
 
 func defaultOwner() string {

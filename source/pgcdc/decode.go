@@ -77,13 +77,13 @@ var errToasted = errors.New("unchanged TOAST column")
 type decodedRow struct {
 	ev     outbox.Event
 	status string
-	bad    error // the row breaks the table contract: park it with this reason
+	bad    error // the row breaks the table contract: bury it with this reason
 }
 
 // decodeRow turns a tuple of the outbox table into an event. A value that
-// cannot be read makes the row bad (parked with the reason), never an
+// cannot be read makes the row bad (buried with the reason), never an
 // error, unless the id itself is unreadable (then the row cannot even be
-// parked: errNoID).
+// buried: errNoID).
 func decodeRow(rel *relation, cols []*pglogrepl.TupleDataColumn) (decodedRow, error) {
 	var d decodedRow
 	get := func(c int) (string, bool, error) {
@@ -219,10 +219,10 @@ func parseTime(s string) time.Time {
 	return time.Time{}
 }
 
-// parkable makes an event storable in the parked-events table whatever it
+// buriable makes an event storable in the dead-events table whatever it
 // holds: a UUID event id, text without NUL or invalid UTF-8 and within the
 // columns' 255 characters, a topic and a type.
-func parkable(e outbox.Event) outbox.Event {
+func buriable(e outbox.Event) outbox.Event {
 	if uuid.Validate(e.EventID) != nil {
 		e.EventID = outbox.NewEventID()
 	}

@@ -60,8 +60,8 @@ func TestDecodeBytea(t *testing.T) {
 	}
 }
 
-// FuzzDecodeMessage: any content decodes to an event or a parked one, never
-// a panic, and a parked one still has what parking needs.
+// FuzzDecodeMessage: any content decodes to an event or a buried one, never
+// a panic, and a buried one still has what burying needs.
 func FuzzDecodeMessage(f *testing.F) {
 	rec, _ := encodeMessage(outbox.Message{EventID: outbox.NewEventID(), Topic: "t", Type: "T"}.Normalized())
 	f.Add(rec)
@@ -77,12 +77,12 @@ func FuzzDecodeMessage(f *testing.F) {
 		e := d.ev
 		if e.Topic == "" || e.Type == "" || uuid.Validate(e.EventID) != nil || strings.ContainsRune(e.Topic+e.Key+e.Type, 0) ||
 			!utf8.ValidString(e.Topic+e.Key+e.Type+e.AggregateType+e.ContentType) || utf8.RuneCountInString(e.Topic) > 255 {
-			t.Fatalf("a parked event the parked table cannot hold: %+v", e)
+			t.Fatalf("a buried event the buried table cannot hold: %+v", e)
 		}
 	})
 }
 
-// FuzzDecodeRow: any tuple decodes to an event, a parked row, or an error
+// FuzzDecodeRow: any tuple decodes to an event, a buried row, or an error
 // naming the unreadable id; never a panic.
 func FuzzDecodeRow(f *testing.F) {
 	f.Add("1", "t", "k", `\x41`, `{}`, "2026-12-01 12:00:00.5+00")

@@ -19,7 +19,7 @@
 // to disk. Rows are decoded through the Relation message (column
 // positions), by the table contract's column names; a row that breaks the
 // contract (headers that are not an object of strings, an empty topic, …)
-// is parked DEAD with the reason, never a crash. An UPDATE that turns a row
+// is buried DEAD with the reason, never a crash. An UPDATE that turns a row
 // back to NEW (`outbox dead retry`) delivers it again.
 //
 // A transaction's Position is its commit's end LSN. Ack deletes the
@@ -32,14 +32,14 @@
 // slot retains no WAL. Lag reads pg_current_wal_lsn() - confirmed_flush_lsn;
 // NewLagCollector exposes it as outbox_cdc_lag_bytes.
 //
-// # Parking
+// # Burying
 //
 // Table mode: the row becomes DEAD with last_error, as the polling relay
 // does, so `outbox dead list` shows it and `outbox dead retry` requeues
-// it. Table-less mode: the event is inserted, DEAD, into <table>_parked, an
-// outbox table of its own: `outbox dead list --table <table>_parked` shows
+// it. Table-less mode: the event is inserted, DEAD, into <table>_dead, an
+// outbox table of its own: `outbox dead list --table <table>_dead` shows
 // it; a requeued one becomes NEW there and is delivered by a polling relay
-// on that table (`outbox relay --table <table>_parked`).
+// on that table (`outbox relay --table <table>_dead`).
 //
 // # Slot safety
 //
@@ -73,7 +73,7 @@
 // A lease row per slot in <table>_cdc (owner, fencing epoch, expiry on the
 // database clock, renewed every third of Config.LeaseFor). Other processes
 // wait in Start and take over once it expired; the new holder terminates a
-// stale walsender of the slot. Every write (the deletes of Ack, Park, and
+// stale walsender of the slot. Every write (the deletes of Ack, Bury, and
 // that termination) locks the lease row and checks owner, epoch and expiry
 // in the same transaction first, so a process that stalled past its lease
 // changes nothing, and when it wakes and reconnects it cannot end the new

@@ -33,7 +33,7 @@ func ExampleEmitter() {
 	defer func() { // an example leaves no slot behind
 		_ = pgcdc.DropSlot(ctx, pool, cfg, true)
 		_, _ = pool.Exec(ctx, "DROP PUBLICATION IF EXISTS outbox_"+table+"_pub")
-		for _, t := range []string{table + "_cdc", table + "_parked", table + "_parked_archive", table + "_parked_claims", table + "_parked_migrations"} {
+		for _, t := range []string{table + "_cdc", table + "_dead", table + "_dead_archive", table + "_dead_claims", table + "_dead_migrations"} {
 			_, _ = pool.Exec(ctx, "DROP TABLE IF EXISTS "+t)
 		}
 	}()

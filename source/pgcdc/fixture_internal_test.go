@@ -59,7 +59,7 @@ func internalFixture(t *testing.T, prefix string) (ctx context.Context, pool *pg
 				_, _ = pool.Exec(ctx, "SELECT pg_drop_replication_slot($1)", cfg.Slot)
 			}
 			_, _ = pool.Exec(ctx, "DROP PUBLICATION IF EXISTS "+pgx.Identifier{cfg.Publication}.Sanitize())
-			for _, suffix := range []string{"", "_cdc", "_parked", "_archive", "_claims", "_migrations", "_relays", "_shards"} {
+			for _, suffix := range []string{"", "_cdc", "_dead", "_archive", "_claims", "_migrations", "_relays", "_shards"} {
 				_, _ = pool.Exec(ctx, "DROP TABLE IF EXISTS "+pgx.Identifier{table + suffix}.Sanitize()+" CASCADE")
 			}
 		})

@@ -18,7 +18,7 @@ import (
 // One streamer at a time. The lease is a row of <table>_cdc per slot:
 // owner, a fencing epoch that grows with every change of hands, and an
 // expiry on the database clock. A process streams only while it holds the
-// lease; every write it makes (deleting delivered rows, parking) first
+// lease; every write it makes (deleting delivered rows, burying) first
 // locks the row and checks (owner, epoch, expiry), so a process that
 // stalled past its lease and wakes up changes nothing. PostgreSQL lets one
 // connection at a time stream a slot; a new holder terminates the old

@@ -35,7 +35,7 @@ type Source struct {
 	buf       []source.Txn
 	bufEvents int
 	emitted   []emitted      // handed out, not yet acknowledged
-	parkedIDs map[int64]bool // table mode: rows parked, not to be deleted
+	deadIDs   map[int64]bool // table mode: rows buried, not to be deleted
 	acked     pglogrepl.LSN  // the highest position acknowledged
 	lastEnd   pglogrepl.LSN  // end of the last transaction buffered
 	idleEnd   pglogrepl.LSN  // the server's sent position, from keepalives
@@ -81,7 +81,7 @@ func New(pool *pgxpool.Pool, cfg Config) (*Source, error) {
 		return nil, err
 	}
 	return &Source{cfg: cfg, n: cfg.names(), pool: pool, log: cfg.Logger,
-		wake: make(chan struct{}, 1), room: make(chan struct{}, 1), parkedIDs: map[int64]bool{}}, nil
+		wake: make(chan struct{}, 1), room: make(chan struct{}, 1), deadIDs: map[int64]bool{}}, nil
 }
 
 // Config returns the configuration with its defaults filled.
@@ -229,7 +229,7 @@ func (s *Source) Ack(ctx context.Context, pos source.Position) error {
 			xids = append(xids, int64(x))
 		}
 		for _, id := range s.emitted[n].ids {
-			if !s.parkedIDs[id] {
+			if !s.deadIDs[id] {
 				ids = append(ids, id)
 			}
 		}
@@ -256,7 +256,7 @@ func (s *Source) Ack(ctx context.Context, pos source.Position) error {
 	s.mu.Lock()
 	for _, e := range s.emitted[:n] {
 		for _, id := range e.ids {
-			delete(s.parkedIDs, id)
+			delete(s.deadIDs, id)
 		}
 	}
 	s.emitted = s.emitted[n:]
@@ -307,36 +307,36 @@ func (s *Source) waitVisible(ctx context.Context, xids []int64) error {
 	}
 }
 
-// Park records events as DEAD: in table mode their rows become DEAD with
+// Bury records events as DEAD: in table mode their rows become DEAD with
 // the reason as last_error; in table-less mode they are inserted, DEAD,
-// into <table>_parked. Fenced by the lease.
-func (s *Source) Park(ctx context.Context, parked []source.Parked) error {
-	if len(parked) == 0 {
+// into <table>_dead. Fenced by the lease.
+func (s *Source) Bury(ctx context.Context, buried []source.Burial) error {
+	if len(buried) == 0 {
 		return nil
 	}
 	if !s.cfg.TableLess {
-		ids := make([]int64, len(parked))
-		reasons := make([]string, len(parked))
-		attempts := make([]int32, len(parked))
-		for i, p := range parked {
+		ids := make([]int64, len(buried))
+		reasons := make([]string, len(buried))
+		attempts := make([]int32, len(buried))
+		for i, p := range buried {
 			ids[i], reasons[i], attempts[i] = p.Event.ID, clip(p.Reason), int32(p.Attempts)
 		}
 		s.mu.Lock()
 		for _, id := range ids {
-			s.parkedIDs[id] = true
+			s.deadIDs[id] = true
 		}
 		s.mu.Unlock()
 		err := s.fenced(ctx, `UPDATE `+s.n.table+` t SET status = 'DEAD', last_error = u.reason, attempts = u.attempts
 FROM unnest($1::bigint[], $2::text[], $3::int[]) AS u(id, reason, attempts)
 WHERE t.id = u.id AND t.status = 'NEW'`, ids, reasons, attempts)
 		if err != nil {
-			return fmt.Errorf("pgcdc: parking %d events: %w", len(parked), err)
+			return fmt.Errorf("pgcdc: burying %d events: %w", len(buried), err)
 		}
 		return nil
 	}
 	var b pgx.Batch
-	for _, p := range parked {
-		e := parkable(p.Event)
+	for _, p := range buried {
+		e := buriable(p.Event)
 		headers := []byte("{}")
 		if len(e.Headers) > 0 {
 			headers, _ = json.Marshal(e.Headers)
@@ -345,7 +345,7 @@ WHERE t.id = u.id AND t.status = 'NEW'`, ids, reasons, attempts)
 		if created.IsZero() {
 			created = time.Now()
 		}
-		b.Queue(`INSERT INTO `+s.n.parked+` (event_id, topic, event_key, event_type, aggregate_type, schema_version, payload, content_type, headers, status, attempts, last_error, created_at)
+		b.Queue(`INSERT INTO `+s.n.buried+` (event_id, topic, event_key, event_type, aggregate_type, schema_version, payload, content_type, headers, status, attempts, last_error, created_at)
 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9::text::jsonb, 'DEAD', $10, $11, $12)
 ON CONFLICT (event_id) DO NOTHING`,
 			e.EventID, e.Topic, e.Key, e.Type, e.AggregateType, max(e.SchemaVersion, 0),
@@ -353,17 +353,17 @@ ON CONFLICT (event_id) DO NOTHING`,
 	}
 	tx, err := s.pool.Begin(ctx)
 	if err != nil {
-		return fmt.Errorf("pgcdc: parking %d events: %w", len(parked), err)
+		return fmt.Errorf("pgcdc: burying %d events: %w", len(buried), err)
 	}
 	defer tx.Rollback(ctx) //nolint:errcheck // after Commit a no-op
 	if err := s.checkLease(ctx, tx); err != nil {
 		return err
 	}
 	if err := tx.SendBatch(ctx, &b).Close(); err != nil {
-		return fmt.Errorf("pgcdc: parking %d events in %s: %w", len(parked), s.n.parked, err)
+		return fmt.Errorf("pgcdc: burying %d events in %s: %w", len(buried), s.n.buried, err)
 	}
 	if err := tx.Commit(ctx); err != nil {
-		return fmt.Errorf("pgcdc: parking %d events: %w", len(parked), err)
+		return fmt.Errorf("pgcdc: burying %d events: %w", len(buried), err)
 	}
 	return nil
 }

@@ -77,7 +77,7 @@ func newFixtureTB(t testing.TB, tableLess bool) *fixture {
 		Heartbeat: 200 * time.Millisecond, StatusInterval: 100 * time.Millisecond, Logger: quietLogger(), Prefix: "outbox_" + table}}
 	name := table
 	if tableLess {
-		name = table + "_parked" // dead events of the table-less mode live there
+		name = table + "_dead" // dead events of the table-less mode live there
 	}
 	st, err := pgstore.New(pool, pgstore.Config{Options: store.Options{Table: name}, DisableNotify: true})
 	if err != nil {
@@ -100,7 +100,7 @@ func (f *fixture) cleanup() {
 	cfg := f.cfg.WithDefaults()
 	dropSlot(ctx, f.t, f.pool, cfg.Slot)
 	_, _ = f.pool.Exec(ctx, "DROP PUBLICATION IF EXISTS "+pgx.Identifier{cfg.Publication}.Sanitize())
-	for _, suffix := range []string{"", "_cdc", "_parked", "_archive", "_claims", "_migrations", "_parked_archive", "_parked_claims", "_parked_migrations"} {
+	for _, suffix := range []string{"", "_cdc", "_dead", "_archive", "_claims", "_migrations", "_dead_archive", "_dead_claims", "_dead_migrations"} {
 		_, _ = f.pool.Exec(ctx, "DROP TABLE IF EXISTS "+pgx.Identifier{f.cfg.Table + suffix}.Sanitize()+" CASCADE")
 	}
 }
@@ -300,8 +300,8 @@ func TestColumnsDecoded(t *testing.T) {
 	}
 }
 
-// A row that breaks the table contract is parked DEAD with its reason, and
-// the events after it flow; a permanent broker error parks too, and
+// A row that breaks the table contract is buried DEAD with its reason, and
+// the events after it flow; a permanent broker error burials too, and
 // `outbox dead retry` (an UPDATE back to NEW) brings the row back.
 func TestBadRowsAndDeadEvents(t *testing.T) {
 	f := newFixture(t, false)
@@ -484,7 +484,7 @@ func TestTableLessRoundTrip(t *testing.T) {
 	emit(true, msg("k", "1"), msg("k", "2"), msg("j", "3"))
 	emit(false, msg("k", "rolled back"))
 	emit(true, msg("k", "poison"))
-	// a record no Emitter wrote: parked with its raw content, never a crash
+	// a record no Emitter wrote: buried with its raw content, never a crash
 	if _, err := f.pool.Exec(ctx, "SELECT pg_logical_emit_message(true, $1, $2::bytea)", f.cfg.Prefix, []byte("garbage\x00")); err != nil {
 		t.Fatal(err)
 	}
@@ -512,7 +512,7 @@ func TestTableLessRoundTrip(t *testing.T) {
 		t.Fatalf("event %+v", got[0])
 	}
 	var dead []store.Record
-	waitFor(t, "the parked event", 10*time.Second, func() bool {
+	waitFor(t, "the buried event", 10*time.Second, func() bool {
 		var err error
 		dead, err = f.store.ListDead(ctx, store.DeadQuery{})
 		return err == nil && len(dead) == 2
@@ -521,10 +521,10 @@ func TestTableLessRoundTrip(t *testing.T) {
 		dead[0], dead[1] = dead[1], dead[0]
 	}
 	if string(dead[1].Payload) != "poison" || !strings.Contains(dead[1].LastError, "refused") {
-		t.Fatalf("parked %+v", dead[1])
+		t.Fatalf("buried %+v", dead[1])
 	}
 	if string(dead[0].Payload) != "garbage\x00" || !strings.Contains(dead[0].LastError, "not an outbox record") {
-		t.Fatalf("parked %+v", dead[0])
+		t.Fatalf("buried %+v", dead[0])
 	}
 }
 

@@ -27,7 +27,7 @@ import (
 //	string   payload (the rest of the record)
 //
 // A string is a uvarint length and that many bytes. A reader refuses a
-// version it does not know (the event is parked, saying to upgrade the
+// version it does not know (the event is buried, saying to upgrade the
 // relay) rather than guessing.
 
 // encodeMessage builds the record of a normalized message.
@@ -118,7 +118,7 @@ func (r *recordReader) string() string { return string(r.bytes()) }
 
 // decodeMessage turns a logical message's content into an event. A record
 // it cannot read is returned with bad set and what could be read (it is
-// parked with the raw content as its payload). content may be the
+// buried with the raw content as its payload). content may be the
 // connection's buffer: nothing of it is kept.
 func decodeMessage(lsn pglogrepl.LSN, content []byte, commitTime time.Time) decodedRow {
 	d := decodedRow{status: string(outbox.StatusNew)}
@@ -126,7 +126,7 @@ func decodeMessage(lsn pglogrepl.LSN, content []byte, commitTime time.Time) deco
 	d.ev.CreatedAt = commitTime
 	raw := func(why string) decodedRow {
 		d.ev.Message = outbox.Message{Payload: append([]byte{}, content...), ContentType: "application/octet-stream", SchemaVersion: 1}
-		d.ev = parkable(d.ev)
+		d.ev = buriable(d.ev)
 		d.bad = driver.BadRow("the logical message at %s is not an outbox record (%s); its raw content is the payload", lsn, why)
 		return d
 	}
@@ -183,7 +183,7 @@ func decodeMessage(lsn pglogrepl.LSN, content []byte, commitTime time.Time) deco
 	}
 	if err := driver.CheckRow(&d.ev); err != nil {
 		d.bad = err
-		d.ev = parkable(d.ev)
+		d.ev = buriable(d.ev)
 	}
 	return d
 }

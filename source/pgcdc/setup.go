@@ -37,7 +37,7 @@ func CheckWALLevel(ctx context.Context, pool *pgxpool.Pool) error {
 // Setup creates what the source needs, when missing: the publication (on
 // the outbox table in table mode, on no table in table-less mode), the
 // state table <table>_cdc (the streaming lease and the slot's history) and,
-// in table-less mode, the parked-events table <table>_parked. Idempotent;
+// in table-less mode, the buried-events table <table>_dead. Idempotent;
 // `outbox migrate --publication` runs it. In table mode the outbox table
 // must exist (outbox migrate creates it).
 func Setup(ctx context.Context, pool *pgxpool.Pool, cfg Config) error {
@@ -68,13 +68,13 @@ func Setup(ctx context.Context, pool *pgxpool.Pool, cfg Config) error {
 		}
 	}
 	if cfg.TableLess {
-		ps, err := pgstore.New(pool, pgstore.Config{Options: store.Options{Table: cfg.Table + "_parked", Schema: cfg.Schema}, DisableNotify: true, VacuumAfter: -1})
+		ps, err := pgstore.New(pool, pgstore.Config{Options: store.Options{Table: cfg.Table + "_dead", Schema: cfg.Schema}, DisableNotify: true, VacuumAfter: -1})
 		if err != nil {
 			return fmt.Errorf("pgcdc: setup: %w", err)
 		}
 		defer ps.Close()
 		if err := ps.Migrate(ctx); err != nil {
-			return fmt.Errorf("pgcdc: setup: the parked-events table: %w", err)
+			return fmt.Errorf("pgcdc: setup: the buried-events table: %w", err)
 		}
 	}
 	return nil

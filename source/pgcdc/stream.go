@@ -322,7 +322,7 @@ func (s *Source) recoveryPoll(ctx context.Context, snapshot string, cp pglogrepl
 	if err := tx.Commit(ctx); err != nil {
 		return 0, err
 	}
-	if err := s.parkBad(ctx, got, cp); err != nil {
+	if err := s.buryBad(ctx, got, cp); err != nil {
 		return 0, err
 	}
 	evs := eventsOf(got)
@@ -353,16 +353,16 @@ func idsOf(evs []outbox.Event) []int64 {
 	return ids
 }
 
-// parkBad parks the rows that break the table contract.
-func (s *Source) parkBad(ctx context.Context, rows []decodedRow, pos pglogrepl.LSN) error {
-	var parked []source.Parked
+// buryBad buries the rows that break the table contract.
+func (s *Source) buryBad(ctx context.Context, rows []decodedRow, pos pglogrepl.LSN) error {
+	var buried []source.Burial
 	for _, d := range rows {
 		if d.bad != nil {
-			s.log.Warn("outbox cdc: parking an event that breaks the table contract", "id", d.ev.ID, "reason", d.bad.Error())
-			parked = append(parked, source.Parked{Event: d.ev, Pos: source.Position(pos), Attempts: 0, Reason: d.bad.Error()})
+			s.log.Warn("outbox cdc: burying an event that breaks the table contract", "id", d.ev.ID, "reason", d.bad.Error())
+			buried = append(buried, source.Burial{Event: d.ev, Pos: source.Position(pos), Attempts: 0, Reason: d.bad.Error()})
 		}
 	}
-	return s.Park(ctx, parked)
+	return s.Bury(ctx, buried)
 }
 
 // receive decodes the stream until it fails or ctx ends.
@@ -511,7 +511,7 @@ func (s *Source) handle(ctx context.Context, data []byte, rels map[uint32]*relat
 		if replay || len(rows) == 0 {
 			return nil // buffered already (a reconnect replays from the slot), or nothing for us
 		}
-		if err := s.parkBad(ctx, rows, end); err != nil {
+		if err := s.buryBad(ctx, rows, end); err != nil {
 			return err
 		}
 		evs := eventsOf(rows)

@@ -15,10 +15,10 @@
 //   - Ack: acknowledging a position twice, or an older one, is harmless;
 //     after a restart no acknowledged event comes back, and every
 //     unacknowledged one does, with the same event id (at least once).
-//   - Park: a parked event is visible as DEAD, with its reason, where
+//   - Bury: a buried event is visible as DEAD, with its reason, where
 //     operators look (Fixture.Dead), and is not delivered again.
 //   - Fencing (a Fixture that implements Takeover): once another process
-//     took the source's stream over, Park refuses with source.ErrFenced
+//     took the source's stream over, Bury refuses with source.ErrFenced
 //     and writes nothing; Ack either refuses with ErrFenced or has nothing
 //     to write.
 //   - Next ends with the context's error when the context ends first.

@@ -77,7 +77,7 @@ func Run(t *testing.T, s Suite) {
 	t.Run("CommitOrder", s.testCommitOrder)
 	t.Run("ConcurrentCommits", s.testConcurrentCommits)
 	t.Run("AckRestart", s.testAckRestart)
-	t.Run("Park", s.testPark)
+	t.Run("Bury", s.testBury)
 	t.Run("Fenced", s.testFenced)
 	t.Run("NextCancel", s.testNextCancel)
 }
@@ -376,12 +376,12 @@ func (s Suite) testAckRestart(t *testing.T) {
 	r.none("after everything before was acknowledged and the source restarted", got, m1, m2, m3, s1)
 }
 
-// testPark: a parked event is DEAD where operators look, with its reason,
+// testBury: a buried event is DEAD where operators look, with its reason,
 // and is not delivered again; its transaction's other event is not DEAD.
-func (s Suite) testPark(t *testing.T) {
+func (s Suite) testBury(t *testing.T) {
 	fx := s.New(t)
 	src := fx.Open(t)
-	bad, good := msg("parked", "k"), msg("delivered", "k")
+	bad, good := msg("buried", "k"), msg("delivered", "k")
 	commit(t, fx, bad, good)
 	r := newReader(t, src)
 	got := r.until(s.Wait, "one transaction", bad, good)
@@ -395,11 +395,11 @@ func (s Suite) testPark(t *testing.T) {
 	defer cancel()
 	const reason = "sourcetest: refused for good; fix the payload and requeue it"
 	p := r.pos(good)
-	if err := src.Park(ctx, []source.Parked{{Event: ev, Pos: r.pos(bad), Attempts: 3, Reason: reason}}); err != nil {
-		t.Fatalf("Park: %v", err)
+	if err := src.Bury(ctx, []source.Burial{{Event: ev, Pos: r.pos(bad), Attempts: 3, Reason: reason}}); err != nil {
+		t.Fatalf("Bury: %v", err)
 	}
 	if err := src.Ack(ctx, p); err != nil {
-		t.Fatalf("Ack(%d) after Park: %v", p, err)
+		t.Fatalf("Ack(%d) after Bury: %v", p, err)
 	}
 	check := func(when string) {
 		t.Helper()
@@ -410,17 +410,17 @@ func (s Suite) testPark(t *testing.T) {
 			case bad.EventID:
 				n++
 				if !strings.Contains(d.Reason, reason) {
-					t.Errorf("%s: the parked event is DEAD with reason %q; want it to contain %q", when, d.Reason, reason)
+					t.Errorf("%s: the buried event is DEAD with reason %q; want it to contain %q", when, d.Reason, reason)
 				}
 			case good.EventID:
-				t.Errorf("%s: the delivered event of the parked one's transaction is DEAD too", when)
+				t.Errorf("%s: the delivered event of the buried one's transaction is DEAD too", when)
 			}
 		}
 		if n != 1 {
-			t.Errorf("%s: the parked event is DEAD %d times where operators look (%d DEAD in all); want once", when, n, len(dead))
+			t.Errorf("%s: the buried event is DEAD %d times where operators look (%d DEAD in all); want once", when, n, len(dead))
 		}
 	}
-	check("after Park and Ack")
+	check("after Bury and Ack")
 	fx.Close(t, src)
 	src = fx.Open(t)
 	defer fx.Close(t, src)
@@ -428,11 +428,11 @@ func (s Suite) testPark(t *testing.T) {
 	commit(t, fx, next)
 	r = newReader(t, src, bad, good)
 	got = r.until(s.Wait, "after a restart, a new transaction", next)
-	r.none("after Park, Ack and a restart", got, bad, good)
+	r.none("after Bury, Ack and a restart", got, bad, good)
 	check("after a restart")
 }
 
-// testFenced: after a takeover, Park refuses with ErrFenced and writes
+// testFenced: after a takeover, Bury refuses with ErrFenced and writes
 // nothing; Ack refuses with ErrFenced or has nothing to write.
 func (s Suite) testFenced(t *testing.T) {
 	fx := s.New(t)
@@ -450,12 +450,12 @@ func (s Suite) testFenced(t *testing.T) {
 	tk.Takeover(t, src)
 	ctx, cancel := context.WithTimeout(context.Background(), s.Wait)
 	defer cancel()
-	err := src.Park(ctx, []source.Parked{{Event: got[0], Pos: r.pos(m), Attempts: 1, Reason: "sourcetest: parked by a fenced source"}})
+	err := src.Bury(ctx, []source.Burial{{Event: got[0], Pos: r.pos(m), Attempts: 1, Reason: "sourcetest: buried by a fenced source"}})
 	if !errors.Is(err, source.ErrFenced) {
-		t.Fatalf("Park after a takeover: %v; want source.ErrFenced", err)
+		t.Fatalf("Bury after a takeover: %v; want source.ErrFenced", err)
 	}
 	if slices.ContainsFunc(fx.Dead(t), func(d Dead) bool { return d.EventID == m.EventID }) {
-		t.Fatal("a fenced source's Park made the event DEAD")
+		t.Fatal("a fenced source's Bury made the event DEAD")
 	}
 	if err := src.Ack(ctx, r.pos(m)); err != nil && !errors.Is(err, source.ErrFenced) {
 		t.Fatalf("Ack after a takeover: %v; want nil (nothing to write) or source.ErrFenced", err)

@@ -140,10 +140,10 @@ func ownedBranches(n int) int {
 // run k is the shards $8[k] to $9[k] in one range scan of the shard index,
 // ok shards only, stopped after 4 × $4 rows. A run that stopped short of
 // its cap returned every pending row of its shards; when none reached it,
-// those rows sorted by id are exactly what the walk would return, and the
-// walk is cut off by its one-time filter. When one did (a backlog), the
-// ranged rows are dropped and the walk runs: a claim always takes the
-// oldest ready events of its shards, in id order.
+// those rows sorted by id are exactly what a walk would return. When one
+// did (a backlog), the ranged rows are dropped and a walk runs instead (a
+// lateral scan per ok shard, cut off by a one-time filter otherwise): a
+// claim always takes the oldest ready events of its shards, in id order.
 //
 // judged: each candidate held or not by an earlier row of its key; held
 // ones are parked, the others claimed.
@@ -166,7 +166,6 @@ func (s *Store) ownedClaimSQL(walk, runs int) string {
 ), mine AS (
 	SELECT COALESCE(range_agg(c.ids), '{}') AS r FROM ` + s.claimsTable() + ` c WHERE c.owner = $1
 )`)
-	walkGate := ""
 	if runs > 0 {
 		b.WriteString(`, ranged AS MATERIALIZED (
 	SELECT u.id, u.event_key, u.shard, u.run FROM (`)
@@ -182,24 +181,34 @@ func (s *Store) ownedClaimSQL(walk, runs int) string {
 ), capped AS (
 	SELECT EXISTS (SELECT 1 FROM ranged GROUP BY run HAVING count(*) >= 4 * $4) AS c
 )`)
-		walkGate = ` AND (SELECT c FROM capped)`
 	}
 	b.WriteString(`, cand AS (`)
 	if runs > 0 {
+		// The walk after a capped run: one index scan run once per ok
+		// shard (a plan of a few nodes, where a branch per shard would
+		// cost every claim their start-up even when cut off), reading at
+		// most $4 rows of each; it runs only for the first claim of a
+		// backlog, the next one walks the branches.
 		b.WriteString(`
 	(SELECT r.id, r.event_key, r.shard FROM ranged r WHERE NOT (SELECT c FROM capped) ORDER BY r.id LIMIT $4)
-	UNION ALL `)
+	UNION ALL (SELECT w.id, w.event_key, w.shard FROM unnest((SELECT a FROM ok)::int[]) AS k(shard), LATERAL (SELECT o.id, o.event_key, k.shard FROM ` + s.table + ` o WHERE ` + expr + ` = k.shard` + rest + ` ORDER BY o.id LIMIT $4) w WHERE (SELECT c FROM capped) ORDER BY w.id LIMIT $4)`)
+		walk = 0
 	}
-	b.WriteString(`(SELECT u.id, u.event_key, u.shard FROM (`)
+	if walk > 0 {
+		b.WriteString(`(SELECT u.id, u.event_key, u.shard FROM (`)
+	}
 	for i := range walk {
 		if i > 0 {
 			b.WriteString("\n\tUNION ALL ")
 		}
 		n := "($6::int[])[" + strconv.Itoa(i+1) + "]"
 		b.WriteString(`(SELECT o.id, o.event_key, ` + n + ` AS shard FROM ` + s.table + ` o WHERE ` + expr + ` = ` + n +
-			rest + ` AND (SELECT ` + n + ` = ANY(a) FROM ok)` + walkGate + ` ORDER BY o.id)`)
+			rest + ` AND (SELECT ` + n + ` = ANY(a) FROM ok) ORDER BY o.id)`)
 	}
-	b.WriteString(`) u ORDER BY u.id LIMIT $4)
+	if walk > 0 {
+		b.WriteString(`) u ORDER BY u.id LIMIT $4)`)
+	}
+	b.WriteString(`
 ), judged AS (
 	SELECT c.id, c.event_key, c.shard, (` + s.holdSQL("$3::bool") + `) AS held FROM cand c
 ), parking AS (
@@ -300,7 +309,11 @@ func (s *Store) claimOwned(ctx context.Context, req driver.ClaimParams, explain 
 	if len(lows) > 0 {
 		runs = ownedBranches(len(lows))
 	}
-	sql := s.ownedClaimSQL(ownedBranches(len(shards)), runs)
+	walk := ownedBranches(len(shards))
+	if runs > 0 {
+		walk = 0 // the ranged statement walks by a lateral scan
+	}
+	sql := s.ownedClaimSQL(walk, runs)
 	if explain {
 		sql = "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + sql
 	}

@@ -163,7 +163,7 @@ var leakedSlotsOnce sync.Once
 // dropLeakedSlots drops the logical replication slots that a test process
 // killed before its cleanup (a timeout, a SIGKILL) left on the test
 // database: inactive, named outbox_<table> as the CDC relay names them,
-// for a table none of whose tables (<table>, <table>_cdc, <table>_parked)
+// for a table none of whose tables (<table>, <table>_cdc, <table>_dead)
 // exists any more. Such a slot holds back the vacuum of the system
 // catalogs (its catalog_xmin) while tests create and drop tables by the
 // thousand: measured here with two of them, pg_attribute grew 271,000 dead
@@ -180,7 +180,7 @@ func dropLeakedSlots(t testing.TB, url string) {
 WHERE NOT active AND slot_type = 'logical' AND database = current_database() AND slot_name LIKE 'outbox\_%'
 AND to_regclass(quote_ident(substr(slot_name, 8))) IS NULL
 AND to_regclass(quote_ident(substr(slot_name, 8) || '_cdc')) IS NULL
-AND to_regclass(quote_ident(substr(slot_name, 8) || '_parked')) IS NULL`)
+AND to_regclass(quote_ident(substr(slot_name, 8) || '_dead')) IS NULL`)
 		if err != nil {
 			t.Logf("teststores: dropping leaked replication slots: %v", err)
 		}

@@ -19,9 +19,9 @@ const (
 	// Failed: published, and Judge said not ok (the caller decided what
 	// that means: a retry, DEAD, a release).
 	Failed
-	// GivenBack: never sent (its predecessor failed or was given back, or
+	// Released: never sent (its predecessor failed or was released, or
 	// the dispatch stopped first); it was charged no attempt.
-	GivenBack
+	Released
 )
 
 // String names the outcome, for tests and logs.
@@ -31,8 +31,8 @@ func (o Outcome) String() string {
 		return "confirmed"
 	case Failed:
 		return "failed"
-	case GivenBack:
-		return "given back"
+	case Released:
+		return "released"
 	}
 	return "pending"
 }
@@ -122,7 +122,7 @@ type Set struct {
 
 	// Publish runs one publish call and returns one result per event; it
 	// may run on its own goroutine, several at once. sent false: nothing
-	// was sent (no room before a stop): the events are given back and no
+	// was sent (no room before a stop): the events are released and no
 	// further call starts.
 	Publish func(events []outbox.Event) (results []broker.Result, sent bool)
 	// PublishIdx, when set, is used instead of Publish, and is also given
@@ -208,7 +208,7 @@ func Run(s Set) []Outcome {
 	}
 	left := n
 	// settle records an event's outcome and moves the events that wait
-	// for it on: ready when it was confirmed, given back when not.
+	// for it on: ready when it was confirmed, released when not.
 	var settle func(i int, o Outcome)
 	settle = func(i int, o Outcome) {
 		left--
@@ -229,7 +229,7 @@ func Run(s Set) []Outcome {
 				state[k] = ready
 				queue = append(queue, int(k))
 			default:
-				settle(int(k), GivenBack)
+				settle(int(k), Released)
 			}
 		}
 	}
@@ -263,7 +263,7 @@ func Run(s Set) []Outcome {
 					state[i] = ready
 					queue = append(queue, i)
 				default:
-					settle(i, GivenBack)
+					settle(i, Released)
 				}
 			}
 			outside = kept
@@ -275,7 +275,7 @@ func Run(s Set) []Outcome {
 			// give back what was not sent
 			for i := range state {
 				if state[i] == waiting || state[i] == ready {
-					settle(i, GivenBack)
+					settle(i, Released)
 				}
 			}
 			queue = queue[:0]
@@ -333,7 +333,7 @@ func Run(s Set) []Outcome {
 		var d done
 		if inFlight == 0 {
 			if stopping {
-				break // cannot happen: everything unsent was given back
+				break // cannot happen: everything unsent was released
 			}
 			// every event left waits for a ticket
 			if s.Wait == nil {
@@ -354,7 +354,7 @@ func Run(s Set) []Outcome {
 		if !d.sent {
 			stopping = true
 			for _, i := range d.idx {
-				settle(i, GivenBack)
+				settle(i, Released)
 			}
 			continue
 		}

@@ -143,14 +143,14 @@ func TestPredecessorOutsideTheSet(t *testing.T) {
 		t.Errorf("before the tickets resolved, published %v, want only b's event 3", got)
 	}
 	ta.Resolve(true)  // a's earlier event confirmed: a#1, then a#2 go
-	tc.Resolve(false) // c's failed: c#1 is given back untried
+	tc.Resolve(false) // c's failed: c#1 is released untried
 	var out []Outcome
 	select {
 	case out = <-resultCh:
 	case <-time.After(10 * time.Second):
 		t.Fatal("Run did not return after its tickets resolved")
 	}
-	want := []Outcome{Confirmed, Confirmed, Confirmed, GivenBack}
+	want := []Outcome{Confirmed, Confirmed, Confirmed, Released}
 	if !slices.Equal(out, want) {
 		t.Errorf("outcomes %v, want %v", out, want)
 	}
@@ -173,7 +173,7 @@ func TestGiveBackChain(t *testing.T) {
 	var order []int
 	out := Run(Set{Events: evs, PrevIn: prevIn, Publish: r.publish, Judge: judge,
 		Settled: func(i int, o Outcome) { order = append(order, i) }})
-	want := []Outcome{Failed, Confirmed, GivenBack, GivenBack, Confirmed}
+	want := []Outcome{Failed, Confirmed, Released, Released, Confirmed}
 	if !slices.Equal(out, want) {
 		t.Errorf("outcomes %v, want %v", out, want)
 	}
@@ -182,9 +182,9 @@ func TestGiveBackChain(t *testing.T) {
 			t.Errorf("calls %v: a's event %d was published behind a's failed event 1", r.calls, id)
 		}
 	}
-	// a failed event is told before the events given back behind it
+	// a failed event is told before the events released behind it
 	if i, j := slices.Index(order, 0), slices.Index(order, 2); i < 0 || j < i {
-		t.Errorf("settled order %v: event 3 given back before event 1 failed", order)
+		t.Errorf("settled order %v: event 3 released before event 1 failed", order)
 	}
 }
 
@@ -267,7 +267,7 @@ func TestStopGivesBackWhatWasNotSent(t *testing.T) {
 	if len(r.calls) != 1 || fmt.Sprint(r.calls[0]) != "[1]" {
 		t.Errorf("calls %v, want only the first", r.calls)
 	}
-	want := []Outcome{Confirmed, GivenBack, GivenBack, GivenBack}
+	want := []Outcome{Confirmed, Released, Released, Released}
 	if !slices.Equal(out, want) {
 		t.Errorf("outcomes %v, want %v", out, want)
 	}
@@ -284,8 +284,8 @@ func TestUnsentCallStopsTheDispatch(t *testing.T) {
 		t.Errorf("%d calls after one sent nothing, want 1", published)
 	}
 	for i, o := range out {
-		if o != GivenBack {
-			t.Errorf("event %d: %v, want given back", i+1, o)
+		if o != Released {
+			t.Errorf("event %d: %v, want released", i+1, o)
 		}
 	}
 }
@@ -295,7 +295,7 @@ func TestWaitThatEndsGivesBackTheWaiting(t *testing.T) {
 	r := &recorder{}
 	out := Run(Set{Events: evs, PrevIn: prevIn, Prev: []Ticket{&Latch{}, nil, nil}, Publish: r.publish, Judge: judge,
 		Wait: func(<-chan struct{}) bool { return false }})
-	want := []Outcome{GivenBack, GivenBack, Confirmed}
+	want := []Outcome{Released, Released, Confirmed}
 	if !slices.Equal(out, want) {
 		t.Errorf("outcomes %v, want %v", out, want)
 	}

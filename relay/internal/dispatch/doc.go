@@ -3,7 +3,7 @@
 // batch; for a source, the events that may go when a publish call could
 // start) and, for each,
 // the event it must wait for, it decides which events go to the broker in
-// which publish call and when, and which are given back untried.
+// which publish call and when, and which are released untried.
 //
 // What it owns:
 //
@@ -13,8 +13,8 @@
 //     Ticket (Set.Prev). On a broker that keeps a key's order within a
 //     call (Features.Ordering OrderKey or OrderPartition) a key's later
 //     events of the set go in the call of its first ready one, after it.
-//   - Give-back chains. When a predecessor failed or was given back, the
-//     events that wait for it are given back too, never sent, so they are
+//   - Release chains. When a predecessor failed or was released, the
+//     events that wait for it are released too, never sent, so they are
 //     charged no attempt; so is everything not yet sent once Set.Stop says
 //     no further call may start (a stop, a lost lease, an unreachable
 //     broker).

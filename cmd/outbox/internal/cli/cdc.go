@@ -85,11 +85,11 @@ func runCDCRelay(ctx context.Context, f *flags, c cdcFlags, rc relay.Config, bro
 	}
 	cfg = src.Config()
 	// The store over the table operators look at (the outbox table, or
-	// the table-less mode's parked events): the backlog gauges, /readyz's
+	// the table-less mode's buried events): the backlog gauges, /readyz's
 	// stall check and the dashboard read it.
 	table := cfg.Table
 	if cfg.TableLess {
-		table += "_parked"
+		table += "_dead"
 	}
 	st, err := pgstore.New(pool, pgstore.Config{Options: store.Options{Table: table, Schema: cfg.Schema}, DisableNotify: true})
 	if err != nil {

@@ -51,7 +51,7 @@ func (t tables) cdcArgs() []string {
 
 // installCDCFence adds the fencing probe of the pgcdc source: a trigger
 // that records every change to an outbox row (the deletes after delivery,
-// parking) made by a relay session whose owner did not hold the slot's
+// burying) made by a relay session whose owner did not hold the slot's
 // lease at that moment. The source locks the lease row and checks it in
 // the same transaction as each write, so now() is the instant it checked.
 // (The function names <table>_cdc, which the relays create; PL/pgSQL
@@ -110,7 +110,7 @@ func (t tables) dropCDC(ctx context.Context, db *sql.DB) {
 		time.Sleep(100 * time.Millisecond)
 	}
 	_, _ = db.ExecContext(ctx, "DROP PUBLICATION IF EXISTS "+t.publication())
-	for _, n := range []string{t.cdcState(), t.outbox + "_parked", t.outbox + "_parked_migrations"} {
+	for _, n := range []string{t.cdcState(), t.outbox + "_dead", t.outbox + "_dead_migrations"} {
 		_, _ = db.ExecContext(ctx, "DROP TABLE IF EXISTS "+n)
 	}
 }

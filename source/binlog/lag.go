@@ -22,16 +22,27 @@ func (s *Source) Lag(ctx context.Context) (int64, error) {
 	return lagSince(ctx, s.db, saved)
 }
 
-// Saved is a table's saved resume position and the binlog written since.
+// Saved is a table's saved resume position, the binlog written since, and
+// the streaming lease.
 type Saved struct {
-	File     string
+	File     string // "" while no position is saved yet (the first start reads the table)
 	Pos      uint32
 	GTID     string
 	LagBytes int64
+	Owner    string    // the process that holds or last held the lease ("" when none ever did)
+	Epoch    int64     // the lease's fencing epoch
+	Until    time.Time // the lease's expiry (zero when none was taken)
+	Live     bool      // the lease has not expired: Owner streams
 }
 
+// ErrNoState: the table has no binlog source state (no `outbox relay
+// --source binlog` ever started on it).
+var ErrNoState = errors.New("binlog: no binlog source state")
+
 // SavedLag reads the resume position saved for cfg's table (by any
-// process; nothing needs to run) and the binlog bytes written since.
+// process; nothing needs to run), the binlog bytes written since, and who
+// holds the lease. An error wrapping ErrNoState when no binlog source ever
+// started on the table.
 func SavedLag(ctx context.Context, db *sql.DB, cfg Config) (Saved, error) {
 	cfg, err := cfg.WithDefaults()
 	if err != nil {
@@ -41,19 +52,26 @@ func SavedLag(ctx context.Context, db *sql.DB, cfg Config) (Saved, error) {
 	if cfg.Schema != "" {
 		state = "`" + cfg.Schema + "`." + state
 	}
-	var r resume
+	var sv Saved
 	var pos int64
-	err = db.QueryRowContext(ctx, "SELECT file, pos, gtid FROM "+state+" WHERE stream = ?", stateRow).Scan(&r.File, &pos, &r.GTID)
+	var until sql.NullTime
+	var live sql.NullBool
+	err = db.QueryRowContext(ctx, "SELECT file, pos, gtid, owner, epoch, lease_until, lease_until > NOW(6) FROM "+state+" WHERE stream = ?", stateRow).
+		Scan(&sv.File, &pos, &sv.GTID, &sv.Owner, &sv.Epoch, &until, &live)
 	var me *mysql.MySQLError
-	if errors.Is(err, sql.ErrNoRows) || err == nil && r.File == "" || errors.As(err, &me) && me.Number == 1146 {
-		return Saved{}, fmt.Errorf("binlog: no position saved in %s yet: start `outbox relay --source binlog` first", state)
+	if errors.Is(err, sql.ErrNoRows) || errors.As(err, &me) && me.Number == 1146 {
+		return Saved{}, fmt.Errorf("%w in %s: start `outbox relay --source binlog` first", ErrNoState, state)
 	}
 	if err != nil {
 		return Saved{}, fmt.Errorf("binlog: reading %s: %w", state, err)
 	}
-	r.Pos = uint32(pos)
-	lag, err := lagSince(ctx, db, r)
-	return Saved{File: r.File, Pos: r.Pos, GTID: r.GTID, LagBytes: lag}, err
+	sv.Pos = uint32(pos)
+	sv.Until, sv.Live = until.Time, live.Bool
+	if sv.File == "" {
+		return sv, nil
+	}
+	sv.LagBytes, err = lagSince(ctx, db, resume{File: sv.File, Pos: sv.Pos, GTID: sv.GTID})
+	return sv, err
 }
 
 func lagSince(ctx context.Context, db *sql.DB, saved resume) (int64, error) {

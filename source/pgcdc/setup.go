@@ -80,14 +80,7 @@ func Setup(ctx context.Context, pool *pgxpool.Pool, cfg Config) error {
 	return nil
 }
 
-// setupLockTimeout bounds how long Setup waits for the state table's lock
-// when it must add a column: a long transaction on <table>_cdc must not
-// make it queue for ACCESS EXCLUSIVE, which would block every later lock
-// on the table (the lease renewals of the running holder) behind it.
-const setupLockTimeout = "5s"
-
-// setupTables creates the state table and the publication, and adds the
-// columns of later releases to an older state table, in one transaction
+// setupTables creates the state table and the publication in one transaction
 // that holds an advisory lock keyed on the state table: Setups of the same
 // table (relays started together) run one after the other, so none fails
 // on a creation another one made at the same moment.
@@ -109,26 +102,6 @@ func setupTables(ctx context.Context, pool *pgxpool.Pool, cfg Config, n names) e
 	recover_lsn TEXT        NOT NULL DEFAULT ''
 )`); err != nil {
 		return fmt.Errorf("pgcdc: setup: creating %s: %w", n.state, err)
-	}
-	// recover_lsn (added after the first release): set while the rows
-	// committed before the slot's start are not all delivered. Checked
-	// first: ALTER TABLE takes ACCESS EXCLUSIVE even when the column exists.
-	var has bool
-	if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = to_regclass($1) AND attname = 'recover_lsn' AND NOT attisdropped)`,
-		n.state).Scan(&has); err != nil {
-		return fmt.Errorf("pgcdc: setup: %w", err)
-	}
-	if !has {
-		if _, err := tx.Exec(ctx, "SET LOCAL lock_timeout = '"+setupLockTimeout+"'"); err != nil {
-			return fmt.Errorf("pgcdc: setup: %w", err)
-		}
-		if _, err := tx.Exec(ctx, `ALTER TABLE `+n.state+` ADD COLUMN IF NOT EXISTS recover_lsn TEXT NOT NULL DEFAULT ''`); err != nil {
-			var pgErr *pgconn.PgError
-			if errors.As(err, &pgErr) && pgErr.Code == "55P03" {
-				return fmt.Errorf("pgcdc: setup: upgrading %s: a transaction holds a lock on it for more than %s (see pg_locks); end it and start again: %w", n.state, setupLockTimeout, err)
-			}
-			return fmt.Errorf("pgcdc: setup: upgrading %s: %w", n.state, err)
-		}
 	}
 	if err := ensurePublication(ctx, tx, cfg, n); err != nil {
 		return err
@@ -341,4 +314,57 @@ func countUndelivered(ctx context.Context, pool *pgxpool.Pool, cfg Config, n nam
 		return 0, fmt.Errorf("pgcdc: reading the slot's pending changes: %w", err)
 	}
 	return c, nil
+}
+
+// State is one slot's entry in the source's state table: who streams it,
+// and where the slot stands.
+type State struct {
+	Slot      string
+	Owner     string    // the process that holds or last held the lease
+	Epoch     int64     // the lease's fencing epoch
+	Until     time.Time // the lease's expiry (zero when none was taken)
+	Live      bool      // the lease has not expired: Owner streams
+	Confirmed string    // the slot's confirmed_flush_lsn ("" when the slot does not exist)
+	LagBytes  int64     // WAL written after Confirmed
+}
+
+// ErrNoState: the table has no CDC source state (no `outbox relay
+// --source pgcdc` ever started on it).
+var ErrNoState = errors.New("pgcdc: no CDC source state")
+
+// ReadStates reads the state of every slot that streamed cfg's table (by
+// any process; nothing needs to run). An error wrapping ErrNoState when
+// none ever did.
+func ReadStates(ctx context.Context, pool *pgxpool.Pool, cfg Config) ([]State, error) {
+	n := cfg.WithDefaults().names()
+	rows, err := pool.Query(ctx, `SELECT c.slot, c.owner, c.epoch, c.lease_until, COALESCE(c.lease_until > now(), false),
+	COALESCE(s.confirmed_flush_lsn::text, ''), COALESCE((pg_current_wal_lsn() - s.confirmed_flush_lsn)::bigint, 0)
+FROM `+n.state+` c LEFT JOIN pg_replication_slots s ON s.slot_name = c.slot ORDER BY c.slot`)
+	if err != nil {
+		var pgErr *pgconn.PgError
+		if errors.As(err, &pgErr) && pgErr.Code == "42P01" {
+			return nil, fmt.Errorf("%w in %s: start `outbox relay --source pgcdc` first", ErrNoState, n.state)
+		}
+		return nil, fmt.Errorf("pgcdc: reading %s: %w", n.state, err)
+	}
+	var out []State
+	for rows.Next() {
+		var st State
+		var until *time.Time
+		if err := rows.Scan(&st.Slot, &st.Owner, &st.Epoch, &until, &st.Live, &st.Confirmed, &st.LagBytes); err != nil {
+			rows.Close()
+			return nil, fmt.Errorf("pgcdc: reading %s: %w", n.state, err)
+		}
+		if until != nil {
+			st.Until = *until
+		}
+		out = append(out, st)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("pgcdc: reading %s: %w", n.state, err)
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("%w in %s: start `outbox relay --source pgcdc` first", ErrNoState, n.state)
+	}
+	return out, nil
 }

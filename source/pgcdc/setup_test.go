@@ -2,7 +2,6 @@ package pgcdc_test
 
 import (
 	"context"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -39,7 +38,7 @@ func TestSetupConcurrent(t *testing.T) {
 // stateTable is the fixture's sanitized <table>_cdc.
 func (f *fixture) stateTable() string { return pgx.Identifier{f.cfg.Table + "_cdc"}.Sanitize() }
 
-// With the state table up to date, Setup takes no lock on it: a
+// Setup takes no lock on an existing state table: a
 // transaction that holds a row of it (as a long report query might) does
 // not make Setup queue, and so does not queue the lease renewals behind
 // Setup either.
@@ -65,48 +64,5 @@ func TestSetupDoesNotLockUpToDateStateTable(t *testing.T) {
 	defer scancel()
 	if err := pgcdc.Setup(sctx, f.pool, f.cfg); err != nil {
 		t.Fatalf("Setup behind a FOR SHARE row lock on the up-to-date state table: %v", err)
-	}
-}
-
-// A state table of the first release gets recover_lsn; while a
-// transaction holds a lock on it, Setup gives up after its lock timeout
-// with an error that says why, instead of queueing without end.
-func TestSetupUpgradesStateTable(t *testing.T) {
-	f := newFixture(t, false)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if err := pgcdc.Setup(ctx, f.pool, f.cfg); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := f.pool.Exec(ctx, "ALTER TABLE "+f.stateTable()+" DROP COLUMN recover_lsn"); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := f.pool.Exec(ctx, "INSERT INTO "+f.stateTable()+" (slot) VALUES ('x')"); err != nil {
-		t.Fatal(err)
-	}
-
-	tx, err := f.pool.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := tx.Exec(ctx, "SELECT * FROM "+f.stateTable()+" FOR SHARE"); err != nil {
-		t.Fatal(err)
-	}
-	began := time.Now()
-	err = pgcdc.Setup(ctx, f.pool, f.cfg)
-	_ = tx.Rollback(ctx)
-	if err == nil || !strings.Contains(err.Error(), "holds a lock") {
-		t.Fatalf("Setup behind a lock with the column missing: %v, want the lock timeout", err)
-	}
-	if d := time.Since(began); d > 15*time.Second {
-		t.Fatalf("Setup gave up after %v, want about its lock timeout", d)
-	}
-
-	if err := pgcdc.Setup(ctx, f.pool, f.cfg); err != nil {
-		t.Fatal(err)
-	}
-	var v string
-	if err := f.pool.QueryRow(ctx, "SELECT recover_lsn FROM "+f.stateTable()+" WHERE slot = 'x'").Scan(&v); err != nil || v != "" {
-		t.Fatalf("recover_lsn after the upgrade: %q, %v", v, err)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"strings"
 	"testing"
 	"time"
@@ -102,9 +103,11 @@ func TestRelayPgcdcServesTelemetry(t *testing.T) {
 	natsURL := testnats.Shared(t)
 	stream := testnats.NewStream(t, natsURL)
 	enqueueN(t, o.Store, stream.Topic("orders"), 20)
+	checkSourceStatus(t, o.URL, table, "pgcdc", "before any pgcdc relay", "none")
 	r := startRelayCLI(t, "--db", o.URL, "--table", table, "--broker", natsURL, "--source", "pgcdc")
 	r.waitFor("the events", 30*time.Second, streamHolds(t, stream, 20))
 	r.waitFor("/readyz 200", 30*time.Second, func() bool { code, _ := r.get("/readyz"); return code == 200 })
+	checkSourceStatus(t, o.URL, table, "pgcdc", "while the pgcdc relay runs", "streaming")
 	var m string
 	r.waitFor("the metrics to count the deliveries", 10*time.Second, func() bool {
 		_, m = r.get("/metrics")
@@ -118,6 +121,7 @@ func TestRelayPgcdcServesTelemetry(t *testing.T) {
 	if code := r.stop(); code != exitOK {
 		t.Fatalf("relay exit %d:\n%s", code, r.log())
 	}
+	checkSourceStatus(t, o.URL, table, "pgcdc", "after the pgcdc relay stopped", "stopped")
 }
 
 // `outbox relay --source binlog` is the relay over the binlog source: its
@@ -128,15 +132,17 @@ func TestRelayBinlogServesTelemetry(t *testing.T) {
 	o := teststores.Open(t, "mysql", store.Options{})
 	table := o.Opts.Table
 	t.Cleanup(func() { _, _ = o.DB.Exec("DROP TABLE IF EXISTS `" + table + "_binlog`") })
-	if code, _, stderr := runCLI("cdc", "lag", "--db", o.URL, "--table", table); code != exitFail || !strings.Contains(stderr, "no position saved") {
+	if code, _, stderr := runCLI("cdc", "lag", "--db", o.URL, "--table", table); code != exitFail || !strings.Contains(stderr, "no binlog source state") {
 		t.Fatalf("cdc lag before any binlog relay: exit %d, %s", code, stderr)
 	}
 	natsURL := testnats.Shared(t)
 	stream := testnats.NewStream(t, natsURL)
 	enqueueN(t, o.Store, stream.Topic("orders"), 20)
+	checkSourceStatus(t, o.URL, table, "binlog", "before any binlog relay", "none")
 	r := startRelayCLI(t, "--db", o.URL, "--table", table, "--broker", natsURL, "--source", "binlog")
 	r.waitFor("the events", 30*time.Second, streamHolds(t, stream, 20))
 	r.waitFor("/readyz 200", 30*time.Second, func() bool { code, _ := r.get("/readyz"); return code == 200 })
+	checkSourceStatus(t, o.URL, table, "binlog", "while the binlog relay runs", "streaming")
 	var m string
 	r.waitFor("the metrics to count the deliveries", 10*time.Second, func() bool {
 		_, m = r.get("/metrics")
@@ -150,7 +156,47 @@ func TestRelayBinlogServesTelemetry(t *testing.T) {
 	if code := r.stop(); code != exitOK {
 		t.Fatalf("relay exit %d:\n%s", code, r.log())
 	}
+	checkSourceStatus(t, o.URL, table, "binlog", "after the binlog relay stopped", "stopped")
 	if code, out, stderr := runCLI("cdc", "lag", "--db", o.URL, "--table", table); code != 0 || !strings.Contains(out, "saved position mariadb-bin.") {
 		t.Fatalf("cdc lag after the binlog relay: exit %d, %s %s", code, out, stderr)
+	}
+}
+
+// checkSourceStatus runs `outbox status` (text and --json) on table and
+// checks what it says of its log source: none, streaming, or stopped.
+func checkSourceStatus(t *testing.T, url, table, source, when string, want string) {
+	t.Helper()
+	code, out, stderr := runCLI("status", "--db", url, "--table", table)
+	if code != exitOK || stderr != "" {
+		t.Fatalf("status %s: exit %d\n%s\n%s", when, code, out, stderr)
+	}
+	line := ""
+	for _, l := range strings.Split(out, "\n") {
+		if strings.HasPrefix(strings.TrimSpace(l), "source ") {
+			line = l
+		}
+	}
+	code, js, stderr := runCLI("status", "--db", url, "--table", table, "--json")
+	var got statusJSON
+	if code != exitOK || json.Unmarshal([]byte(js), &got) != nil {
+		t.Fatalf("status --json %s: exit %d\n%s\n%s", when, code, js, stderr)
+	}
+	switch want {
+	case "none":
+		if line != "" || len(got.Sources) != 0 {
+			t.Errorf("status %s shows a source: %q %+v", when, line, got.Sources)
+		}
+		return
+	case "streaming":
+		if !strings.Contains(line, source) || !strings.Contains(line, "streamed by") || len(got.Sources) != 1 || !got.Sources[0].Streaming || got.Sources[0].Position == "" {
+			t.Errorf("status %s: %q %+v; want %s streaming with a position", when, line, got.Sources, source)
+		}
+	case "stopped":
+		if !strings.Contains(line, source) || !strings.Contains(line, "nobody streams") || len(got.Sources) != 1 || got.Sources[0].Streaming || got.Sources[0].Position == "" {
+			t.Errorf("status %s: %q %+v; want %s with a position and no streamer", when, line, got.Sources, source)
+		}
+	}
+	if len(got.Sources) == 1 && got.Sources[0].Source != source {
+		t.Errorf("status %s: source %q, want %q", when, got.Sources[0].Source, source)
 	}
 }

@@ -34,17 +34,18 @@ const defaultMaxAge = 5 * time.Minute
 
 // statusJSON is the --json shape of `outbox status`; field names are stable.
 type statusJSON struct {
-	Table                string   `json:"table"`
-	New                  int64    `json:"new"`
-	Sending              int64    `json:"sending"`
-	Retrying             int64    `json:"retrying"`
-	Dead                 int64    `json:"dead"`
-	Sent                 int64    `json:"sent_kept"`
-	ExpiredLeases        int64    `json:"expired_leases"`
-	BlockedKeys          int64    `json:"blocked_keys"`
-	HeldForGood          int64    `json:"held_for_good"`
-	OldestPendingSeconds float64  `json:"oldest_pending_seconds"`
-	Problems             []string `json:"problems,omitempty"` // with --check: why it fails
+	Table                string        `json:"table"`
+	New                  int64         `json:"new"`
+	Sending              int64         `json:"sending"`
+	Retrying             int64         `json:"retrying"`
+	Dead                 int64         `json:"dead"`
+	Sent                 int64         `json:"sent_kept"`
+	ExpiredLeases        int64         `json:"expired_leases"`
+	BlockedKeys          int64         `json:"blocked_keys"`
+	HeldForGood          int64         `json:"held_for_good"`
+	OldestPendingSeconds float64       `json:"oldest_pending_seconds"`
+	Sources              []sourceState `json:"sources,omitempty"`  // the log sources (pgcdc, binlog) that ran on the table
+	Problems             []string      `json:"problems,omitempty"` // with --check: why it fails
 }
 
 func runStatus(ctx context.Context, e env, args []string) error {
@@ -92,14 +93,20 @@ func runStatus(ctx context.Context, e env, args []string) error {
 	if *check {
 		problems = checkStats(s, maxAge)
 	}
+	sources, err := readSources(ctx, f)
+	if err != nil {
+		// The counts stand without it (the account may lack the
+		// privilege to read the log's size, say): name what failed.
+		fmt.Fprintf(e.stderr, "outbox status: reading the log sources' positions: %v\n", err)
+	}
 	if *asJSON {
 		enc := json.NewEncoder(e.stdout)
 		enc.SetIndent("", "  ")
-		if err := enc.Encode(statusJSON{f.qualifiedTable(), s.New, s.Sending, s.Retrying, s.Dead, s.Sent, s.ExpiredLeases, s.BlockedKeys, s.HeldForGood, s.OldestPending.Seconds(), problems}); err != nil {
+		if err := enc.Encode(statusJSON{f.qualifiedTable(), s.New, s.Sending, s.Retrying, s.Dead, s.Sent, s.ExpiredLeases, s.BlockedKeys, s.HeldForGood, s.OldestPending.Seconds(), sources, problems}); err != nil {
 			return err
 		}
 	} else {
-		printStatus(e, f.qualifiedTable(), wire.Mask(f.db), s)
+		printStatus(e, f.qualifiedTable(), wire.Mask(f.db), s, sources)
 	}
 	if len(problems) == 0 {
 		return nil
@@ -139,7 +146,7 @@ func isSet(f *flags, name string) bool {
 	return set
 }
 
-func printStatus(e env, table, db string, s store.Stats) {
+func printStatus(e env, table, db string, s store.Stats, sources []sourceState) {
 	w := e.stdout
 	fmt.Fprintf(w, "outbox status: table %s in %s\n", table, db)
 	fmt.Fprintf(w, "  pending         %d (new %d, sending %d)\n", s.Pending(), s.New, s.Sending)
@@ -150,6 +157,7 @@ func printStatus(e env, table, db string, s store.Stats) {
 	fmt.Fprintf(w, "  held for good   %d\n", s.HeldForGood)
 	fmt.Fprintf(w, "  sent (kept)     %d\n", s.Sent)
 	fmt.Fprintf(w, "  oldest pending  %s\n", s.OldestPending.Round(time.Millisecond))
+	printSources(e, sources)
 	switch {
 	case s.BlockedKeys > 0:
 		fmt.Fprintf(w, "attention: %d key(s) held by dead events: inspect with `outbox dead list`, then `outbox dead retry`\n", s.BlockedKeys)

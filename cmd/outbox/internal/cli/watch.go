@@ -186,7 +186,7 @@ func (w *watcher) draw(tickErr error) {
 		s := w.exact
 		line := watchJSON{Time: time.Now().UTC(), Table: w.table, Pending: last.pending, OldestPendingSeconds: last.oldest.Seconds(), Dead: last.dead,
 			NetDrainPerSecond: drain, ETASeconds: eta, DeadPerMinute: deadPerMin, ExactAgeSeconds: time.Since(w.exactAt).Seconds(), Error: errText,
-			Exact: &statusJSON{w.table, s.New, s.Sending, s.Retrying, s.Dead, s.Sent, s.ExpiredLeases, s.BlockedKeys, s.HeldForGood, s.OldestPending.Seconds(), nil}}
+			Exact: &statusJSON{w.table, s.New, s.Sending, s.Retrying, s.Dead, s.Sent, s.ExpiredLeases, s.BlockedKeys, s.HeldForGood, s.OldestPending.Seconds(), nil, nil}}
 		_ = json.NewEncoder(w.e.stdout).Encode(line) // one object per line
 		return
 	}

@@ -35,9 +35,10 @@ type Config struct {
 	// the claims of the one that died; a name that ends so already (a
 	// supervisor made it unique per process) is kept.
 	Owner string
-	// BatchSize is the most events claimed at once; default 500. Memory is
-	// bounded by 2 × Workers × BatchSize × the largest payload: each worker
-	// publishes one batch while the previous one is being settled.
+	// BatchSize is the most events claimed at once; default 500. A relay
+	// holds at most 2 × Workers × BatchSize events (each worker publishes
+	// one batch while the previous one is being settled), and their
+	// payloads weigh at most MaxInflightBytes plus one event.
 	BatchSize int
 	// MaxInflightBytes bounds the payload bytes the relay holds: claimed
 	// (or read from a source) and not settled yet; default 64 MiB. A claim

@@ -18,6 +18,11 @@ type batch struct {
 	lease  driver.Lease
 	events []outbox.Event
 	start  time.Time
+	// bytes are the events' payload bytes, held in Relay.bytes until the
+	// batch is settled; full: the claim took its BatchSize or most of the
+	// bytes it was allowed, so more events are likely waiting.
+	bytes int64
+	full  bool
 
 	mu        sync.Mutex
 	leaseTill time.Time // local estimate of the lease's end

@@ -35,10 +35,20 @@ type Config struct {
 	// the claims of the one that died; a name that ends so already (a
 	// supervisor made it unique per process) is kept.
 	Owner string
-	// BatchSize is the most events claimed at once; default 500. Memory is
-	// bounded by 2 × Workers × BatchSize × the largest payload: each worker
-	// publishes one batch while the previous one is being settled.
+	// BatchSize is the most events claimed at once; default 500. A relay
+	// holds at most 2 × Workers × BatchSize events (each worker publishes
+	// one batch while the previous one is being settled), and their
+	// payloads weigh at most MaxInflightBytes plus one event.
 	BatchSize int
+	// MaxInflightBytes bounds the payload bytes the relay holds: claimed
+	// (or read from a source) and not settled yet; default 64 MiB. A claim
+	// starts only while the events held weigh less, and asks the store
+	// for at most the bytes left; it always takes at least one event, so
+	// an event larger than the rest of the budget goes alone, and the
+	// relay holds at most MaxInflightBytes plus one event. Over a
+	// source.Source the relay reads no more while it holds the budget
+	// (the read already under way comes in on top).
+	MaxInflightBytes int64
 	// Workers is how many batches one relay has in flight at once (over a
 	// source.Source: how many publish calls); default 3, so that the
 	// database, the relay and the broker each have work while the others
@@ -80,6 +90,9 @@ type Config struct {
 	Hooks []Hook
 }
 
+// DefaultMaxInflightBytes is Config.MaxInflightBytes's default: 64 MiB.
+const DefaultMaxInflightBytes = 64 << 20
+
 // BatchReport summarizes one claimed batch.
 type BatchReport struct {
 	Lease     driver.Lease // the batch's claim
@@ -102,6 +115,9 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.Workers == 0 {
 		c.Workers = 3
+	}
+	if c.MaxInflightBytes == 0 {
+		c.MaxInflightBytes = DefaultMaxInflightBytes
 	}
 	if c.LeaseFor == 0 {
 		c.LeaseFor = 30 * time.Second
@@ -141,7 +157,7 @@ func (c Config) validate() error {
 		name string
 		neg  bool
 	}{
-		{"BatchSize", c.BatchSize < 0}, {"Workers", c.Workers < 0}, {"LeaseFor", c.LeaseFor < 0},
+		{"BatchSize", c.BatchSize < 0}, {"Workers", c.Workers < 0}, {"MaxInflightBytes", c.MaxInflightBytes < 0}, {"LeaseFor", c.LeaseFor < 0},
 		{"PublishTimeout", c.PublishTimeout < 0}, {"PollInterval", c.PollInterval < 0},
 		{"MaxAttempts", c.MaxAttempts < 0}, {"BackoffBase", c.BackoffBase < 0},
 		{"BackoffMax", c.BackoffMax < 0}, {"DrainTimeout", c.DrainTimeout < 0},

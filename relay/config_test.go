@@ -20,6 +20,7 @@ func TestNegativeSettingsAreRefusedByName(t *testing.T) {
 	}{
 		{"BatchSize", relay.Config{BatchSize: -1}},
 		{"Workers", relay.Config{Workers: -1}},
+		{"MaxInflightBytes", relay.Config{MaxInflightBytes: -1}},
 		{"LeaseFor", relay.Config{LeaseFor: -time.Second}},
 		{"PublishTimeout", relay.Config{PublishTimeout: -time.Second}},
 		{"PollInterval", relay.Config{PollInterval: -time.Millisecond}},

@@ -83,6 +83,13 @@
 //     does not claim: the waiting one starts later and takes all it would
 //     have. A shard revoked while a claim reads it counts that claim as its
 //     work: it is released only once the claim's batch is settled.
+//   - A byte budget (Config.MaxInflightBytes, default 64 MiB) bounds the
+//     payload bytes claimed and not settled. No claim starts while the
+//     events held weigh the budget (workers wait for a settle), and each
+//     asks the store for at most the bytes left (driver.ClaimParams
+//     .MaxBytes): the store cuts its claim to a prefix in id order, which
+//     keeps every key's order, and takes at least one event, so the relay
+//     holds at most the budget plus one event.
 //   - The per-key dispatcher (internal/dispatch). Each claimed keyed event
 //     takes a ticket behind the previous claimed event of its key, which
 //     may be in an earlier batch still in flight. It is published only
@@ -198,8 +205,9 @@
 //     acknowledged before it is delivered: a log source retains its log
 //     that long, so keep such delays short under CDC.
 //   - The Position acknowledged never passes an unsettled event. At most
-//     20,000 events read and not settled are held in memory; past that the
-//     relay reads no more until some settle. A stop lets the calls in
+//     20,000 events read and not settled are held in memory, and at most
+//     MaxInflightBytes of payload plus the one read under way; past
+//     either the relay reads no more until some settle. A stop lets the calls in
 //     flight finish within DrainTimeout and acknowledges what settled; the
 //     source replays the rest after a restart.
 package relay

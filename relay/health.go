@@ -23,6 +23,9 @@ type Health struct {
 	LastDelivered time.Time
 	// InFlight is how many claimed events are not settled yet.
 	InFlight int64
+	// InflightBytes is how many payload bytes those events hold, against
+	// Config.MaxInflightBytes.
+	InflightBytes int64
 	// Claimed … Released are the counters of Totals.
 	Claimed, Delivered, Retried, Dead, Released, Batches int64
 	// A relay over a store (New) leases shards: Owned is set; ShardsHeld
@@ -39,6 +42,7 @@ func (r *Relay) Health() Health {
 		LastClaim:     unixNano(r.lastClaim.Load()),
 		LastDelivered: unixNano(r.lastDelivered.Load()),
 		InFlight:      r.inFlight.Load(),
+		InflightBytes: r.bytes.held.Load(),
 		Claimed:       r.totals.Claimed.Load(),
 		Delivered:     r.totals.Delivered.Load(),
 		Retried:       r.totals.Retried.Load(),

@@ -116,6 +116,10 @@ func poke(w chan struct{}) {
 // start and takes what it would have (see ownership.claim).
 var errClaimQueued = errors.New("relay: a claim is queued already")
 
+// errBudgetFull: the claim was not made, because the events held weigh
+// Config.MaxInflightBytes already; a settle makes room (budget.room).
+var errBudgetFull = errors.New("relay: the in-flight bytes are at MaxInflightBytes")
+
 // errClaimPaused: the claim was not made, because a failed one paused
 // claims (see ownership.pausedTill). Not a success either: the store's
 // failure stands, so /readyz reports it once it lasts past the grace.
@@ -153,6 +157,13 @@ func (o *ownership) claim(ctx context.Context, lease driver.Lease) (*batch, driv
 	if time.Now().Before(o.pausedTill) {
 		return nil, driver.Claim{Lease: lease}, errClaimPaused
 	}
+	// Under claimMu, so the bytes of the claim before this one are
+	// counted: each claim asks for at most what is left, and the relay
+	// holds at most the budget plus the one event a claim always takes.
+	left, freed := o.r.bytes.room()
+	if freed != nil {
+		return nil, driver.Claim{Lease: lease}, errBudgetFull
+	}
 	o.mu.Lock()
 	if len(o.held) == 0 {
 		o.mu.Unlock()
@@ -175,8 +186,15 @@ func (o *ownership) claim(ctx context.Context, lease driver.Lease) (*batch, driv
 		LeaseFor:     o.r.cfg.LeaseFor,
 		HoldDeadKeys: o.r.cfg.DeadKeys == HoldKey,
 		Shards:       held,
+		MaxBytes:     left,
 	})
-	o.lastFull.Store(err == nil && len(claim.Events) >= o.r.cfg.BatchSize)
+	// A claim is full when it took its BatchSize, or more than half the
+	// bytes it was allowed: the store does not say whether MaxBytes cut
+	// it, and a claim of large events that took most of them likely left
+	// more behind (a wrong guess costs one claim that finds less).
+	bytes := payloadBytes(claim.Events)
+	full := err == nil && (len(claim.Events) >= o.r.cfg.BatchSize || bytes > left/2)
+	o.lastFull.Store(full)
 	switch {
 	case errors.Is(err, driver.ErrLeaseLost):
 		// the store says this relay holds none of those shards any
@@ -203,6 +221,8 @@ func (o *ownership) claim(ctx context.Context, lease driver.Lease) (*batch, driv
 	if err == nil && len(claim.Events) > 0 {
 		b = o.place(lease, claim.Events)
 		b.shards = shards
+		b.bytes, b.full = bytes, full
+		o.r.bytes.take(bytes)
 	}
 	// Only now, with this claim's tickets in place, close those of the
 	// batches settled during its store call: its snapshot may predate

@@ -45,6 +45,9 @@ type Relay struct {
 	// inFlight counts claimed events not yet settled (see Health).
 	lastClaim, lastDelivered, inFlight atomic.Int64
 
+	// bytes counts the payload bytes held against MaxInflightBytes.
+	bytes budget
+
 	// own holds the shard leases and orders the claims.
 	own *ownership
 
@@ -73,6 +76,7 @@ func New(st driver.Driver, br broker.Broker, cfg Config) (*Relay, error) {
 		cfg.Owner = incarnation(cfg.Owner)
 	}
 	r := &Relay{st: st, br: br, cfg: cfg, wake: make(chan struct{}, 1)}
+	r.bytes.max = cfg.MaxInflightBytes
 	// Epochs start from the clock, so a relay restarted under the same
 	// Owner never reuses an epoch of its earlier life.
 	r.epoch.Store(time.Now().UnixMicro())
@@ -164,12 +168,22 @@ func (r *Relay) work(ctx context.Context) {
 		}
 	}()
 	for ctx.Err() == nil {
-		n, err := r.round(ctx, &settling)
+		n, full, err := r.round(ctx, &settling)
 		if ctx.Err() != nil {
 			return
 		}
 		var wait time.Duration
 		switch {
+		case err == errBudgetFull:
+			// The events held weigh the whole budget: claim again once
+			// a settle gives some back (not a round, nor a failure).
+			if _, freed := r.bytes.room(); freed != nil {
+				select {
+				case <-ctx.Done():
+				case <-freed:
+				}
+			}
+			continue
 		case err == errClaimQueued || err == errClaimPaused:
 			// Not a round: the claim waiting to start takes what this
 			// one would have, or claims wait for a failed one's lease
@@ -179,7 +193,7 @@ func (r *Relay) work(ctx context.Context) {
 		case err != nil:
 			failures++
 			wait = jitter(backoff(r.cfg.BackoffBase/4, 30*time.Second, failures))
-		case n >= r.cfg.BatchSize:
+		case full:
 			failures, quiet = 0, 0
 			r.Wake() // more work is likely waiting: bring a peer in too
 			continue
@@ -228,9 +242,10 @@ var recheck = [...]time.Duration{2 * time.Millisecond, 10 * time.Millisecond, 50
 // in order, one at a time: *settling is closed when the latest is done, and
 // a worker holds at most two batches (Config.BatchSize says so). The next claim cannot take a key or
 // event of the batch being settled: its claim is still live. It returns how
-// many events were claimed, and an error when the store or the broker
-// failed as a whole.
-func (r *Relay) round(ctx context.Context, settling *chan struct{}) (int, error) {
+// many events were claimed, whether the claim was full (more are likely
+// waiting: see ownership.claim), and an error when the store or the
+// broker failed as a whole.
+func (r *Relay) round(ctx context.Context, settling *chan struct{}) (int, bool, error) {
 	lease := driver.Lease{Owner: r.cfg.Owner, Epoch: r.epoch.Add(1)}
 	start := time.Now()
 	// The claim is not cancelled by a stop: a claim that committed while
@@ -239,15 +254,15 @@ func (r *Relay) round(ctx context.Context, settling *chan struct{}) (int, error)
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), max(r.cfg.LeaseFor/2, 5*time.Second))
 	defer cancel()
 	b, claim, err := r.own.claim(cctx, lease)
-	if err == errClaimQueued || err == errClaimPaused {
-		return 0, err // not a claim: no hooks, no health change
+	if err == errClaimQueued || err == errClaimPaused || err == errBudgetFull {
+		return 0, false, err // not a claim: no hooks, no health change
 	}
 	for _, h := range r.hooks.claim {
 		h.OnClaim(ctx, ClaimInfo{Lease: lease, Events: claim.Events, Took: time.Since(start), Err: err})
 	}
 	if err != nil {
 		r.health.set(&r.health.store, fmt.Errorf("claim: %w", err))
-		return 0, err
+		return 0, false, err
 	}
 	r.health.set(&r.health.store, nil)
 	stamp(&r.lastClaim)
@@ -255,7 +270,7 @@ func (r *Relay) round(ctx context.Context, settling *chan struct{}) (int, error)
 		r.buriedAtClaim(ctx, lease, start, claim.Buried)
 	}
 	if len(claim.Events) == 0 {
-		return 0, nil
+		return 0, false, nil
 	}
 	r.inFlight.Add(int64(len(claim.Events)))
 	b.start, b.leaseTill, b.leaseMax = start, start.Add(r.cfg.LeaseFor), time.Now().Add(r.cfg.LeaseFor)
@@ -291,6 +306,7 @@ func (r *Relay) round(ctx context.Context, settling *chan struct{}) (int, error)
 			time.AfterFunc(max(wait, 0), func() { b.own.settled(b) })
 		}
 		r.inFlight.Add(-int64(len(b.events)))
+		r.bytes.give(b.bytes)
 		if rep.Delivered > 0 {
 			stamp(&r.lastDelivered)
 		}
@@ -306,9 +322,9 @@ func (r *Relay) round(ctx context.Context, settling *chan struct{}) (int, error)
 		}
 	}()
 	if brokerDown != nil {
-		return len(claim.Events), brokerDown
+		return len(claim.Events), b.full, brokerDown
 	}
-	return len(claim.Events), nil
+	return len(claim.Events), b.full, nil
 }
 
 // backoff is min(max, base·2^(attempt-1)) without overflow.

@@ -45,6 +45,7 @@ func NewSource(src source.Source, br broker.Broker, cfg Config) (*Relay, error) 
 		return nil, err
 	}
 	r := &Relay{br: br, cfg: cfg, src: src, wake: make(chan struct{}, 1)}
+	r.bytes.max = cfg.MaxInflightBytes
 	r.features = broker.FeaturesOf(br)
 	if n := r.features.MaxInFlight; n > 0 {
 		r.window = semaphore.NewWeighted(int64(n))
@@ -278,8 +279,11 @@ func (r *Relay) runSource(ctx context.Context) error {
 			}
 		}
 		timer.Reset(l.wakeAt(now))
+		// Read no more while the events held weigh MaxInflightBytes (a
+		// settle wakes the loop); the read already under way still
+		// comes in, on top of the budget.
 		var input chan []source.Txn
-		if !stopping && !readDone && l.live < maxPending {
+		if left, _ := r.bytes.room(); !stopping && !readDone && l.live < maxPending && left > 0 {
 			input = in
 		}
 		var done <-chan struct{}
@@ -367,6 +371,7 @@ func (l *logRun) add(txns []source.Txn) {
 			l.seq++
 			e := &entry{ev: t.Events[i], txn: ts, seq: l.seq, attempts: t.Events[i].Attempts, heapIdx: -1, notBefore: t.Events[i].AvailableAt}
 			l.live++
+			l.r.bytes.take(int64(len(e.ev.Payload)))
 			if e.ev.Key == "" {
 				l.enqueue(e, now)
 				continue

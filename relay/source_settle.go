@@ -116,6 +116,7 @@ func (l *logRun) done(e *entry) {
 	e.latch = nil
 	e.txn.left--
 	l.live--
+	l.r.bytes.give(int64(len(e.ev.Payload)))
 	k := e.k
 	if k == nil {
 		return

@@ -22,6 +22,7 @@
 //	outbox_dead_events                            gauge     DEAD events
 //	outbox_backlog_up                             gauge     0 when the three gauges above could not be read
 //	outbox_in_flight_events                       gauge     claimed by this relay, not settled
+//	outbox_inflight_bytes                         gauge     payload bytes of those events (relay.Config.MaxInflightBytes)
 //	outbox_last_delivery_timestamp_seconds        gauge     Unix time of the last delivery (0: none yet)
 //	outbox_store_up, outbox_broker_up             gauge     0 while failing as a whole (or not reached yet)
 //	outbox_ready                                  gauge     1 while /readyz answers 200 (exported once Handler is built)

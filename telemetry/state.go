@@ -34,7 +34,7 @@ type State struct {
 	last    store.Backlog
 	lastErr error
 
-	pending, oldest, dead, backlogUp, inFlight, lastDelivery, storeUp, brokerUp, readyDesc, shardsHeld *prometheus.Desc
+	pending, oldest, dead, backlogUp, inFlight, inflightBytes, lastDelivery, storeUp, brokerUp, readyDesc, shardsHeld *prometheus.Desc
 }
 
 // connecting is one start-up connection: done once it succeeded, else
@@ -65,6 +65,7 @@ func NewState(r *relay.Relay, st store.Store) *State {
 	s.dead = d("outbox_dead_events", "DEAD events, waiting for an operator.")
 	s.backlogUp = d("outbox_backlog_up", "1 when the backlog gauges could be read at this scrape, 0 when the store did not answer.")
 	s.inFlight = d("outbox_in_flight_events", "Events this relay claimed and has not settled yet.")
+	s.inflightBytes = d("outbox_inflight_bytes", "Payload bytes of the events this relay claimed and has not settled yet (bounded by --max-inflight-bytes).")
 	s.lastDelivery = d("outbox_last_delivery_timestamp_seconds", "Unix time of this relay's last delivery; 0 before the first.")
 	s.storeUp = d("outbox_store_up", "1 while the store answers, 0 while it fails as a whole (or was never reached).")
 	s.brokerUp = d("outbox_broker_up", "1 while the broker confirms, 0 while it fails as a whole (or was never reached).")
@@ -176,7 +177,7 @@ func (s *State) Backlog(ctx context.Context) (b store.Backlog, ok bool, err erro
 
 // Describe implements prometheus.Collector.
 func (s *State) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{s.pending, s.oldest, s.dead, s.backlogUp, s.inFlight, s.lastDelivery, s.storeUp, s.brokerUp, s.readyDesc, s.shardsHeld} {
+	for _, d := range []*prometheus.Desc{s.pending, s.oldest, s.dead, s.backlogUp, s.inFlight, s.inflightBytes, s.lastDelivery, s.storeUp, s.brokerUp, s.readyDesc, s.shardsHeld} {
 		ch <- d
 	}
 }
@@ -206,6 +207,7 @@ func (s *State) Collect(ch chan<- prometheus.Metric) {
 	}
 	if r == nil { // starting: up once reached
 		gauge(s.inFlight, 0)
+		gauge(s.inflightBytes, 0)
 		gauge(s.lastDelivery, 0)
 		gauge(s.storeUp, bool01(conn[0].done))
 		gauge(s.brokerUp, bool01(conn[1].done))
@@ -213,6 +215,7 @@ func (s *State) Collect(ch chan<- prometheus.Metric) {
 	}
 	h := r.Health()
 	gauge(s.inFlight, float64(h.InFlight))
+	gauge(s.inflightBytes, float64(h.InflightBytes))
 	last := 0.0
 	if !h.LastDelivered.IsZero() {
 		last = float64(h.LastDelivered.UnixNano()) / 1e9

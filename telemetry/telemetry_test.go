@@ -107,6 +107,7 @@ func TestMetricsCountWhatTheRelayDid(t *testing.T) {
 				`outbox_pending_events 0`,
 				`outbox_dead_events 0`,
 				`outbox_in_flight_events 0`,
+				`outbox_inflight_bytes 0`,
 				`outbox_store_up 1`,
 				`outbox_broker_up 1`,
 				`outbox_delivery_latency_seconds_count 7`,

@@ -42,8 +42,9 @@ type Driver interface {
 	// share of the live relays. It returns what the owner holds after the
 	// call, marking the shards over its fair share as Revoke.
 	Balance(ctx context.Context, p BalanceParams) (Ownership, error)
-	// Claim takes up to p.Limit ready events from p.Shards under a new
-	// claim lease p.Lease, in id order within each shard. Shards that
+	// Claim takes up to p.Limit ready events (and, with p.MaxBytes, up to
+	// that many payload bytes) from p.Shards under a new claim lease
+	// p.Lease, in id order within each shard. Shards that
 	// p.Lease.Owner no longer holds under the given epoch, or that a live
 	// claim of another owner still touches, are skipped; when it holds
 	// none of them any more the error wraps ErrLeaseLost (its view is
@@ -125,6 +126,13 @@ type ClaimParams struct {
 	HoldDeadKeys bool
 	// Shards are the shards to claim from (held, not revoked).
 	Shards []ShardLease
+	// MaxBytes, when above 0, bounds the claim's payload bytes (the sum
+	// of len(Event.Payload)): the claim stops before the first event that
+	// would take the sum past it, so the events it returns are a prefix,
+	// in id order, of those it would return without the bound. It always
+	// returns at least one event when any is claimable: an event larger
+	// than MaxBytes goes alone. 0 means no bound.
+	MaxBytes int64
 }
 
 // WithDefaults returns p with its defaults filled in.

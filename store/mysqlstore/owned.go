@@ -279,8 +279,9 @@ type candidate struct {
 //     over;
 //  3. walk the lane index, a page of each shard's range in id order, with
 //     heldSQL for each row read, until about Limit rows are read;
-//  4. park the held rows, take the others (an UPDATE that checks each row
-//     is still claimable), read the events taken, commit.
+//  4. park the held rows, take the others up to MaxBytes of payload
+//     (cutToBytes) with an UPDATE that checks each row is still
+//     claimable, read the events taken, commit.
 //
 // It returns the claim and how many rows it parked; reads, when not nil,
 // gets the rows its statements read.
@@ -518,6 +519,9 @@ func (s *Store) claimOwned(ctx context.Context, req driver.ClaimParams, reads *i
 		default:
 			leave(cd)
 		}
+	}
+	if take, err = s.cutToBytes(ctx, tx, take, req.MaxBytes); err != nil {
+		return nothing(err)
 	}
 	parked := 0
 	if len(park) > 0 {

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -112,7 +113,8 @@ func ownedBranches(n int) int {
 // with runs > 0 first reads up to runs runs of consecutive shards.
 // Parameters: $1 owner, $2 claim epoch, $3 HoldDeadKeys, $4 limit, $5
 // lease in µs, $6 the shards asked for (sorted, distinct), $7 their
-// epochs; with runs, $8 and $9 the first and last shard of each run.
+// epochs, $8 the most payload bytes (MaxBytes, or the largest bigint);
+// with runs, $9 and $10 the first and last shard of each run.
 //
 // held: the shards the owner still holds under those epochs (locked by
 // the statement before, so no takeover runs in between). others: the
@@ -146,7 +148,15 @@ func ownedBranches(n int) int {
 // claim always takes the oldest ready events of its shards, in id order.
 //
 // judged: each candidate held or not by an earlier row of its key; held
-// ones are parked, the others claimed.
+// ones are parked. taken: the others up to $8 payload bytes, by a running
+// sum in id order (the first always: an event over the bound goes alone).
+// The cut is a prefix in id order of the rows not held, which are, for
+// each key, a prefix of its ready rows (a key's rows after a held one are
+// held too): every row of a key after one left out is left out as well,
+// as under the LIMIT, and a later claim takes them in order. octet_length
+// of a bytea reads the stored length, never a TOASTed payload, and the
+// candidates' heap rows are read anyway (status, next_attempt_at), so the
+// bound costs the claim a sort of its candidates and nothing per byte.
 func (s *Store) ownedClaimSQL(walk, runs int) string {
 	key := s.table + "#" + strconv.Itoa(walk) + "#" + strconv.Itoa(runs)
 	if q, ok := ownedSQL.Load(key); ok {
@@ -168,13 +178,13 @@ func (s *Store) ownedClaimSQL(walk, runs int) string {
 )`)
 	if runs > 0 {
 		b.WriteString(`, ranged AS MATERIALIZED (
-	SELECT u.id, u.event_key, u.shard, u.run FROM (`)
+	SELECT u.id, u.event_key, u.shard, u.size, u.run FROM (`)
 		for i := range runs {
 			if i > 0 {
 				b.WriteString("\n\tUNION ALL ")
 			}
-			lo, hi := "($8::int[])["+strconv.Itoa(i+1)+"]", "($9::int[])["+strconv.Itoa(i+1)+"]"
-			b.WriteString(`(SELECT o.id, o.event_key, ` + expr + ` AS shard, ` + strconv.Itoa(i) + ` AS run FROM ` + s.table + ` o WHERE ` + expr + ` BETWEEN ` + lo + ` AND ` + hi +
+			lo, hi := "($9::int[])["+strconv.Itoa(i+1)+"]", "($10::int[])["+strconv.Itoa(i+1)+"]"
+			b.WriteString(`(SELECT o.id, o.event_key, ` + expr + ` AS shard, octet_length(o.payload) AS size, ` + strconv.Itoa(i) + ` AS run FROM ` + s.table + ` o WHERE ` + expr + ` BETWEEN ` + lo + ` AND ` + hi +
 				` AND ` + expr + ` = ANY((SELECT a FROM ok)::int[])` + rest + ` ORDER BY ` + expr + `, o.id LIMIT 4 * $4)`)
 		}
 		b.WriteString(`) u
@@ -190,19 +200,19 @@ func (s *Store) ownedClaimSQL(walk, runs int) string {
 		// most $4 rows of each; it runs only for the first claim of a
 		// backlog, the next one walks the branches.
 		b.WriteString(`
-	(SELECT r.id, r.event_key, r.shard FROM ranged r WHERE NOT (SELECT c FROM capped) ORDER BY r.id LIMIT $4)
-	UNION ALL (SELECT w.id, w.event_key, w.shard FROM unnest((SELECT a FROM ok)::int[]) AS k(shard), LATERAL (SELECT o.id, o.event_key, k.shard FROM ` + s.table + ` o WHERE ` + expr + ` = k.shard` + rest + ` ORDER BY o.id LIMIT $4) w WHERE (SELECT c FROM capped) ORDER BY w.id LIMIT $4)`)
+	(SELECT r.id, r.event_key, r.shard, r.size FROM ranged r WHERE NOT (SELECT c FROM capped) ORDER BY r.id LIMIT $4)
+	UNION ALL (SELECT w.id, w.event_key, w.shard, w.size FROM unnest((SELECT a FROM ok)::int[]) AS k(shard), LATERAL (SELECT o.id, o.event_key, k.shard, octet_length(o.payload) AS size FROM ` + s.table + ` o WHERE ` + expr + ` = k.shard` + rest + ` ORDER BY o.id LIMIT $4) w WHERE (SELECT c FROM capped) ORDER BY w.id LIMIT $4)`)
 		walk = 0
 	}
 	if walk > 0 {
-		b.WriteString(`(SELECT u.id, u.event_key, u.shard FROM (`)
+		b.WriteString(`(SELECT u.id, u.event_key, u.shard, u.size FROM (`)
 	}
 	for i := range walk {
 		if i > 0 {
 			b.WriteString("\n\tUNION ALL ")
 		}
 		n := "($6::int[])[" + strconv.Itoa(i+1) + "]"
-		b.WriteString(`(SELECT o.id, o.event_key, ` + n + ` AS shard FROM ` + s.table + ` o WHERE ` + expr + ` = ` + n +
+		b.WriteString(`(SELECT o.id, o.event_key, ` + n + ` AS shard, octet_length(o.payload) AS size FROM ` + s.table + ` o WHERE ` + expr + ` = ` + n +
 			rest + ` AND (SELECT ` + n + ` = ANY(a) FROM ok) ORDER BY o.id)`)
 	}
 	if walk > 0 {
@@ -210,17 +220,22 @@ func (s *Store) ownedClaimSQL(walk, runs int) string {
 	}
 	b.WriteString(`
 ), judged AS (
-	SELECT c.id, c.event_key, c.shard, (` + s.holdSQL("$3::bool") + `) AS held FROM cand c
+	SELECT c.id, c.event_key, c.shard, c.size, (` + s.holdSQL("$3::bool") + `) AS held FROM cand c
+), taken AS (
+	SELECT t.id, t.event_key, t.shard FROM (
+		SELECT j.id, j.event_key, j.shard, row_number() OVER w AS n, sum(j.size) OVER w AS bytes
+		FROM judged j WHERE NOT j.held WINDOW w AS (ORDER BY j.id)) t
+	WHERE t.n = 1 OR t.bytes <= $8
 ), parking AS (
 	UPDATE ` + s.table + ` t SET parked = true WHERE t.id = ANY(ARRAY(SELECT id FROM judged WHERE held)) AND NOT t.parked RETURNING 1
 ), ins AS (
 	INSERT INTO ` + s.claimsTable() + ` (owner, epoch, lease_until, ids, n, keys, shards)
 	SELECT $1, $2, now() + $5 * interval '1 microsecond', range_agg(int8range(id, id, '[]')), count(*),
 		COALESCE(array_agg(event_key) FILTER (WHERE event_key <> ''), '{}'), array_agg(DISTINCT shard)
-	FROM judged WHERE NOT held HAVING count(*) > 0
+	FROM taken HAVING count(*) > 0
 	RETURNING lease_until, n
 )
-SELECT (SELECT lease_until FROM ins), COALESCE((SELECT n FROM ins), 0), (SELECT count(*) FROM held), (SELECT count(*) FROM parking)`)
+SELECT (SELECT lease_until FROM ins), COALESCE((SELECT n FROM ins), 0), (SELECT count(*) FROM held), (SELECT count(*) FROM parking), (SELECT count(*) FROM judged WHERE NOT held)`)
 	q, _ := ownedSQL.LoadOrStore(key, b.String())
 	return q.(string)
 }
@@ -335,10 +350,14 @@ func (s *Store) claimOwned(ctx context.Context, req driver.ClaimParams, explain 
 	// one order, so two claimers cannot deadlock); deleting one waits for
 	// a stale holder's state change in progress, as in Claim.
 	b.Queue("DELETE FROM "+claims+" WHERE (owner, epoch) IN (SELECT owner, epoch FROM "+claims+" WHERE lease_until <= now() AND (shards IS NULL OR shards && $1::int[]) ORDER BY owner, epoch FOR UPDATE)", shards)
+	maxBytes := req.MaxBytes
+	if maxBytes <= 0 {
+		maxBytes = math.MaxInt64
+	}
 	if runs > 0 {
-		b.Queue(sql, req.Lease.Owner, req.Lease.Epoch, req.HoldDeadKeys, req.Limit, req.LeaseFor.Microseconds(), shards, epochs, lows, highs)
+		b.Queue(sql, req.Lease.Owner, req.Lease.Epoch, req.HoldDeadKeys, req.Limit, req.LeaseFor.Microseconds(), shards, epochs, maxBytes, lows, highs)
 	} else {
-		b.Queue(sql, req.Lease.Owner, req.Lease.Epoch, req.HoldDeadKeys, req.Limit, req.LeaseFor.Microseconds(), shards, epochs)
+		b.Queue(sql, req.Lease.Owner, req.Lease.Epoch, req.HoldDeadKeys, req.Limit, req.LeaseFor.Microseconds(), shards, epochs, maxBytes)
 	}
 	b.Queue("COMMIT")
 	b.Queue(readSettings)
@@ -350,7 +369,8 @@ func (s *Store) claimOwned(ctx context.Context, req driver.ClaimParams, explain 
 			return driver.Claim{}, 0, 0, wrap("claim", err)
 		}
 	}
-	var n, held, parked int64
+	// ready: the candidates not held, before MaxBytes cut them
+	var n, held, parked, ready int64
 	var reads int64
 	if explain {
 		var plan []byte
@@ -365,7 +385,7 @@ func (s *Store) claimOwned(ctx context.Context, req driver.ClaimParams, explain 
 		held = int64(len(shards))
 	} else {
 		var until *time.Time
-		if err := br.QueryRow().Scan(&until, &n, &held, &parked); err != nil {
+		if err := br.QueryRow().Scan(&until, &n, &held, &parked, &ready); err != nil {
 			return driver.Claim{}, 0, 0, wrap("claim", err)
 		}
 		if until != nil {
@@ -414,6 +434,7 @@ func (s *Store) claimOwned(ctx context.Context, req driver.ClaimParams, explain 
 	}
 	if explain {
 		n = int64(len(c.Events))
+		ready = n
 		if n > 0 {
 			if err := s.pool.QueryRow(ctx, "SELECT lease_until FROM "+claims+" WHERE owner = $1 AND epoch = $2", req.Lease.Owner, req.Lease.Epoch).Scan(&c.Until); err != nil {
 				return driver.Claim{}, 0, 0, wrap("claim", err)
@@ -433,10 +454,12 @@ func (s *Store) claimOwned(ctx context.Context, req driver.ClaimParams, explain 
 	if !slices.IsSortedFunc(c.Events, byID) {
 		slices.SortFunc(c.Events, byID)
 	}
-	if int(n)+int(parked) < req.Limit {
+	// A claim that MaxBytes cut short counts as the claim it would have
+	// been: it left ready rows behind.
+	if int(ready)+int(parked) < req.Limit {
 		s.caughtUp()
 	}
-	if int(n)+int(parked) >= max(req.Limit/2, 1) {
+	if int(ready)+int(parked) >= max(req.Limit/2, 1) {
 		s.busyOwners.Store(req.Lease.Owner, struct{}{})
 	} else {
 		s.busyOwners.Delete(req.Lease.Owner)

@@ -232,7 +232,8 @@ func (s *Store) expiredBefore(extra string) string {
 // an expired claim (the claim runs only when no other owner's claim is
 // live, so that is the only lease that is not this owner's live one; the
 // probe reads only expired entries of the key). due: the row itself is
-// due. ?3 (owner) is unused.
+// due. Last, the payload's length in bytes (length() of a BLOB reads the
+// stored size, not the payload). ?3 (owner) is unused.
 func (s *Store) candidateSQL(from string) string {
 	t := s.table
 	return `SELECT o.id, o.status = 'SENDING', (o.next_attempt_at <= ?1 OR o.next_attempt_at <= o.created_at),
@@ -240,7 +241,7 @@ func (s *Store) candidateSQL(from string) string {
 		EXISTS (SELECT 1 FROM ` + t + ` AS h WHERE h.status = 'DEAD' AND h.event_key = o.event_key AND h.id < o.id AND ?2)
 		OR EXISTS (SELECT 1 FROM ` + t + ` AS h WHERE h.status = 'NEW' AND h.next_attempt_at > h.created_at AND h.event_key = o.event_key AND h.id < o.id AND h.next_attempt_at > ?1)
 		OR EXISTS (SELECT 1 FROM ` + t + ` AS h WHERE h.parked = 1 AND h.event_key = o.event_key AND h.id < o.id)),
-	o.event_key <> '' AND ` + s.expiredBefore("") + `
+	o.event_key <> '' AND ` + s.expiredBefore("") + `, length(o.payload)
 FROM ` + from + ` AND o.id > ?4 ORDER BY o.id LIMIT ?5`
 }
 
@@ -374,7 +375,17 @@ func (s *Store) Claim(ctx context.Context, req driver.ClaimParams) (driver.Claim
 // scanOwned reads the candidates of a claim at now, through prepared
 // statements from q: the rows to take (expired claims first, then NEW
 // rows, in id order) and the rows to park. See candidateSQL.
+//
+// It stops taking at Limit rows, or before the row that would take the
+// payload bytes past MaxBytes (never before the first): in both cases the
+// rows taken are a prefix of the walk, and the rows after the cut are left
+// as those past Limit are. The claim's update takes a keyed NEW row only
+// when no expired claim of its key is left out, and a key's rows after
+// one left out are left out too, so every key keeps its order.
 func (s *Store) scanOwned(ctx context.Context, q func(string) (*sql.Stmt, error), req driver.ClaimParams, now int64) (take, park []int64, err error) {
+	var bytes int64
+	cut := false // MaxBytes stopped the claim
+	full := func() bool { return cut || len(take) >= req.Limit }
 	for pass, from := range []string{
 		s.table + ` AS o INDEXED BY "` + s.opts.Table + `_sending_idx" WHERE o.status = 'SENDING' AND ` + leaseExpired("o.", "?1"),
 		s.table + ` AS o INDEXED BY "` + s.opts.Table + `_ready_idx" WHERE o.status = 'NEW' AND o.parked = 0`,
@@ -384,7 +395,7 @@ func (s *Store) scanOwned(ctx context.Context, q func(string) (*sql.Stmt, error)
 			return nil, nil, err
 		}
 		after, read := int64(math.MinInt64), 0 // a plain-SQL producer may give an id below 1
-		for len(take) < req.Limit && read < req.Limit+parkBound+4*req.Limit {
+		for !full() && read < req.Limit+parkBound+4*req.Limit {
 			page := req.Limit - len(take) + 64
 			rows, err := cand.QueryContext(ctx, now, req.HoldDeadKeys, req.Lease.Owner, after, page)
 			if err != nil {
@@ -394,7 +405,8 @@ func (s *Store) scanOwned(ctx context.Context, q func(string) (*sql.Stmt, error)
 			for rows.Next() {
 				var id int64
 				var sending, due, held, wait bool
-				if err := rows.Scan(&id, &sending, &due, &held, &wait); err != nil {
+				var size int64
+				if err := rows.Scan(&id, &sending, &due, &held, &wait, &size); err != nil {
 					rows.Close()
 					return nil, nil, err
 				}
@@ -402,7 +414,7 @@ func (s *Store) scanOwned(ctx context.Context, q func(string) (*sql.Stmt, error)
 				read++
 				after = id
 				switch {
-				case len(take) >= req.Limit:
+				case full():
 				case held && !sending:
 					if len(park) < parkBound {
 						park = append(park, id)
@@ -413,8 +425,11 @@ func (s *Store) scanOwned(ctx context.Context, q func(string) (*sql.Stmt, error)
 				case wait && pass == 1:
 					// an earlier row of its key is still leased
 					// elsewhere: its turn comes after that one's
+				case req.MaxBytes > 0 && len(take) > 0 && bytes+size > req.MaxBytes:
+					cut = true
 				default:
 					take = append(take, id)
+					bytes += size
 				}
 			}
 			rows.Close()

@@ -105,6 +105,7 @@ func (s *suite) allOwnedTests() []struct {
 		{"Owned/PerKey/DeadMoveOn", func(t *testing.T) { s.testOwnedDead(t, "move-on") }},
 		{"Owned/RaceRequeuePurge", s.testOwnedRace},
 		{"Owned/Keyless", s.testOwnedKeyless},
+		{"Owned/MaxBytes", s.testOwnedMaxBytes},
 		{"Owned/BadRows", s.testOwnedBadRows},
 		{"Owned/ConcurrentOwners", s.testOwnedConcurrent},
 		{"Owned/ClaimReadsBounded", s.testOwnedReadsBounded},

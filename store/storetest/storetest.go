@@ -264,6 +264,16 @@ func checkClaim(t *testing.T, r driver.ClaimParams, c driver.Claim) bool {
 		t.Errorf("Claim(limit %d) returned %d events", limit, len(c.Events))
 		ok = false
 	}
+	if len(c.Events) > 1 && r.MaxBytes > 0 {
+		var sum int64
+		for _, ev := range c.Events {
+			sum += int64(len(ev.Payload))
+		}
+		if sum > r.MaxBytes {
+			t.Errorf("Claim(MaxBytes %d) returned %d events of %d payload bytes; only a claim of one event may pass the bound", r.MaxBytes, len(c.Events), sum)
+			ok = false
+		}
+	}
 	for i := 1; i < len(c.Events); i++ {
 		if c.Events[i].ID <= c.Events[i-1].ID {
 			t.Errorf("Claim returned events out of id order: id %d after id %d; a claim must be in id order", c.Events[i].ID, c.Events[i-1].ID)

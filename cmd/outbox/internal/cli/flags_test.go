@@ -32,6 +32,11 @@ func TestBadFlagsExitTwoNamingTheFlag(t *testing.T) {
 		{relay("--batch", "many"), "--batch"},
 		{relay("--workers", "-1"), "--workers"},
 		{relay("--workers", "0"), "--workers"},
+		{relay("--max-inflight-bytes", "0"), "--max-inflight-bytes"},
+		{relay("--max-inflight-bytes", "-1MiB"), "--max-inflight-bytes"},
+		{relay("--max-inflight-bytes", "64MB"), "--max-inflight-bytes"},
+		{relay("--max-inflight-bytes", "lots"), "--max-inflight-bytes"},
+		{relay("--max-inflight-bytes", "99999999TiB"), "--max-inflight-bytes"},
 		{relay("--lease", "-1s"), "--lease"},
 		{relay("--lease", "0"), "--lease"},
 		{relay("--lease", "50ms"), "--lease"},
@@ -210,5 +215,23 @@ func TestLogLinesStayOneLine(t *testing.T) {
 	}
 	if !strings.HasSuffix(lines[1], `level=INFO msg="two; lines" why="a; b" s="x; y" g.e="p: q"`+"\n") {
 		t.Errorf("second line: %q", lines[1])
+	}
+}
+
+// --max-inflight-bytes takes plain bytes and binary units, and says its
+// value back in the largest unit that divides it.
+func TestByteSizeFlag(t *testing.T) {
+	for in, want := range map[string]int64{
+		"1": 1, "4096": 4096, "512B": 512, "64KiB": 64 << 10, "64MiB": 64 << 20, "1GiB": 1 << 30, "2 gib": 2 << 30, "1TiB": 1 << 40,
+	} {
+		var n int64
+		if err := (byteSize{&n, 1}).Set(in); err != nil || n != want {
+			t.Errorf("Set(%q) = %d, %v; want %d", in, n, err, want)
+		}
+	}
+	for n, want := range map[int64]string{1: "1", 1536: "1536", 64 << 10: "64KiB", 64 << 20: "64MiB", 3 << 30: "3GiB"} {
+		if got := formatBytes(n); got != want {
+			t.Errorf("formatBytes(%d) = %q; want %q", n, got, want)
+		}
 	}
 }

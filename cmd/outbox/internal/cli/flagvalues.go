@@ -142,3 +142,62 @@ func minString(d time.Duration) string {
 	}
 	return d.String()
 }
+
+// byteSize is a size flag: plain bytes or a whole number with a binary
+// unit (KiB, MiB, GiB, TiB; B for bytes), at least min.
+type byteSize struct {
+	p   *int64
+	min int64
+}
+
+// byteUnits are the units byteSize takes, longest first.
+var byteUnits = []struct {
+	name  string
+	shift uint
+}{{"KiB", 10}, {"MiB", 20}, {"GiB", 30}, {"TiB", 40}, {"B", 0}}
+
+func (v byteSize) String() string {
+	if v.p == nil {
+		return "0"
+	}
+	return formatBytes(*v.p)
+}
+
+func (v byteSize) Set(s string) error {
+	num, shift := strings.TrimSpace(s), uint(0)
+	for _, u := range byteUnits {
+		if len(num) > len(u.name) && strings.EqualFold(num[len(num)-len(u.name):], u.name) {
+			num, shift = strings.TrimSpace(num[:len(num)-len(u.name)]), u.shift
+			break
+		}
+	}
+	n, err := strconv.ParseInt(num, 10, 64)
+	if err != nil {
+		return errors.New("not a size: give bytes, or a whole number of KiB, MiB, GiB or TiB (e.g. 64MiB)")
+	}
+	if n > math.MaxInt64>>shift {
+		return errors.New("too large")
+	}
+	n <<= shift
+	if n < v.min {
+		return fmt.Errorf("must be at least %d bytes", v.min)
+	}
+	*v.p = n
+	return nil
+}
+
+// formatBytes writes n in the largest binary unit that divides it.
+func formatBytes(n int64) string {
+	for i := len(byteUnits) - 2; i >= 0; i-- {
+		if u := byteUnits[i]; n != 0 && n%(1<<u.shift) == 0 {
+			return strconv.FormatInt(n>>u.shift, 10) + u.name
+		}
+	}
+	return strconv.FormatInt(n, 10)
+}
+
+// sizeFlag defines a size flag (byteSize) whose value must be at least min.
+func (f *flags) sizeFlag(p *int64, name string, def, min int64, usage string) {
+	*p = def
+	f.Var(byteSize{p, min}, name, usage+fmt.Sprintf(" (`size` ≥ %d bytes: bytes, or KiB, MiB, GiB)", min))
+}

@@ -47,6 +47,7 @@ func runRelay(ctx context.Context, e env, args []string) error {
 	var cfg relay.Config
 	f.intFlag(&cfg.BatchSize, "batch", 500, 1, noMax, "events claimed per batch")
 	f.intFlag(&cfg.Workers, "workers", 3, 1, noMax, "batches in flight at once")
+	f.sizeFlag(&cfg.MaxInflightBytes, "max-inflight-bytes", relay.DefaultMaxInflightBytes, 1, "payload bytes held at once (claimed, not settled); claims wait past it, and one event larger than the rest still goes")
 	f.durationFlag(&cfg.LeaseFor, "lease", 30*time.Second, 100*time.Millisecond, "claim lease; renewed while a batch is in flight")
 	f.durationFlag(&cfg.PublishTimeout, "publish-timeout", 10*time.Second, time.Millisecond, "deadline of each publish")
 	f.durationFlag(&cfg.PollInterval, "poll", 500*time.Millisecond, time.Millisecond, "poll interval when idle (wake-ups come sooner)")
@@ -245,7 +246,7 @@ func runRelay(ctx context.Context, e env, args []string) error {
 		log.Info("outbox relay: dashboard at http://"+bound+"/", "actions", dashToken != "")
 	}
 	log.Info("outbox relay: started", "owner", r.Owner(), "db", wire.Mask(f.db), "broker", wire.Mask(*brokerURL),
-		"table", f.qualifiedTable(), "batch", cfg.BatchSize, "workers", cfg.Workers, "lease", cfg.LeaseFor,
+		"table", f.qualifiedTable(), "batch", cfg.BatchSize, "workers", cfg.Workers, "max_inflight_bytes", formatBytes(cfg.MaxInflightBytes), "lease", cfg.LeaseFor,
 		"publish_timeout", cfg.PublishTimeout, "poll", cfg.PollInterval, "probe", probe, "max_attempts", cfg.MaxAttempts,
 		"backoff", cfg.BackoffBase, "backoff_max", cfg.BackoffMax, "dead_keys", *deadKeys, "keep_sent", keepSent,
 		"metrics_addr", listenAddr, "tracing", wire.Mask(endpoint))
@@ -272,7 +273,7 @@ func runRelay(ctx context.Context, e env, args []string) error {
 // relayFlags maps relay.Config's field names, which relay.New's errors
 // use, to the flags that set them.
 var relayFlags = strings.NewReplacer(
-	"BatchSize", "--batch", "Workers", "--workers", "LeaseFor", "--lease", "PublishTimeout", "--publish-timeout",
+	"BatchSize", "--batch", "Workers", "--workers", "MaxInflightBytes", "--max-inflight-bytes", "LeaseFor", "--lease", "PublishTimeout", "--publish-timeout",
 	"PollInterval", "--poll", "MaxAttempts", "--max-attempts", "BackoffBase", "--backoff", "BackoffMax", "--backoff-max",
 	"Owner", "--owner", "DeadKeys", "--dead-keys",
 )

@@ -1,0 +1,2 @@
+// Command peers measures a peer's transactional outbox next to ours.
+package main

@@ -284,7 +284,7 @@ func (s *Store) Migrate(ctx context.Context) error {
 	if err := conn.QueryRowContext(ctx, "SELECT COALESCE(MAX(version), 0) FROM "+s.migrations).Scan(&current); err != nil {
 		return wrap("migrate", err)
 	}
-	if current >= schemaVersion {
+	if current >= migrationVersion {
 		return nil
 	}
 	for _, stmt := range schema(s.table, s.archive, s.opts.Table) {
@@ -292,7 +292,7 @@ func (s *Store) Migrate(ctx context.Context) error {
 			return fmt.Errorf("mysqlstore: migrate: %w", err)
 		}
 	}
-	if _, err := conn.ExecContext(ctx, "INSERT INTO "+s.migrations+" (version) VALUES (?)", schemaVersion); err != nil {
+	if _, err := conn.ExecContext(ctx, "INSERT INTO "+s.migrations+" (version) VALUES (?)", migrationVersion); err != nil {
 		return fmt.Errorf("mysqlstore: migrate: %w", err)
 	}
 	return nil

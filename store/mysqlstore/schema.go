@@ -6,10 +6,10 @@ import (
 	"strings"
 )
 
-// schemaVersion is the version of the schema below, recorded in
+// migrationVersion is the version of the schema below, recorded in
 // <table>_migrations once all its statements ran; Migrate does nothing
 // more over a table that records it (or a later version).
-const schemaVersion = 1
+const migrationVersion = 1
 
 // schema is the statements that create the outbox table t (quoted, maybe
 // qualified), its archive, shard leases and relay heartbeats; short is t's

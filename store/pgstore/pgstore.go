@@ -326,13 +326,13 @@ func (s *Store) Migrate(ctx context.Context) error {
 	if err := tx.QueryRow(ctx, "SELECT COALESCE(max(version), 0) FROM "+s.migrations).Scan(&current); err != nil {
 		return fmt.Errorf("pgstore: migrate: %w", err)
 	}
-	if current >= schemaVersion {
+	if current >= migrationVersion {
 		return nil
 	}
 	if _, err := tx.Exec(ctx, schema(s.table, s.archive, s.claimsTable(), s.opts.Table, s.qualified)); err != nil {
 		return fmt.Errorf("pgstore: migrate: %w", err)
 	}
-	if _, err := tx.Exec(ctx, "INSERT INTO "+s.migrations+" (version) VALUES ($1)", schemaVersion); err != nil {
+	if _, err := tx.Exec(ctx, "INSERT INTO "+s.migrations+" (version) VALUES ($1)", migrationVersion); err != nil {
 		return fmt.Errorf("pgstore: migrate: %w", err)
 	}
 	if err := tx.Commit(ctx); err != nil {

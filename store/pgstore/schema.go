@@ -6,10 +6,10 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// schemaVersion is the version of the schema below, recorded in
+// migrationVersion is the version of the schema below, recorded in
 // <table>_migrations once it is in place; Migrate does nothing more over a
 // table that records it (or a later version).
-const schemaVersion = 1
+const migrationVersion = 1
 
 // schema is the SQL that creates the outbox table t (quoted), its archive,
 // its claims (claims, quoted), shard leases and relay heartbeats, and the

@@ -60,8 +60,8 @@ type Store interface {
 	// Stats returns counts and ages for status pages and metrics.
 	Stats(ctx context.Context) (Stats, error)
 
-	// Migrate creates or upgrades the schema. Idempotent, and safe when
-	// several processes migrate at once.
+	// Migrate creates the schema unless it is in place. Idempotent, and
+	// safe when several processes migrate at once.
 	Migrate(ctx context.Context) error
 	// Close releases what the store opened itself (not the caller's pool).
 	Close() error

@@ -49,17 +49,17 @@
 //     rows it still holds when the number falls short.
 //
 // The schema refuses an unknown status and headers that are not JSON at
-// INSERT (CHECK constraints since the first migration); the rest of the
+// INSERT (CHECK constraints); the rest of the
 // table contract is checked by the claim, which buries a row that breaks it
 // DEAD with the reason: adding a CHECK to an existing table copies and
 // checks the whole table, under a lock that stops enqueues.
 //
 // # Ordering by ownership (driver.Driver)
 //
-// Requires MariaDB 10.6+ (FOR UPDATE SKIP LOCKED, indexed VIRTUAL columns,
-// ALGORITHM=INSTANT for the columns migration 2 adds); it was built and
-// tested on MariaDB 10.11. MySQL 8 is not tested here: its generated
-// columns and SKIP LOCKED exist, but nothing was checked on it.
+// Requires MariaDB 10.6+ (FOR UPDATE SKIP LOCKED, indexed VIRTUAL
+// columns); it was built and tested on MariaDB 10.11. MySQL 8 is not
+// tested here: its generated columns and SKIP LOCKED exist, but nothing
+// was checked on it.
 //
 // A row's shard (64 of them) is computed by the database in VIRTUAL
 // generated columns, so a plain 4-column INSERT by any producer works:
@@ -97,12 +97,6 @@
 // UPDATEs. Balance takes free or expired shards with SKIP LOCKED. InnoDB
 // may pick one of them as a deadlock victim; it is run again (up to five
 // times), as are settles.
-//
-// Migration 2 adds parked (a constant default) and four VIRTUAL columns,
-// all metadata-only (ALGORITHM=INSTANT), then builds the three indexes
-// online (ALGORITHM=INPLACE, LOCK=NONE): the table is read once, not
-// copied, and producers keep inserting meanwhile (BENCHMARKS.md §11 has
-// the cost on a 1,000,000-row table).
 //
 // A relay's row in <table>_relays outlives its membership: each row
 // records its relay's own lease (lease_for), and a heartbeat deletes a

@@ -170,9 +170,9 @@ func migratedStore(t *testing.T, prefix string) (*sql.DB, *mysqlstore.Store, str
 	return db, st, table
 }
 
-// TestRelayRowsOutlastLongLeases: a row that records no lease (written
-// before migration 3, or by a relay of an earlier version, which names
-// only owner and lease_until) is kept, after its membership ended, for
+// TestRelayRowsOutlastLongLeases: a row that records no lease (lease_for
+// is nullable; this one is written naming only owner and lease_until) is
+// kept, after its membership ended, for
 // twice the heartbeating relay's LeaseFor when that is longer than ten
 // minutes, so the events still leased under a relay with a long lease are
 // not taken for an exclusion-mode relay's (which would make every

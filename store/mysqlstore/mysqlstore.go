@@ -263,15 +263,9 @@ func (l *heldLock) unlock(extra string, args []any, dest ...any) error {
 	return l.conn.Close()
 }
 
-// Migrate creates or upgrades the schema under a GET_LOCK, so several
-// processes may migrate at once.
+// Migrate creates the schema (schema.go) unless it is in place, under a
+// GET_LOCK, so several processes may migrate at once.
 func (s *Store) Migrate(ctx context.Context) error {
-	return s.migrate(ctx, len(migrations(s.table, s.archive, s.opts.Table)))
-}
-
-// migrate applies the migrations up to version upTo (tests build a table
-// of an earlier version with it).
-func (s *Store) migrate(ctx context.Context, upTo int) error {
 	l, err := s.lock(ctx, "migrate", migrateLockWait)
 	if err != nil {
 		return wrap("migrate: lock", err)
@@ -290,26 +284,16 @@ func (s *Store) migrate(ctx context.Context, upTo int) error {
 	if err := conn.QueryRowContext(ctx, "SELECT COALESCE(MAX(version), 0) FROM "+s.migrations).Scan(&current); err != nil {
 		return wrap("migrate", err)
 	}
-	for i, m := range migrations(s.table, s.archive, s.opts.Table) {
-		v := i + 1
-		if v <= current || v > upTo {
-			continue
+	if current >= migrationVersion {
+		return nil
+	}
+	for _, stmt := range schema(s.table, s.archive, s.opts.Table) {
+		if _, err := conn.ExecContext(ctx, stmt); err != nil {
+			return fmt.Errorf("mysqlstore: migrate: %w", err)
 		}
-		for _, stmt := range m {
-			run, stmt, err := s.needed(ctx, conn, stmt)
-			if err != nil {
-				return fmt.Errorf("mysqlstore: migration %d: %w", v, err)
-			}
-			if !run {
-				continue
-			}
-			if _, err := conn.ExecContext(ctx, stmt); err != nil {
-				return fmt.Errorf("mysqlstore: migration %d: %w", v, err)
-			}
-		}
-		if _, err := conn.ExecContext(ctx, "INSERT INTO "+s.migrations+" (version) VALUES (?)", v); err != nil {
-			return fmt.Errorf("mysqlstore: migration %d: %w", v, err)
-		}
+	}
+	if _, err := conn.ExecContext(ctx, "INSERT INTO "+s.migrations+" (version) VALUES (?)", migrationVersion); err != nil {
+		return fmt.Errorf("mysqlstore: migrate: %w", err)
 	}
 	return nil
 }
@@ -333,7 +317,7 @@ func wrap(op string, err error) error {
 		case errNoSuchTable, errBadDB:
 			return fmt.Errorf("mysqlstore: %s: %w (%s)", op, store.ErrNotMigrated, me.Message)
 		case errBadField:
-			return fmt.Errorf("mysqlstore: %s: a column is missing, so the table's schema is likely older than this version: run `outbox migrate --db URL` (%w)", op, err)
+			return fmt.Errorf("mysqlstore: %s: a column is missing: the table does not have the schema `outbox migrate --db URL` creates (a table of another shape under this name?) (%w)", op, err)
 		case errNoDB:
 			return fmt.Errorf("mysqlstore: %s: the connection has no database selected: name one in the URL (mysql://…/dbname) or set Config.Schema: %w", op, err)
 		}

@@ -24,7 +24,7 @@ import (
 const numShards = 64
 
 // shardSQL is the SQL of a row's shard over its bare columns, as the
-// generated columns of migration 2 compute it: CRC32 of the key, and for a
+// generated columns of the outbox table compute it: CRC32 of the key, and for a
 // keyless row CRC32 of its payload plus the microseconds of created_at.
 // MariaDB refuses AUTO_INCREMENT columns (id) and case-insensitive ones
 // (event_id) in an indexed generated column, hence the keyless form: it
@@ -52,14 +52,14 @@ func (e *afterCommit) Unwrap() error { return e.err }
 
 // relayRetention is how long, at least, a relay's row in <table>_relays
 // stays after its membership ended (it left, or its lease ran out), so
-// that the row outlasts the claims made under it. A claim's lease ends at most about one LeaseFor after the membership's
-// (both are renewed by the same relay), so each row records its relay's
-// LeaseFor (lease_for, migration 3) and a heartbeat deletes a row only
-// once it ended more than the longer of this and twice that lease ago,
-// whatever the lease of the relay that heartbeats. A row without
-// lease_for (written before migration 3, or by a relay of an earlier
-// version) is judged by the heartbeating relay's own LeaseFor instead, as
-// every row was before.
+// that the row outlasts the claims made under it. A claim's lease ends at
+// most about one LeaseFor after the membership's (both are renewed by the
+// same relay), so each row records its relay's LeaseFor (lease_for) and a
+// heartbeat deletes a row only once it ended more than the longer of this
+// and twice that lease ago, whatever the lease of the relay that
+// heartbeats. A row without lease_for (the column is nullable; a row
+// written by hand may lack it) is judged by the heartbeating relay's own
+// LeaseFor instead.
 const relayRetention = 10 * time.Minute
 
 // expireRelaysSQL deletes the rows of <table>_relays whose membership
@@ -88,98 +88,10 @@ const maxParkingRounds = 8
 
 var _ driver.Driver = (*Store)(nil)
 
-// Names of migration 2's indexes, after the table's short name.
+// Names of the ownership indexes (schema.go), after the table's short name.
 func (s *Store) laneIdx() string   { return s.opts.Table + "_lane_idx" }
 func (s *Store) busyIdx() string   { return s.opts.Table + "_busy_idx" }
 func (s *Store) parkedIdx() string { return s.opts.Table + "_parked_idx" }
-
-// ownedMigration is migration 2 for table t (quoted) whose short name is
-// short. A statement that starts with "?column:NAME\n" or "?index:NAME\n"
-// runs only when the table has no such column or index (MySQL has no ADD
-// COLUMN IF NOT EXISTS), see Migrate; "?column:SUFFIX.NAME\n" asks the
-// same of the table named t's name and SUFFIX (as _relays).
-//
-//   - parked: a row the claim met behind a held earlier row of its key;
-//     it leaves the claim's index until its key moves on.
-//   - shard: the row's shard (not indexed, read by the claim).
-//   - lane: the shard of a NEW row that is not parked, NULL otherwise;
-//     (lane, id) is the index every claim walks, one range per shard in id
-//     order, so it never reads in-flight, DEAD or parked rows.
-//   - busy: the shard of a SENDING row; (busy, lease_until) finds the
-//     in-flight rows of the claim's shards (another owner's live ones make
-//     it skip the shard, expired ones are taken over).
-//   - parked_key: the key of a parked row; (parked_key, id) finds a key's
-//     parked rows, lowest first, and the keys that have any.
-//
-// A plain insert adds three small entries with NULLs to the new indexes
-// besides its lane entry.
-func ownedMigration(t, short string) []string {
-	shards := strings.TrimSuffix(t, "`") + "_shards`"
-	relays := strings.TrimSuffix(t, "`") + "_relays`"
-	vcol := func(name, typ, expr string) string {
-		return "?column:" + name + "\nALTER TABLE " + t + " ADD COLUMN " + name + " " + typ + " AS (" + expr + ") VIRTUAL INVISIBLE, ALGORITHM=INSTANT"
-	}
-	index := func(name, cols string) string {
-		return "?index:" + short + name + "\nALTER TABLE " + t + " ADD INDEX " + short + name + " (" + cols + "), ALGORITHM=INPLACE, LOCK=NONE"
-	}
-	return []string{
-		"?column:parked\nALTER TABLE " + t + " ADD COLUMN parked BOOLEAN NOT NULL DEFAULT 0, ALGORITHM=INSTANT",
-		vcol("shard", "TINYINT UNSIGNED", shardSQL),
-		vcol("lane", "TINYINT UNSIGNED", "CASE WHEN status = 'NEW' AND parked = 0 THEN "+shardSQL+" END"),
-		vcol("busy", "TINYINT UNSIGNED", "CASE WHEN status = 'SENDING' THEN "+shardSQL+" END"),
-		vcol("parked_key", "VARCHAR(255)", "CASE WHEN parked = 1 THEN event_key END"),
-		index("_lane_idx", "lane, id"),
-		index("_busy_idx", "busy, lease_until"),
-		index("_parked_idx", "parked_key, id"),
-		`CREATE TABLE IF NOT EXISTS ` + shards + ` (
-	shard       INT         NOT NULL PRIMARY KEY,
-	owner       VARCHAR(64) NOT NULL DEFAULT '',
-	epoch       BIGINT      NOT NULL DEFAULT 0,
-	lease_until BIGINT      NOT NULL DEFAULT 0,
-	KEY ` + short + `_shards_owner_idx (owner)
-) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin`,
-		"INSERT IGNORE INTO " + shards + " (shard) VALUES " + shardValues(),
-		`CREATE TABLE IF NOT EXISTS ` + relays + ` (
-	owner       VARCHAR(64) NOT NULL PRIMARY KEY,
-	lease_until BIGINT      NOT NULL
-) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin`,
-	}
-}
-
-func shardValues() string {
-	parts := make([]string, numShards)
-	for i := range parts {
-		parts[i] = "(" + strconv.Itoa(i) + ")"
-	}
-	return strings.Join(parts, ",")
-}
-
-// needed reports whether a migration statement must run: false when it
-// is conditional ("?column:" or "?index:") and the table has what it adds.
-// It returns the statement without its condition.
-func (s *Store) needed(ctx context.Context, conn *sql.Conn, stmt string) (bool, string, error) {
-	if !strings.HasPrefix(stmt, "?") {
-		return true, stmt, nil
-	}
-	cond, rest, _ := strings.Cut(stmt[1:], "\n")
-	kind, name, _ := strings.Cut(cond, ":")
-	table := s.opts.Table
-	if suffix, col, ok := strings.Cut(name, "."); ok {
-		table, name = table+suffix, col
-	}
-	var q string
-	switch kind {
-	case "column":
-		q = "SELECT COUNT(*) FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = COALESCE(?, DATABASE()) AND TABLE_NAME = ? AND COLUMN_NAME = ?"
-	default:
-		q = "SELECT COUNT(*) FROM information_schema.STATISTICS WHERE TABLE_SCHEMA = COALESCE(?, DATABASE()) AND TABLE_NAME = ? AND INDEX_NAME = ?"
-	}
-	var n int
-	if err := conn.QueryRowContext(ctx, q, s.schema, table, name).Scan(&n); err != nil {
-		return false, rest, err
-	}
-	return n == 0, rest, nil
-}
 
 func (s *Store) shardsTable() string { return strings.TrimSuffix(s.table, "`") + "_shards`" }
 func (s *Store) relaysTable() string { return strings.TrimSuffix(s.table, "`") + "_relays`" }

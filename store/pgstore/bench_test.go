@@ -381,7 +381,7 @@ END LOOP; END $$`
 var contractCandidates = []struct{ name, check string }{
 	{"none", ""},
 	{"none-again", ""},
-	// table CHECKs: the one migration 4 dropped, and the cheap rules
+	// table CHECKs: on status alone, and the cheap rules
 	{"check-status", "status IN ('NEW', 'SENDING', 'DEAD')"},
 	{"check-cheap-rules", "status IN ('NEW', 'DEAD');topic <> '';schema_version >= 0;jsonb_typeof(headers) = 'object';event_type <> ''"},
 	// the same rules as domains (a "domain:column=expression" each)

@@ -109,7 +109,7 @@
 // CHECKs on domains of the columns, so a producer's bad INSERT is refused at
 // once: a table CHECK is prepared anew for every INSERT statement and cost a
 // one-row enqueue several times more backend CPU than the domains do
-// (schema.go, migration 6). The other rules are checked by the claim, which
+// (schema.go). The other rules are checked by the claim, which
 // buries a row that breaks them DEAD with the reason.
 //
 // Enqueues send pg_notify on a channel the relay LISTENs to, at most one per

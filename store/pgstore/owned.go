@@ -415,7 +415,8 @@ func (s *Store) claimOwned(ctx context.Context, req driver.ClaimParams, explain 
 		var err error
 		e.Headers, err = driver.DecodeHeaders(headers)
 		if created.InfinityModifier != pgtype.Finite {
-			// migration 10 refuses it; a row from before is buried
+			// the created_at domain refuses it; a table of another
+			// shape may hold it: the row is buried
 			err = driver.BadRow("created_at is %s: write the time the event happened (or leave the column's default, now())", map[pgtype.InfinityModifier]string{pgtype.Infinity: "'infinity'", pgtype.NegativeInfinity: "'-infinity'"}[created.InfinityModifier])
 		}
 		e.CreatedAt = created.Time

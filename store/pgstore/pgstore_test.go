@@ -41,8 +41,8 @@ func openPool(t testing.TB) (*pgxpool.Pool, *sql.DB) {
 	return pool, db
 }
 
-// domainSuffixes name the domains migration 6 creates for a table's
-// columns; dropping the table leaves them behind.
+// domainSuffixes name the domains Migrate creates for a table's columns;
+// dropping the table leaves them behind.
 var domainSuffixes = []string{"_status_t", "_topic_t", "_version_t", "_headers_t", "_type_t", "_created_t", "_next_t"}
 
 func uniqueTable(prefix string) string {
@@ -93,8 +93,8 @@ func TestConformance(t *testing.T) {
 			return pgstore.New(pool, pgstore.Config{Options: opts})
 		},
 		Loosen: func(t *testing.T, fx storetest.Fixture) {
-			// the table's domains without their constraints: what a
-			// table migrated before them holds
+			// the table's domains without their constraints, as a
+			// table of another shape may have them
 			parts := strings.Split(fx.Table, ".")
 			table := strings.Trim(parts[len(parts)-1], `"`)
 			rows, err := pool.Query(t.Context(), "SELECT t.typname, c.conname FROM pg_constraint c JOIN pg_type t ON t.oid = c.contypid WHERE t.typname = ANY($1)", pgstore.DomainNames(table))

@@ -2,14 +2,48 @@ package pgstore
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"regexp"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/outbox-go/outbox/internal/testenv"
 	"github.com/outbox-go/outbox/store"
 )
+
+// unmigratedStore is a Store on a fresh table name, nothing created yet;
+// its tables and domains are dropped when t ends.
+func unmigratedStore(t *testing.T) (*pgxpool.Pool, *Store) {
+	t.Helper()
+	pool, err := pgxpool.New(context.Background(), testenv.Require(t, testenv.Postgres))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := make([]byte, 4)
+	_, _ = rand.Read(b)
+	name := "mig_" + hex.EncodeToString(b)
+	s, err := New(pool, Config{Options: store.Options{Table: name}})
+	if err != nil {
+		pool.Close()
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		for _, n := range TableNames(name) {
+			_, _ = pool.Exec(context.Background(), "DROP TABLE IF EXISTS "+pgx.Identifier{n}.Sanitize())
+		}
+		for _, n := range DomainNames(name) {
+			_, _ = pool.Exec(context.Background(), "DROP DOMAIN IF EXISTS "+pgx.Identifier{n}.Sanitize())
+		}
+		pool.Close()
+	})
+	return pool, s
+}
 
 // heapFetches runs the probe under EXPLAIN ANALYZE with from as $1 and
 // returns the heap fetches of its index scan and the id it returned.

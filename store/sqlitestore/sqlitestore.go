@@ -248,9 +248,9 @@ func (s *Store) query(ctx context.Context, query string, scan func(*sql.Rows) er
 	return rows.Close() // the commit's error, if any
 }
 
-// Migrate creates or upgrades the schema. BEGIN IMMEDIATE serializes
-// concurrent migrations, also across processes; DDL in SQLite is
-// transactional, so a failed migration leaves nothing behind.
+// Migrate creates the schema (schema.go) unless it is in place. BEGIN
+// IMMEDIATE serializes concurrent migrations, also across processes; DDL
+// in SQLite is transactional, so a failed Migrate leaves nothing behind.
 func (s *Store) Migrate(ctx context.Context) error {
 	return s.immediate(ctx, "migrate", func(c *sql.Conn) error {
 		if _, err := c.ExecContext(ctx, "CREATE TABLE IF NOT EXISTS "+s.migrations+" (version INTEGER PRIMARY KEY, applied_at INTEGER NOT NULL DEFAULT "+nowUS+")"); err != nil {
@@ -260,21 +260,16 @@ func (s *Store) Migrate(ctx context.Context) error {
 		if err := c.QueryRowContext(ctx, "SELECT COALESCE(max(version), 0) FROM "+s.migrations).Scan(&current); err != nil {
 			return err
 		}
-		for i, m := range migrations(s.table, s.archive, s.opts.Table) {
-			v := i + 1
-			if v <= current {
-				continue
-			}
-			for _, stmt := range m {
-				if _, err := c.ExecContext(ctx, stmt); err != nil {
-					return fmt.Errorf("migration %d: %w", v, err)
-				}
-			}
-			if _, err := c.ExecContext(ctx, "INSERT INTO "+s.migrations+" (version) VALUES (?)", v); err != nil {
-				return fmt.Errorf("migration %d: %w", v, err)
+		if current >= migrationVersion {
+			return nil
+		}
+		for _, stmt := range schema(s.table, s.archive, s.opts.Table) {
+			if _, err := c.ExecContext(ctx, stmt); err != nil {
+				return err
 			}
 		}
-		return nil
+		_, err := c.ExecContext(ctx, "INSERT INTO "+s.migrations+" (version) VALUES (?)", migrationVersion)
+		return err
 	})
 }
 

@@ -42,7 +42,7 @@ type command struct {
 
 func commands() []command {
 	return []command{
-		{"migrate", "create or upgrade the outbox schema (idempotent)", runMigrate},
+		{"migrate", "create the outbox schema (idempotent)", runMigrate},
 		{"relay", "deliver events to a broker until SIGINT/SIGTERM", runRelay},
 		{"status", "counts by status, oldest pending age, blocked keys", runStatus},
 		{"dead", "dead letters: list, show, retry, purge", runDead},

@@ -293,7 +293,6 @@ func (s *Store) claimOwned(ctx context.Context, req driver.ClaimParams, explain 
 		}
 		shards[i], epochs[i] = l.Shard, l.Epoch
 	}
-	s.probeState.hold(req.Lease.Owner, shards)
 	claims := s.claimsTable()
 	// A relay that keeps up claims often and finds little: each wake-up
 	// of the commit probe or a notification, and each look again after a

@@ -11,7 +11,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
@@ -94,9 +93,6 @@ type Store struct {
 
 	// probeEvery is Options.ProbeInterval with its default (<0: off).
 	probeEvery time.Duration
-	// probeState is what the commit probe shares with the listener and
-	// the claims (probe.go).
-	probeState commitProbe
 
 	// busyOwners holds the owners whose last ClaimOwned took or parked at
 	// least half its Limit (a backlog): their next claim walks one branch
@@ -164,8 +160,6 @@ func New(pool *pgxpool.Pool, cfg Config) (*Store, error) {
 		migrateLock: driver.LockKey(opts, "migrate"),
 	}
 	s.probeEvery = opts.ProbeInterval
-	s.probeState.last.Store(-1)
-	s.probeState.id = uuid.NewString()
 	s.vacuumAfter = cfg.VacuumAfter
 	if s.vacuumAfter == 0 {
 		s.vacuumAfter = DefaultVacuumAfter

@@ -73,8 +73,7 @@ func heapFetches(t *testing.T, s *Store, from int64) (fetches int64, newest int6
 	if !scanned {
 		t.Fatal("the probe's plan has no index-only scan of the primary key, so its heap fetches are not counted")
 	}
-	var mask int64
-	if err := s.pool.QueryRow(ctx, s.probeSQL(), from).Scan(&newest, &mask); err != nil {
+	if err := s.pool.QueryRow(ctx, s.probeSQL(), from).Scan(&newest); err != nil {
 		t.Fatal(err)
 	}
 	return fetches, newest
@@ -284,69 +283,5 @@ func TestProbeIDsAboveTheSequenceAreNoRestart(t *testing.T) {
 	t.Logf("%d wake-ups in 3.5 s with nothing committed", n)
 	if n > 0 {
 		t.Errorf("%d spurious wake-ups", n)
-	}
-}
-
-// With ownership only the relay holding a shard claims its rows. A probe
-// that finds rows in shards its relays do not hold forwards them: the
-// relay holding them wakes (here with no probe of its own), and the
-// prober's relay, which holds none of them, does not.
-func TestProbeForwardsOtherRelaysShards(t *testing.T) {
-	ctx := context.Background()
-	pool, a := unmigratedStore(t)
-	if err := a.Migrate(ctx); err != nil {
-		t.Fatal(err)
-	}
-	b, err := New(pool, Config{Options: store.Options{Table: strings.Trim(a.table, `"`), ProbeInterval: -1}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = a.Close(); _ = b.Close() })
-	// The key's shard goes to b, every other shard to a.
-	key := "k-forwarded"
-	shard, err := a.ShardOf(ctx, key, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var mine []int
-	for sh := range numShards {
-		if sh != shard {
-			mine = append(mine, sh)
-		}
-	}
-	a.probeState.hold("relay-a", mine)
-	b.probeState.hold("relay-b", []int{shard})
-	wctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	wa, wb := a.Notify(wctx), b.Notify(wctx)
-	// Let both listeners start and a's probe take its first look, then
-	// drop the wake-ups of starting.
-	time.Sleep(300 * time.Millisecond)
-	drain := func(c <-chan struct{}) {
-		for {
-			select {
-			case <-c:
-			default:
-				return
-			}
-		}
-	}
-	drain(wa)
-	drain(wb)
-	if _, err := pool.Exec(ctx, "INSERT INTO "+a.table+" (topic, event_key, event_type, payload) VALUES ('t', $1, 'T', '\\x7b7d')", key); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case <-wb:
-	case <-time.After(5 * time.Second):
-		t.Fatal("the relay holding the new row's shard was not woken by the other relay's probe")
-	}
-	select {
-	case <-wa:
-		t.Fatal("the probing relay woke for a row in a shard it does not hold")
-	case <-time.After(200 * time.Millisecond):
-	}
-	if got, want := b.probeState.last.Load(), a.probeState.last.Load(); got != want {
-		t.Fatalf("the relay that heard of ids up to %d counts %d as seen", want, got)
 	}
 }

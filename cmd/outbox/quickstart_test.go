@@ -122,7 +122,7 @@ func TestQuickStart(t *testing.T) {
 	opened := teststores.OpenAt(t, "postgres", dbURL, store.Options{Table: table})
 	waitPending0(t, opened.Store, 30*time.Second)
 	r.stop(t)
-	if !strings.Contains(r.stderr.String(), "batch=500 workers=3 lease=30s") {
+	if !strings.Contains(r.stderr.String(), "batch=500 workers=3 max_inflight_bytes=64MiB lease=30s") {
 		t.Errorf("the relay's start line does not show its settings:\n%s", r.stderr)
 	}
 	if out, err := exec.Command(binary, "status", "--db", dbURL, "--table", table, "--check", "--max-age", "5m").CombinedOutput(); err != nil {

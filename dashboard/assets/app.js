@@ -200,7 +200,8 @@
       const retry = el("button", { class: "retry", "data-id": String(e.id), disabled: !actions, title: actions ? "requeue: the relay delivers it next" : "read-only" }, "Retry");
       retry.addEventListener("click", () => act1("retry", e.id, retry));
       const skip = el("button", { class: "skip danger", "data-id": String(e.id), disabled: !actions, title: actions ? "delete it so its key's later events flow; it is not delivered" : "read-only" }, "Skip…");
-      skip.addEventListener("click", () => confirmThen(skip, "Skip: delete it", () => act1("skip", e.id, skip)));
+      skip.addEventListener("click", () => confirmThen(skip, "skip:" + e.id, "Skip: delete it", () => act1("skip", e.id, skip)));
+      showConfirm(skip, "skip:" + e.id, "Skip: delete it");
       act.append(retry, skip);
       tb.append(el("tr", { "data-id": String(e.id) },
         el("td", {}, String(e.id)), el("td", {}, e.topic), el("td", {}, el("code", {}, e.key)), el("td", {}, e.type),
@@ -210,13 +211,27 @@
     $("dead-more").hidden = !list.next_after;
   }
 
-  // confirmThen turns a dangerous button into a confirmation for 4 s.
-  function confirmThen(btn, label, fn) {
-    if (btn.classList.contains("confirm")) { btn.classList.remove("confirm"); fn(); return; }
+  // confirming holds the dangerous actions waiting for their second click
+  // (key → when the confirmation lapses), so that a refresh that redraws
+  // their buttons keeps the confirmation.
+  const confirming = new Map();
+
+  // confirmThen turns a dangerous button into a confirmation for 4 s; a
+  // second click within them runs fn.
+  function confirmThen(btn, key, label, fn) {
+    if ((confirming.get(key) || 0) > Date.now()) { confirming.delete(key); btn.classList.remove("confirm"); fn(); return; }
+    confirming.set(key, Date.now() + 4000);
+    showConfirm(btn, key, label);
+  }
+
+  // showConfirm shows btn as a confirmation while the one of key lasts.
+  function showConfirm(btn, key, label) {
+    const left = (confirming.get(key) || 0) - Date.now();
+    if (left <= 0) return;
     const old = btn.textContent;
     btn.classList.add("confirm");
     btn.textContent = label;
-    setTimeout(() => { btn.classList.remove("confirm"); btn.textContent = old; }, 4000);
+    setTimeout(() => { btn.classList.remove("confirm"); btn.textContent = old; }, left);
   }
 
   function say(msg, bad) {
@@ -279,7 +294,7 @@
       const btn = ev.currentTarget;
       if (!actions) { say("read-only: no token configured", true); return; }
       const topic = $("purge-topic").value.trim();
-      confirmThen(btn, "Purge " + (topic ? "dead events of " + topic : "every dead event") + " older than " + ($("purge-age").value.trim() || "0s"), () => purge(btn));
+      confirmThen(btn, "purge", "Purge " + (topic ? "dead events of " + topic : "every dead event") + " older than " + ($("purge-age").value.trim() || "0s"), () => purge(btn));
     });
     $("dead-more").addEventListener("click", () => { deadRows = Math.min(deadRows * 2, 200); refresh(); });
     refresh();

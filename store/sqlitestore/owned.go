@@ -232,8 +232,10 @@ func (s *Store) expiredBefore(extra string) string {
 // an expired claim (the claim runs only when no other owner's claim is
 // live, so that is the only lease that is not this owner's live one; the
 // probe reads only expired entries of the key). due: the row itself is
-// due. Last, the payload's length in bytes (length() of a BLOB reads the
-// stored size, not the payload). ?3 (owner) is unused.
+// due. Last, the payload's length in bytes: length() of a BLOB reads the
+// stored size, not the payload; a payload a plain-SQL producer stored as
+// TEXT is measured as its bytes too (length() of TEXT counts characters).
+// ?3 (owner) is unused.
 func (s *Store) candidateSQL(from string) string {
 	t := s.table
 	return `SELECT o.id, o.status = 'SENDING', (o.next_attempt_at <= ?1 OR o.next_attempt_at <= o.created_at),
@@ -241,7 +243,8 @@ func (s *Store) candidateSQL(from string) string {
 		EXISTS (SELECT 1 FROM ` + t + ` AS h WHERE h.status = 'DEAD' AND h.event_key = o.event_key AND h.id < o.id AND ?2)
 		OR EXISTS (SELECT 1 FROM ` + t + ` AS h WHERE h.status = 'NEW' AND h.next_attempt_at > h.created_at AND h.event_key = o.event_key AND h.id < o.id AND h.next_attempt_at > ?1)
 		OR EXISTS (SELECT 1 FROM ` + t + ` AS h WHERE h.parked = 1 AND h.event_key = o.event_key AND h.id < o.id)),
-	o.event_key <> '' AND ` + s.expiredBefore("") + `, length(o.payload)
+	o.event_key <> '' AND ` + s.expiredBefore("") + `,
+	CASE typeof(o.payload) WHEN 'text' THEN length(CAST(o.payload AS BLOB)) ELSE length(o.payload) END
 FROM ` + from + ` AND o.id > ?4 ORDER BY o.id LIMIT ?5`
 }
 

@@ -302,3 +302,25 @@ func TestOwnedBalanceRefusesAnEmptyOwner(t *testing.T) {
 		t.Fatalf("err = %v", err)
 	}
 }
+
+// A payload a plain-SQL producer stored as TEXT weighs its bytes against
+// MaxBytes, not its characters: two payloads of four '€' (12 bytes each)
+// do not fit in 20 bytes together.
+func TestOwnedMaxBytesCountsTextPayloadsInBytes(t *testing.T) {
+	st := openOwned(t)
+	o := balance(t, st, driver.BalanceParams{Owner: "a"})
+	enqueueKeyed(t, st, "k", 2)
+	if _, err := st.DB().Exec("UPDATE " + st.Table() + " SET payload = '€€€€'"); err != nil {
+		t.Fatal(err)
+	}
+	c, err := st.Claim(t.Context(), driver.ClaimParams{
+		Lease: driver.Lease{Owner: "a", Epoch: 1}, Limit: 10, LeaseFor: 5 * time.Second,
+		Shards: o.Held, MaxBytes: 20,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(c.Events) != 1 {
+		t.Fatalf("a claim of at most 20 bytes took %d TEXT payloads of 12 bytes; want 1", len(c.Events))
+	}
+}

@@ -148,6 +148,25 @@ func (r *run) waitStreamer(ctx context.Context, d time.Duration, fallback int) (
 	}
 }
 
+// waitStreaming waits until one relay has held the lease for at least
+// settle (at most limit) and returns its slot and epoch; the last seen when
+// limit passes first.
+func (r *run) waitStreaming(ctx context.Context, slot int, epoch int64, settle, limit time.Duration) (int, int64) {
+	began := time.Now()
+	since := began
+	for time.Since(since) < settle && time.Since(began) < limit && ctx.Err() == nil {
+		time.Sleep(20 * time.Millisecond)
+		i, e := r.streamer(ctx)
+		if i < 0 {
+			continue
+		}
+		if i != slot || e != epoch {
+			slot, epoch, since = i, e, time.Now()
+		}
+	}
+	return slot, epoch
+}
+
 // epoch is the lease's epoch now (0 when unknown).
 func (r *run) epoch(ctx context.Context) int64 {
 	var e int64
@@ -164,6 +183,11 @@ func (r *run) applyCDC(ctx context.Context, f Fault, rec *FaultRecord) string {
 	slot, epoch := r.waitStreamer(ctx, 3*time.Second, f.Relay%len(r.relays.procs))
 	switch f.Kind {
 	case Kill:
+		// Mid-stream: a relay that took the lease a moment ago is still
+		// starting (reading its position, connecting the stream) and holds
+		// nothing yet, and with faults two seconds apart every kill after
+		// the first would land there.
+		slot, epoch = r.waitStreaming(ctx, slot, epoch, time.Second, 3*time.Second)
 		rec.StartMs = r.since()
 		owner := r.relays.kill(slot, f.For)
 		return fmt.Sprintf("SIGKILL %s, the streaming relay (lease epoch %d); restarted after %s", owner, epoch, f.For)

@@ -109,6 +109,7 @@ func (s *suite) allOwnedTests() []struct {
 		{"Owned/BadRows", s.testOwnedBadRows},
 		{"Owned/ConcurrentOwners", s.testOwnedConcurrent},
 		{"Owned/ClaimReadsBounded", s.testOwnedReadsBounded},
+		{"Owned/DeadKeyStatistics", s.testOwnedDeadKeyStatistics},
 		{"Owned/SessionLost", s.testOwnedSessionLost},
 	}
 }

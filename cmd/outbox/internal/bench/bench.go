@@ -74,6 +74,17 @@ type Config struct {
 	// (a plain INSERT of the table contract's columns, as a producer in
 	// another language would write it: no notification). Default library.
 	Producer string
+	// History and Dead are rows written before the drain, as a table
+	// carries them after months in production: History archived events
+	// (the archive table --keep-sent fills), Dead DEAD rows in the outbox
+	// table on keys the drain does not use. Default none.
+	History, Dead int
+	// KeepSent makes the relay archive what it delivers (store.Options's
+	// KeepSent; relay processes get --keep-sent 24h), as History's rows
+	// were.
+	KeepSent bool
+	// DrainOnly skips the latency run (a sweep of the drain).
+	DrainOnly bool
 	// OpenStore and SQLDB open the database (injected so this package does
 	// not import every store).
 	OpenStore func(ctx context.Context, url string, opts store.Options) (driver.Store, error)
@@ -192,6 +203,9 @@ func (c Config) validate() error {
 	if brokerKind(c.BrokerURL) == "" {
 		return unsupported(c.BrokerURL)
 	}
+	if c.History < 0 || c.Dead < 0 {
+		return fmt.Errorf("bench: the history's archived and DEAD rows must not be negative, not %d and %d", c.History, c.Dead)
+	}
 	if c.Partitions < 0 {
 		return fmt.Errorf("bench: the number of partitions must not be negative, not %d", c.Partitions)
 	}
@@ -207,7 +221,7 @@ func Run(ctx context.Context, c Config) (Result, error) {
 		return res, err
 	}
 	suffix := fmt.Sprintf("%d", time.Now().UnixNano()%1_000_000_000)
-	opts := store.Options{Table: "outbox_bench_" + suffix}
+	opts := store.Options{Table: "outbox_bench_" + suffix, KeepSent: c.KeepSent}
 	st, err := c.OpenStore(ctx, c.DBURL, opts)
 	if err != nil {
 		return res, err
@@ -271,6 +285,13 @@ func Run(ctx context.Context, c Config) (Result, error) {
 	if err := vacuum(ctx, db, dialect, opts.Table); err != nil {
 		return res, err
 	}
+	if c.History > 0 || c.Dead > 0 {
+		began := time.Now()
+		if err := seedHistory(ctx, db, dialect, opts.Table, c.History, c.Dead, c.Payload); err != nil {
+			return res, err
+		}
+		fmt.Fprintf(c.Out, "bench: history: %d archived events and %d DEAD rows written in %s\n", c.History, c.Dead, time.Since(began).Round(100*time.Millisecond))
+	}
 	for i := range msgs {
 		msgs[i].EventID = "" // new ids, or JetStream would dedup them (Kafka would not)
 	}
@@ -295,6 +316,9 @@ func Run(ctx context.Context, c Config) (Result, error) {
 		return res, err
 	}
 	fmt.Fprintf(c.Out, "bench: relay drain of %d events%s: %.0f ev/s (%.0f%% of raw SQL)\n", c.Events, res.on(" to "), res.DrainRate, 100*res.DrainRate/res.RawSQLRate)
+	if c.DrainOnly {
+		return res, nil
+	}
 
 	// 4. Latency at a steady rate. The producers write through a store of
 	// their own (its own pool, no in-process signal to the relay), so the

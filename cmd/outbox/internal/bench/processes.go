@@ -28,6 +28,9 @@ func startRelays(ctx context.Context, c Config, table, brokerURL string) (*relay
 	for i := 0; i < c.Relays; i++ {
 		args := []string{"relay", "--table", table,
 			"--batch", strconv.Itoa(c.Batch), "--workers", strconv.Itoa(c.Workers), "--log-level", "warn"}
+		if c.KeepSent {
+			args = append(args, "--keep-sent", "24h")
+		}
 		args = append(args, c.RelayArgs...)
 		cmd := c.RelayCommand(ctx, args)
 		// The URLs go in the environment, not the arguments: any local

@@ -32,6 +32,11 @@ func runBench(ctx context.Context, e env, args []string) error {
 	relayArgs := f.String("relay-args", "", "extra flags for each relay process, space-separated (e.g. \"--poll 10ms\")")
 	f.StringVar(&c.Producer, "producer", "library", "how the latency run's writers enqueue: library (Store.Enqueue) or sql (a plain INSERT, no notification)")
 	cpuProfile := f.String("cpuprofile", "", "write a pprof CPU profile of the drain phase to this file")
+	f.intFlag(&c.History, "history", 0, 0, noMax, "archived events written to the archive table before the drain (a table after months with --keep-sent)")
+	f.intFlag(&c.Dead, "dead", 0, 0, noMax, "DEAD rows written to the outbox table before the drain, on keys the drain does not use")
+	f.BoolVar(&c.KeepSent, "keep-sent", false, "the relay archives what it delivers (relay processes get --keep-sent 24h)")
+	sweepArg := f.String("sweep", "", "measure the drain only, once per value: keys=1,10,100,1000 or events=10000,100000,1000000")
+	chartFile := f.String("chart", "", "with --sweep: draw the drain against the swept setting as a PNG to this file")
 	if err := f.parse(e, args); err != nil {
 		return err
 	}
@@ -52,6 +57,15 @@ func runBench(ctx context.Context, e env, args []string) error {
 		}
 	default:
 		return fmt.Errorf("%w: bench measures NATS JetStream and Kafka: --broker %s, not %s", wire.ErrUsage, bench.Brokers, wire.Mask(*brokerURL))
+	}
+	var sweep bench.Sweep
+	if *sweepArg != "" {
+		var err error
+		if sweep, err = bench.ParseSweep(*sweepArg); err != nil {
+			return fmt.Errorf("%w: %v", wire.ErrUsage, err)
+		}
+	} else if *chartFile != "" {
+		return fmt.Errorf("%w: --chart draws a sweep: add --sweep keys=1,10,100,1000 (or events=…)", wire.ErrUsage)
 	}
 	if !kafka && flagSet(f, "partitions") {
 		return fmt.Errorf("%w: --partitions applies to Kafka only (--broker kafka://… or kfake), not to %s", wire.ErrUsage, wire.Mask(*brokerURL))
@@ -82,6 +96,33 @@ func runBench(ctx context.Context, e env, args []string) error {
 	}
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	if *sweepArg != "" {
+		var out *os.File
+		if *chartFile != "" {
+			// created first: a path that cannot be written fails now,
+			// not after the sweep's minutes
+			var err error
+			if out, err = os.Create(*chartFile); err != nil {
+				return fmt.Errorf("%w: --chart: %v", wire.ErrUsage, err)
+			}
+		}
+		points, err := bench.RunSweep(ctx, c, sweep)
+		if out == nil || err != nil {
+			if out != nil {
+				out.Close()
+			}
+			return err
+		}
+		if err := bench.SweepChart(c, sweep, points).WritePNG(out); err != nil {
+			out.Close()
+			return err
+		}
+		if err := out.Close(); err != nil {
+			return fmt.Errorf("--chart: %w", err)
+		}
+		fmt.Fprintf(e.stdout, "bench: chart written to %s\n", *chartFile)
+		return nil
+	}
 	res, err := bench.Run(ctx, c)
 	if err != nil {
 		return err

@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
 	"os/exec"
 	"runtime/pprof"
 	"sort"
@@ -96,11 +97,19 @@ type Result struct {
 	RawSQLRate    float64 // rows/s, claim-and-delete in batches, one connection
 	RawBrokerRate float64 // msgs/s through the adapter, batches of Batch
 	DrainRate     float64 // events/s, relay, backlog of Events
-	LatencyP50    time.Duration
-	LatencyP99    time.Duration
-	LatencyMax    time.Duration
-	LatencyCount  int
-	AchievedRate  float64
+	// NaiveRate is events/s of the naive relay (naiveDrain) on the same
+	// backlog, with NaiveWorkers transactions in parallel: the limit the
+	// drain is read against.
+	NaiveRate    float64
+	NaiveWorkers int
+	// DrainUsage is what the relay used during the drain: the relay
+	// processes, or with an in-process relay this whole process.
+	DrainUsage   Usage
+	LatencyP50   time.Duration
+	LatencyP99   time.Duration
+	LatencyMax   time.Duration
+	LatencyCount int
+	AchievedRate float64
 	// LatencyAt says where latency ends: "broker ack" with an in-process
 	// relay, "consumer receipt" with relay processes (the ack happens in
 	// another process; receipt from JetStream comes just after it, so
@@ -146,8 +155,8 @@ func (r Result) Summary(c Config) string {
 	if floor == "" {
 		floor = "1 JetStream publish"
 	}
-	return fmt.Sprintf("bench: %s, %d keys, %s producer%s: drain %.0f ev/s = %.0f%% of raw SQL claim+delete (%.0f rows/s) and %.0f%% of raw broker publish (%.0f msgs/s); latency commit→%s at %.0f ev/s: p50 %s p99 %s max %s (n=%d); floor (1 SQL round trip + %s, same minutes): p50 %s p99 %s; warm-up p99 %s",
-		relays, c.Keys, c.Producer, on, r.DrainRate, 100*r.DrainRate/r.RawSQLRate, r.RawSQLRate, 100*r.DrainRate/r.RawBrokerRate, r.RawBrokerRate,
+	return fmt.Sprintf("bench: %s, %d keys, %s producer%s: drain %.0f ev/s = %.2f × the naive relay (%.0f ev/s), %.0f%% of raw SQL claim+delete (%.0f rows/s) and %.0f%% of raw broker publish (%.0f msgs/s); latency commit→%s at %.0f ev/s: p50 %s p99 %s max %s (n=%d); floor (1 SQL round trip + %s, same minutes): p50 %s p99 %s; warm-up p99 %s",
+		relays, c.Keys, c.Producer, on, r.DrainRate, r.DrainRate/r.NaiveRate, r.NaiveRate, 100*r.DrainRate/r.RawSQLRate, r.RawSQLRate, 100*r.DrainRate/r.RawBrokerRate, r.RawBrokerRate,
 		r.LatencyAt, r.AchievedRate, r.LatencyP50.Round(10*time.Microsecond), r.LatencyP99.Round(10*time.Microsecond), r.LatencyMax.Round(10*time.Microsecond), r.LatencyCount, floor, r.FloorP50.Round(10*time.Microsecond), r.FloorP99.Round(10*time.Microsecond), r.WarmupP99.Round(10*time.Microsecond))
 }
 
@@ -305,9 +314,9 @@ func Run(ctx context.Context, c Config) (Result, error) {
 		}
 	}
 	if c.Relays > 0 {
-		res.DrainRate, err = drainByProcesses(ctx, st, dest, c, opts.Table)
+		res.DrainRate, res.DrainUsage, err = drainByProcesses(ctx, st, dest, c, opts.Table)
 	} else {
-		res.DrainRate, err = drain(ctx, st, br, c)
+		res.DrainRate, res.DrainUsage, err = drain(ctx, st, br, c)
 	}
 	if c.CPUProfile != nil {
 		pprof.StopCPUProfile()
@@ -315,7 +324,27 @@ func Run(ctx context.Context, c Config) (Result, error) {
 	if err != nil {
 		return res, err
 	}
-	fmt.Fprintf(c.Out, "bench: relay drain of %d events%s: %.0f ev/s (%.0f%% of raw SQL)\n", c.Events, res.on(" to "), res.DrainRate, 100*res.DrainRate/res.RawSQLRate)
+	fmt.Fprintf(c.Out, "bench: relay drain of %d events%s: %.0f ev/s (%.0f%% of raw SQL); %s: %s, %.2f CPU s per 100,000 events\n", c.Events, res.on(" to "), res.DrainRate, 100*res.DrainRate/res.RawSQLRate,
+		res.usedBy(c), res.DrainUsage, res.DrainUsage.CPU*100_000/float64(c.Events))
+
+	// 3b. The naive relay drains the same backlog again, from the same
+	// state of the table, with as many transactions in parallel as the
+	// relays have workers.
+	if err := vacuum(ctx, db, dialect, opts.Table); err != nil {
+		return res, err
+	}
+	for i := range msgs {
+		msgs[i].EventID = ""
+	}
+	if err := fill(ctx, st, msgs); err != nil {
+		return res, err
+	}
+	res.NaiveWorkers = c.Workers * max(c.Relays, 1)
+	res.NaiveRate, err = naiveDrain(ctx, db, dialect, opts.Table, br, res.NaiveWorkers, c.Batch, c.Events, nil)
+	if err != nil {
+		return res, err
+	}
+	fmt.Fprintf(c.Out, "bench: naive relay (%d transactions of %d rows, SKIP LOCKED, no order, no fencing) on the same backlog: %.0f ev/s; relay drain = %.2f × naive relay\n", res.NaiveWorkers, c.Batch, res.NaiveRate, res.DrainRate/res.NaiveRate)
 	if c.DrainOnly {
 		return res, nil
 	}
@@ -473,26 +502,41 @@ func rawPublish(ctx context.Context, br broker.Broker, msgs []outbox.Message, ba
 
 func quietLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
 
-func drain(ctx context.Context, st driver.Store, br broker.Broker, c Config) (float64, error) {
+func drain(ctx context.Context, st driver.Store, br broker.Broker, c Config) (float64, Usage, error) {
 	r, err := relay.New(st, br, relay.Config{BatchSize: c.Batch, Workers: c.Workers, Logger: quietLogger(), PollInterval: 5 * time.Millisecond})
 	if err != nil {
-		return 0, err
+		return 0, Usage{}, err
 	}
 	rctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
+	usage := sampleProcesses([]int{os.Getpid()})
+	cpu0, _ := cpuSeconds(os.Getpid())
+	stopProgress := progress(c.Out, "drain by the relay in process", c.Events, r.Totals().Delivered.Load)
 	start := time.Now()
 	go func() { defer close(done); _ = r.Run(rctx) }()
 	for r.Totals().Delivered.Load() < int64(c.Events) {
 		if ctx.Err() != nil {
+			stopProgress()
 			cancel()
-			return 0, ctx.Err()
+			return 0, Usage{}, ctx.Err()
 		}
 		time.Sleep(2 * time.Millisecond)
 	}
 	took := time.Since(start)
+	stopProgress()
+	used := usage.finish()
+	used.CPU -= cpu0
 	cancel()
 	<-done
-	return float64(c.Events) / took.Seconds(), nil
+	return float64(c.Events) / took.Seconds(), used, nil
+}
+
+// usedBy names what DrainUsage measured.
+func (r Result) usedBy(c Config) string {
+	if c.Relays > 0 {
+		return fmt.Sprintf("%d relay processes", c.Relays)
+	}
+	return "this process (relay, producers and broker clients)"
 }
 
 // ackClock wraps a broker and records when each event's confirmation came.

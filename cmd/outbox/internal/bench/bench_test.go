@@ -33,7 +33,7 @@ func TestRunSmall(t *testing.T) {
 	if err != nil {
 		t.Fatalf("%v\n%s", err, out.String())
 	}
-	if res.RawSQLRate <= 0 || res.RawBrokerRate <= 0 || res.DrainRate <= 0 || res.LatencyCount != 200 || res.LatencyP50 <= 0 || res.LatencyP99 < res.LatencyP50 {
+	if res.RawSQLRate <= 0 || res.RawBrokerRate <= 0 || res.DrainRate <= 0 || res.NaiveRate <= 0 || res.NaiveWorkers != 3 || res.LatencyCount != 200 || res.LatencyP50 <= 0 || res.LatencyP99 < res.LatencyP50 {
 		t.Errorf("implausible result %+v", res)
 	}
 	t.Log(res.Summary(c))
@@ -81,6 +81,11 @@ func TestRunWithRelayProcesses(t *testing.T) {
 	if res.DrainRate <= 0 || res.LatencyCount != 200 || res.LatencyAt != "consumer receipt" || res.LatencyP99 < res.LatencyP50 ||
 		res.WarmupMax <= 0 || res.WarmupP99 > res.WarmupMax || res.FloorP50 <= 0 || res.FloorP99 < res.FloorP50 {
 		t.Errorf("implausible result %+v", res)
+	}
+	// what the relay processes used: a resident set each (a Go program
+	// is more than a few MiB), and CPU
+	if u := res.DrainUsage; len(u.PeakRSS) != 2 || u.PeakRSS[0] < 4<<20 || u.PeakRSS[1] < 4<<20 || u.CPU <= 0 {
+		t.Errorf("the drain's usage by the 2 relay processes is implausible: %+v", u)
 	}
 	if sum := res.Summary(c); !strings.Contains(sum, "2 relay processes, 10 keys, sql producer") {
 		t.Errorf("the summary does not name the relays, keys and producer: %s", sum)

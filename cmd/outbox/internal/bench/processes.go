@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -69,25 +70,30 @@ func (p *relayProcs) stop() error {
 // drainByProcesses lets c.Relays relay processes drain the backlog and
 // returns events/s, timed from the first event the broker stored to the
 // last (a process's start-up is not the relay's rate).
-func drainByProcesses(ctx context.Context, st driver.Store, dest destination, c Config, table string) (float64, error) {
+func drainByProcesses(ctx context.Context, st driver.Store, dest destination, c Config, table string) (float64, Usage, error) {
 	base, err := dest.stored(ctx) // the raw publish phase's messages
 	if err != nil {
-		return 0, err
+		return 0, Usage{}, err
 	}
 	procs, err := startRelays(ctx, c, table, dest.relayURL())
 	if err != nil {
-		return 0, err
+		return 0, Usage{}, err
 	}
+	usage := sampleProcesses(procs.pids())
+	var delivered atomic.Int64
+	stopProgress := progress(c.Out, fmt.Sprintf("drain by %d relay processes", c.Relays), c.Events, delivered.Load)
 	var first time.Time
 	var firstN uint64
 	deadline := time.Now().Add(10 * time.Minute)
 	for {
 		stored, err := dest.stored(ctx)
 		if err != nil {
+			stopProgress()
 			procs.stop() //nolint:errcheck
-			return 0, err
+			return 0, Usage{}, err
 		}
 		n := stored - base
+		delivered.Store(int64(n))
 		if n > 0 && first.IsZero() {
 			first, firstN = time.Now(), n
 		}
@@ -95,19 +101,31 @@ func drainByProcesses(ctx context.Context, st driver.Store, dest destination, c 
 			break
 		}
 		if time.Now().After(deadline) || ctx.Err() != nil {
+			stopProgress()
 			out := procs.stop()
-			return 0, fmt.Errorf("bench: relay processes delivered %d of %d events within 10 minutes (%v)", n, c.Events, out)
+			return 0, Usage{}, fmt.Errorf("bench: relay processes delivered %d of %d events within 10 minutes (%v)", n, c.Events, out)
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
 	took := time.Since(first)
+	stopProgress()
+	used := usage.finish()
 	if err := procs.stop(); err != nil {
-		return 0, err
+		return 0, Usage{}, err
 	}
 	if stats, err := st.Stats(ctx); err == nil && stats.Pending() > 0 {
-		return 0, fmt.Errorf("bench: the broker holds every event but the table still has %d pending", stats.Pending())
+		return 0, Usage{}, fmt.Errorf("bench: the broker holds every event but the table still has %d pending", stats.Pending())
 	}
-	return float64(uint64(c.Events)-firstN) / took.Seconds(), nil
+	return float64(uint64(c.Events)-firstN) / took.Seconds(), used, nil
+}
+
+// pids are the relay processes' ids.
+func (p *relayProcs) pids() []int {
+	ids := make([]int, len(p.cmds))
+	for i, c := range p.cmds {
+		ids[i] = c.Process.Pid
+	}
+	return ids
 }
 
 // latencyByProcesses measures commit → receipt by a consumer of the

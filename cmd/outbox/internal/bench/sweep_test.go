@@ -35,11 +35,11 @@ func TestSweepWithHistory(t *testing.T) {
 				t.Fatalf("points %+v", points)
 			}
 			for _, p := range points {
-				if p.Result.DrainRate <= 0 || p.Result.RawSQLRate <= 0 || p.Result.LatencyCount != 0 {
+				if p.Result.DrainRate <= 0 || p.Result.NaiveRate <= 0 || p.Result.RawSQLRate <= 0 || p.Result.LatencyCount != 0 {
 					t.Errorf("keys=%d: implausible drain-only result %+v", p.Value, p.Result)
 				}
 			}
-			for _, want := range []string{"history: 2000 archived events and 300 DEAD rows", "| keys | relay drain", "| 100 |"} {
+			for _, want := range []string{"history: 2000 archived events and 300 DEAD rows", "| keys | relay drain", "| 100 |", "naive relay ("} {
 				if !strings.Contains(out.String(), want) {
 					t.Errorf("the output lacks %q:\n%s", want, out.String())
 				}

@@ -1,0 +1,142 @@
+package bench
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	outbox "github.com/outbox-go/outbox"
+	"github.com/outbox-go/outbox/broker"
+	"github.com/outbox-go/outbox/store/driver"
+)
+
+// naiveDrain is the relay a user could write in an afternoon instead of
+// adopting one, and the limit the relay's drain is read against: workers
+// transactions in parallel, each taking up to batch NEW rows (a dead
+// letter stays) in id order that no other transaction has locked (FOR UPDATE SKIP LOCKED), publishing
+// every row at once through the same adapter (so with the same headers
+// the relay sends), waiting for all the confirmations, deleting the rows
+// and committing; a failed publish rolls the whole batch back. No order
+// per key, no fencing, no retry schedule, no dead letters. It returns
+// events/s from the first claim until want events were confirmed.
+//
+// MariaDB cannot lock with SKIP LOCKED in a DELETE, so there it selects
+// FOR UPDATE SKIP LOCKED and deletes by id in the same transaction;
+// SQLite has one writer at a time, so there it runs one transaction.
+func naiveDrain(ctx context.Context, db *sql.DB, dialect, table string, br broker.Broker, workers, batch, want int, progress func(done int64)) (float64, error) {
+	const cols = "id, event_id, topic, event_key, event_type, aggregate_type, schema_version, payload, content_type, headers, attempts, created_at"
+	var claim, del string
+	switch dialect {
+	case "postgres":
+		claim = "DELETE FROM " + table + " WHERE id IN (SELECT id FROM " + table + " WHERE status = 'NEW' ORDER BY id LIMIT $1 FOR UPDATE SKIP LOCKED) RETURNING " + cols
+	case "mysql":
+		claim = "SELECT " + cols + " FROM " + table + " WHERE status = 'NEW' ORDER BY id LIMIT ? FOR UPDATE SKIP LOCKED"
+		del = "DELETE FROM " + table + " WHERE id IN (?" + strings.Repeat(",?", batch-1) + ")"
+	case "sqlite":
+		claim = "DELETE FROM " + table + " WHERE id IN (SELECT id FROM " + table + " WHERE status = 'NEW' ORDER BY id LIMIT ?) RETURNING " + cols
+		workers = 1
+	default:
+		return 0, fmt.Errorf("bench: naive relay: no SQL for the %s dialect", dialect)
+	}
+	var done atomic.Int64
+	var firstErr error
+	var once sync.Once
+	fail := func(err error) { once.Do(func() { firstErr = err }) }
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	start := time.Now()
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for wctx.Err() == nil && done.Load() < int64(want) {
+				n, err := naiveBatch(wctx, db, claim, del, br, batch)
+				if err != nil {
+					if wctx.Err() == nil {
+						fail(err)
+						cancel()
+					}
+					return
+				}
+				if n == 0 {
+					time.Sleep(time.Millisecond) // the rows left are locked by the others
+					continue
+				}
+				if d := done.Add(int64(n)); progress != nil {
+					progress(d)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if firstErr != nil {
+		return 0, firstErr
+	}
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	return float64(done.Load()) / time.Since(start).Seconds(), nil
+}
+
+// naiveBatch runs one transaction of the naive relay and returns how
+// many events it delivered.
+func naiveBatch(ctx context.Context, db *sql.DB, claim, del string, br broker.Broker, batch int) (int, error) {
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		return 0, err
+	}
+	defer func() { _ = tx.Rollback() }()
+	rows, err := tx.QueryContext(ctx, claim, batch)
+	if err != nil {
+		return 0, fmt.Errorf("bench: naive relay: claim: %w", err)
+	}
+	var events []outbox.Event
+	for rows.Next() {
+		var e outbox.Event
+		var headers []byte
+		var created any
+		if err := rows.Scan(&e.ID, &e.EventID, &e.Topic, &e.Key, &e.Type, &e.AggregateType, &e.SchemaVersion, &e.Payload, &e.ContentType, &headers, &e.Attempts, &created); err != nil {
+			rows.Close()
+			return 0, fmt.Errorf("bench: naive relay: %w", err)
+		}
+		if e.Headers, err = driver.DecodeHeaders(headers); err != nil {
+			rows.Close()
+			return 0, fmt.Errorf("bench: naive relay: %w", err)
+		}
+		if t, ok := created.(time.Time); ok {
+			e.CreatedAt = t
+		}
+		events = append(events, e)
+	}
+	if err := rows.Close(); err != nil {
+		return 0, fmt.Errorf("bench: naive relay: %w", err)
+	}
+	if len(events) == 0 {
+		return 0, nil
+	}
+	if err := errors.Join(br.Publish(ctx, events)...); err != nil {
+		return 0, fmt.Errorf("bench: naive relay: publish: %w", err)
+	}
+	if del != "" {
+		args := make([]any, batch)
+		for i := range args {
+			args[i] = int64(0) // no row has id 0 in the bench's table
+		}
+		for i, e := range events {
+			args[i] = e.ID
+		}
+		if _, err := tx.ExecContext(ctx, del, args...); err != nil {
+			return 0, fmt.Errorf("bench: naive relay: delete: %w", err)
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		return 0, fmt.Errorf("bench: naive relay: commit: %w", err)
+	}
+	return len(events), nil
+}

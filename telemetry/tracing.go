@@ -88,8 +88,9 @@ type TracingConfig struct {
 	// of the producer's span, so that the producer's trace shows its
 	// publish; it costs the OpenTelemetry SDK a recorded span per event
 	// (2–4 µs of CPU, about half of what the relay spends on an event;
-	// BENCHMARKS.md §6). Default false: one span per wave (one publish
-	// call, up to a batch), the root of a trace of its own, linked to the
+	// BENCHMARKS.md, "The overhead of metrics, tracing and the dashboard").
+	// Default false: one span per wave (one publish call, up to a batch),
+	// the root of a trace of its own, linked to the
 	// traces of the wave's sampled events (up to 128, the SDK's default
 	// link limit; the rest are counted in outbox.batch.unlinked), with
 	// messaging.batch.message_count and the number that failed

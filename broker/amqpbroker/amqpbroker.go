@@ -75,7 +75,7 @@ type Config struct {
 	// batch waits for confirms to free room. It bounds the memory held
 	// for confirms, and RabbitMQ confirmed more slowly with thousands of
 	// messages unconfirmed on one channel (BENCHMARKS.md, "RabbitMQ
-	// adapter"). Default 1000.
+	// and MQTT adapters"). Default 1000.
 	MaxPending int
 	// ConnectionName is the connection_name client property Dial sets,
 	// which the management UI and `rabbitmqctl list_connections name

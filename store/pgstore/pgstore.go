@@ -65,7 +65,7 @@ type Config struct {
 // latency: at 1,000 events/s a relay in another process confirmed events
 // with p50 1.3–1.6 ms at 1 ms against 2.1 ms at 5 ms, while the outbox row
 // cost 8 writers about 8 points more throughput at 1 ms than at 5 ms
-// (BENCHMARKS.md §1 and §2). Writers that care more about commit rate than
+// (BENCHMARKS.md, "The cost of the outbox row"). Writers that care more about commit rate than
 // about a few milliseconds of delivery latency should set 5 ms or more.
 const DefaultNotifyInterval = time.Millisecond
 

@@ -95,8 +95,9 @@ func (l *Latch) Notify(w chan struct{}) {
 
 // DefaultMaxCalls is Set.MaxCalls when it is 0. Two calls keep one in
 // flight while the other's results are judged and its keys' next events
-// sent; more fragment the events that get ready together (BENCHMARKS.md
-// §11.5: with four, calls carried 2.4 events at 10 keys instead of 4.9).
+// sent; more fragment the events that get ready together (measured when
+// it was built: with four, calls carried 2.4 events at 10 keys instead of
+// 4.9; the run is in the git history of BENCHMARKS.md).
 const DefaultMaxCalls = 2
 
 // Set is one set of events to dispatch, and the caller's callbacks.

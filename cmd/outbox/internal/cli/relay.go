@@ -34,6 +34,30 @@ const stopWithin = 10 * time.Second
 // few times the batches in flight.
 const relayGCPercent = 400
 
+// relayMemoryHeadroom is what a relay's Go memory holds beside the
+// payloads of --max-inflight-bytes: the runtime, the drivers' buffers,
+// the events' other fields, the dispatcher.
+const relayMemoryHeadroom = 32 << 20
+
+// limitMemory sets the Go runtime's soft memory limit to the byte budget
+// plus relayMemoryHeadroom, unless the operator set GOMEMLIMIT. The budget
+// bounds the payloads a relay holds, but at relayGCPercent the heap may
+// grow to five times what is live before a collection: draining 64 KiB
+// events under the 64 MiB budget, a relay's peak RSS was 353 MiB without
+// the limit and 119 MiB with it (BENCHMARKS.md, "Memory and CPU"). With it
+// the collector runs sooner as the heap nears the
+// limit (never using more than half the CPU for it, as the runtime
+// bounds), and the heap stays near what the budget allows.
+func limitMemory(budget int64) {
+	if os.Getenv("GOMEMLIMIT") == "" {
+		debug.SetMemoryLimit(max(budget+relayMemoryHeadroom, minMemoryLimit))
+	}
+}
+
+// minMemoryLimit keeps a small --max-inflight-bytes from making the
+// collector run without pause over what any relay holds anyway.
+const minMemoryLimit = 64 << 20
+
 // tuneGC applies relayGCPercent unless the operator set GOGC.
 func tuneGC() {
 	if os.Getenv("GOGC") == "" {
@@ -47,7 +71,7 @@ func runRelay(ctx context.Context, e env, args []string) error {
 	var cfg relay.Config
 	f.intFlag(&cfg.BatchSize, "batch", 500, 1, noMax, "events claimed per batch")
 	f.intFlag(&cfg.Workers, "workers", 3, 1, noMax, "batches in flight at once")
-	f.sizeFlag(&cfg.MaxInflightBytes, "max-inflight-bytes", relay.DefaultMaxInflightBytes, 1, "payload bytes held at once (claimed, not settled); claims wait past it, and one event larger than the rest still goes")
+	f.sizeFlag(&cfg.MaxInflightBytes, "max-inflight-bytes", relay.DefaultMaxInflightBytes, 1, "payload bytes held at once (claimed, not settled); claims wait past it, and one event larger than the rest still goes; the Go memory limit is this plus 32 MiB (at least 64 MiB) unless GOMEMLIMIT is set")
 	f.durationFlag(&cfg.LeaseFor, "lease", 30*time.Second, 100*time.Millisecond, "claim lease; renewed while a batch is in flight")
 	f.durationFlag(&cfg.PublishTimeout, "publish-timeout", 10*time.Second, time.Millisecond, "deadline of each publish")
 	f.durationFlag(&cfg.PollInterval, "poll", 500*time.Millisecond, time.Millisecond, "poll interval when idle (wake-ups come sooner)")
@@ -174,6 +198,7 @@ func runRelay(ctx context.Context, e env, args []string) error {
 		}
 	}
 	tuneGC()
+	limitMemory(cfg.MaxInflightBytes)
 	if tokenWarning != "" {
 		log.Warn("outbox relay: " + tokenWarning)
 	}

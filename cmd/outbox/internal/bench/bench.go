@@ -314,9 +314,9 @@ func Run(ctx context.Context, c Config) (Result, error) {
 		}
 	}
 	if c.Relays > 0 {
-		res.DrainRate, res.DrainUsage, err = drainByProcesses(ctx, st, dest, c, opts.Table)
+		res.DrainRate, res.DrainUsage, err = drainByProcesses(ctx, st, dest, c, opts.Table, fmt.Sprintf("drain by %d relay processes%s", c.Relays, res.on(" to ")))
 	} else {
-		res.DrainRate, res.DrainUsage, err = drain(ctx, st, br, c)
+		res.DrainRate, res.DrainUsage, err = drain(ctx, st, br, c, "drain by the relay in process"+res.on(" to "))
 	}
 	if c.CPUProfile != nil {
 		pprof.StopCPUProfile()
@@ -344,7 +344,7 @@ func Run(ctx context.Context, c Config) (Result, error) {
 	if err != nil {
 		return res, err
 	}
-	fmt.Fprintf(c.Out, "bench: naive relay (%d transactions of %d rows, SKIP LOCKED, no order, no fencing) on the same backlog: %.0f ev/s; relay drain = %.2f × naive relay\n", res.NaiveWorkers, c.Batch, res.NaiveRate, res.DrainRate/res.NaiveRate)
+	fmt.Fprintf(c.Out, "bench: naive relay (%d transactions of %d rows, SKIP LOCKED, no order, no fencing) on the same backlog%s: %.0f ev/s; relay drain = %.2f × naive relay\n", res.NaiveWorkers, c.Batch, res.on(" to "), res.NaiveRate, res.DrainRate/res.NaiveRate)
 	if c.DrainOnly {
 		return res, nil
 	}
@@ -502,7 +502,7 @@ func rawPublish(ctx context.Context, br broker.Broker, msgs []outbox.Message, ba
 
 func quietLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
 
-func drain(ctx context.Context, st driver.Store, br broker.Broker, c Config) (float64, Usage, error) {
+func drain(ctx context.Context, st driver.Store, br broker.Broker, c Config, phase string) (float64, Usage, error) {
 	r, err := relay.New(st, br, relay.Config{BatchSize: c.Batch, Workers: c.Workers, Logger: quietLogger(), PollInterval: 5 * time.Millisecond})
 	if err != nil {
 		return 0, Usage{}, err
@@ -511,7 +511,7 @@ func drain(ctx context.Context, st driver.Store, br broker.Broker, c Config) (fl
 	done := make(chan struct{})
 	usage := sampleProcesses([]int{os.Getpid()})
 	cpu0, _ := cpuSeconds(os.Getpid())
-	stopProgress := progress(c.Out, "drain by the relay in process", c.Events, r.Totals().Delivered.Load)
+	stopProgress := progress(c.Out, phase, c.Events, r.Totals().Delivered.Load)
 	start := time.Now()
 	go func() { defer close(done); _ = r.Run(rctx) }()
 	for r.Totals().Delivered.Load() < int64(c.Events) {

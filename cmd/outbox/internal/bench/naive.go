@@ -10,6 +10,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/go-sql-driver/mysql"
+
 	outbox "github.com/outbox-go/outbox"
 	"github.com/outbox-go/outbox/broker"
 	"github.com/outbox-go/outbox/store/driver"
@@ -36,7 +38,7 @@ func naiveDrain(ctx context.Context, db *sql.DB, dialect, table string, br broke
 		claim = "DELETE FROM " + table + " WHERE id IN (SELECT id FROM " + table + " WHERE status = 'NEW' ORDER BY id LIMIT $1 FOR UPDATE SKIP LOCKED) RETURNING " + cols
 	case "mysql":
 		claim = "SELECT " + cols + " FROM " + table + " WHERE status = 'NEW' ORDER BY id LIMIT ? FOR UPDATE SKIP LOCKED"
-		del = "DELETE FROM " + table + " WHERE id IN (?" + strings.Repeat(",?", batch-1) + ")"
+		del = "DELETE FROM " + table + " WHERE id IN (?%s)" // one mark per event claimed
 	case "sqlite":
 		claim = "DELETE FROM " + table + " WHERE id IN (SELECT id FROM " + table + " WHERE status = 'NEW' ORDER BY id LIMIT ?) RETURNING " + cols
 		workers = 1
@@ -124,19 +126,29 @@ func naiveBatch(ctx context.Context, db *sql.DB, claim, del string, br broker.Br
 		return 0, fmt.Errorf("bench: naive relay: publish: %w", err)
 	}
 	if del != "" {
-		args := make([]any, batch)
-		for i := range args {
-			args[i] = int64(0) // no row has id 0 in the bench's table
-		}
+		args := make([]any, len(events))
 		for i, e := range events {
 			args[i] = e.ID
 		}
-		if _, err := tx.ExecContext(ctx, del, args...); err != nil {
+		if _, err := tx.ExecContext(ctx, fmt.Sprintf(del, strings.Repeat(",?", len(events)-1)), args...); err != nil {
+			if deadlock(err) {
+				return 0, nil // rolled back: the rows go again (a naive relay duplicates)
+			}
 			return 0, fmt.Errorf("bench: naive relay: delete: %w", err)
 		}
 	}
 	if err := tx.Commit(); err != nil {
+		if deadlock(err) {
+			return 0, nil
+		}
 		return 0, fmt.Errorf("bench: naive relay: commit: %w", err)
 	}
 	return len(events), nil
+}
+
+// deadlock says whether MariaDB chose this transaction as a deadlock's
+// victim (error 1213), which a relay retries.
+func deadlock(err error) bool {
+	var me *mysql.MySQLError
+	return errors.As(err, &me) && me.Number == 1213
 }

@@ -70,7 +70,7 @@ func (p *relayProcs) stop() error {
 // drainByProcesses lets c.Relays relay processes drain the backlog and
 // returns events/s, timed from the first event the broker stored to the
 // last (a process's start-up is not the relay's rate).
-func drainByProcesses(ctx context.Context, st driver.Store, dest destination, c Config, table string) (float64, Usage, error) {
+func drainByProcesses(ctx context.Context, st driver.Store, dest destination, c Config, table, phase string) (float64, Usage, error) {
 	base, err := dest.stored(ctx) // the raw publish phase's messages
 	if err != nil {
 		return 0, Usage{}, err
@@ -81,7 +81,7 @@ func drainByProcesses(ctx context.Context, st driver.Store, dest destination, c 
 	}
 	usage := sampleProcesses(procs.pids())
 	var delivered atomic.Int64
-	stopProgress := progress(c.Out, fmt.Sprintf("drain by %d relay processes", c.Relays), c.Events, delivered.Load)
+	stopProgress := progress(c.Out, phase, c.Events, delivered.Load)
 	var first time.Time
 	var firstN uint64
 	deadline := time.Now().Add(10 * time.Minute)

@@ -16,7 +16,7 @@ import (
 )
 
 func runBench(ctx context.Context, e env, args []string) error {
-	f := newFlags(e, "bench", "bench --db URL --broker nats://…|kafka://…|kfake [--events 100000] [--keys 5000] [--relays N] [--producer library|sql] [--rate 1000] [--duration 10s] [--partitions 16]")
+	f := newFlags(e, "bench", "bench --db URL --broker nats://…|kafka://…|kfake [--events 100000] [--keys 5000] [--relays N] [--producer library|sql] [--rate 1000] [--duration 10s] [--partitions 16] [--json FILE]")
 	brokerURL := f.String("broker", os.Getenv("OUTBOX_BROKER"), "broker (or OUTBOX_BROKER): "+bench.Brokers+"; kfake runs in this process, so its CPU is bench's and every Kafka figure says \"(kfake, in-process)\"")
 	var c bench.Config
 	f.intFlag(&c.Partitions, "partitions", bench.DefaultPartitions, 1, 1<<31-1, "partitions of the Kafka topics the run creates (and deletes after it); Kafka only")
@@ -36,6 +36,7 @@ func runBench(ctx context.Context, e env, args []string) error {
 	f.intFlag(&c.Dead, "dead", 0, 0, noMax, "DEAD rows written to the outbox table before the drain, on keys the drain does not use")
 	f.BoolVar(&c.KeepSent, "keep-sent", false, "the relay archives what it delivers (relay processes get --keep-sent 24h)")
 	sweepArg := f.String("sweep", "", "measure the drain only, once per value: keys=1,10,100,1000 or events=10000,100000,1000000")
+	jsonFile := f.String("json", "", "also write the whole result (settings, figures, date, load averages, Go version, revision) as JSON to this file")
 	chartFile := f.String("chart", "", "with --sweep: draw the drain against the swept setting as a PNG to this file")
 	if err := f.parse(e, args); err != nil {
 		return err
@@ -63,6 +64,9 @@ func runBench(ctx context.Context, e env, args []string) error {
 		var err error
 		if sweep, err = bench.ParseSweep(*sweepArg); err != nil {
 			return fmt.Errorf("%w: %v", wire.ErrUsage, err)
+		}
+		if *jsonFile != "" {
+			return fmt.Errorf("%w: --json writes a single run's result, not a --sweep", wire.ErrUsage)
 		}
 	} else if *chartFile != "" {
 		return fmt.Errorf("%w: --chart draws a sweep: add --sweep keys=1,10,100,1000 (or events=…)", wire.ErrUsage)
@@ -123,11 +127,29 @@ func runBench(ctx context.Context, e env, args []string) error {
 		fmt.Fprintf(e.stdout, "bench: chart written to %s\n", *chartFile)
 		return nil
 	}
+	var jf *os.File
+	if *jsonFile != "" {
+		// created first: a path that cannot be written fails now
+		var err error
+		if jf, err = os.Create(*jsonFile); err != nil {
+			return fmt.Errorf("%w: --json: %v", wire.ErrUsage, err)
+		}
+		defer jf.Close()
+	}
+	start, load := time.Now(), bench.LoadAvg()
 	res, err := bench.Run(ctx, c)
 	if err != nil {
 		return err
 	}
 	fmt.Fprintln(e.stdout, res.Summary(c))
+	if jf != nil {
+		if err := bench.NewReport(c, res, start, load, wire.Mask).WriteJSON(jf); err != nil {
+			return fmt.Errorf("--json: %w", err)
+		}
+		if err := jf.Close(); err != nil {
+			return fmt.Errorf("--json: %w", err)
+		}
+	}
 	return nil
 }
 

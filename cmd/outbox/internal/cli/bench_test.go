@@ -1,8 +1,12 @@
 package cli
 
 import (
+	"encoding/json"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/outbox-go/outbox/testkit/teststores"
 )
@@ -23,5 +27,45 @@ func TestBenchKfake(t *testing.T) {
 	}
 	if !strings.Contains(out, "library producer, Kafka (kfake, in-process) with 2 partitions: drain ") {
 		t.Errorf("no summary line:\n%s", out)
+	}
+}
+
+// `outbox bench --json FILE` writes the run's settings (passwords masked),
+// figures and the machine's load; a path that cannot be created fails
+// before the run, with one line and the usage exit code.
+func TestBenchJSON(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "bench.json")
+	code, out, stderr := runCLI("bench", "--db", teststores.URL(t, "postgres"), "--broker", "kfake", "--partitions", "2",
+		"--events", "1000", "--keys", "10", "--rate", "100", "--duration", "1s", "--warmup", "0s", "--json", path)
+	if code != exitOK {
+		t.Fatalf("exit %d\n%s\n%s", code, out, stderr)
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rep struct {
+		Date      time.Time `json:"date"`
+		GoVersion string    `json:"go_version"`
+		LoadStart string    `json:"load_start"`
+		Config    struct {
+			Events int    `json:"events"`
+			Broker string `json:"broker"`
+		} `json:"config"`
+		Result struct {
+			DrainRate, NaiveRate float64
+			LatencyCount         int
+		} `json:"result"`
+	}
+	if err := json.Unmarshal(b, &rep); err != nil {
+		t.Fatalf("not JSON: %v\n%s", err, b)
+	}
+	if rep.Date.IsZero() || rep.GoVersion == "" || rep.LoadStart == "" || rep.Config.Events != 1000 || rep.Config.Broker != "kfake" ||
+		rep.Result.DrainRate <= 0 || rep.Result.NaiveRate <= 0 || rep.Result.LatencyCount != 100 {
+		t.Errorf("implausible report: %s", b)
+	}
+	code, out, stderr = runCLI("bench", "--db", teststores.URL(t, "postgres"), "--broker", "kfake", "--json", filepath.Join(t.TempDir(), "no", "such", "dir.json"))
+	if code != exitUsage || strings.Count(strings.TrimSpace(stderr), "\n") != 0 || !strings.Contains(stderr, "--json") {
+		t.Errorf("a --json path that cannot be created: exit %d, stderr %q (stdout %q); want exit %d and one line naming --json", code, stderr, out, exitUsage)
 	}
 }

@@ -10,6 +10,8 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/apache/rocketmq-client-go/v2/rlog"
@@ -90,12 +92,22 @@ func probeNameServers(ctx context.Context, hosts []string) error {
 // LogRocketMQTo routes rocketmq-client-go's own log lines, which it would
 // print on stderr through logrus, to l: its info and debug lines (routes
 // refreshed, heartbeats) at debug level, its warnings and errors at warn.
+// rlog keeps its logger in a package variable it reads without a lock, so
+// it is set once, to a logger that writes to the latest l (two relays run
+// in one process in tests: setting it twice was a data race).
 func LogRocketMQTo(l *slog.Logger) {
-	rlog.SetLogger(rocketmqLog{l})
+	rocketmqTarget.Store(l)
+	rocketmqOnce.Do(func() { rlog.SetLogger(rocketmqLog{}) })
 }
 
-// rocketmqLog is an rlog.Logger writing to a slog.Logger.
-type rocketmqLog struct{ l *slog.Logger }
+var (
+	rocketmqTarget atomic.Pointer[slog.Logger]
+	rocketmqOnce   sync.Once
+)
+
+// rocketmqLog is an rlog.Logger writing to the latest LogRocketMQTo
+// logger.
+type rocketmqLog struct{}
 
 func (r rocketmqLog) log(level slog.Level, msg string, fields map[string]any) {
 	keys := make([]string, 0, len(fields))
@@ -107,7 +119,9 @@ func (r rocketmqLog) log(level slog.Level, msg string, fields map[string]any) {
 	for _, k := range keys {
 		attrs = append(attrs, slog.Any(k, fields[k]))
 	}
-	r.l.Log(context.Background(), level, "rocketmq-client-go: "+msg, attrs...)
+	if l := rocketmqTarget.Load(); l != nil {
+		l.Log(context.Background(), level, "rocketmq-client-go: "+msg, attrs...)
+	}
 }
 
 func (r rocketmqLog) Debug(msg string, fields map[string]any)   { r.log(slog.LevelDebug, msg, fields) }

@@ -53,7 +53,7 @@ type Config struct {
 	// source.Source: how many publish calls); default 3, so that the
 	// database, the relay and the broker each have work while the others
 	// are busy: on 2 cores, 3 drained a backlog faster than 2
-	// (BENCHMARKS.md), and 6 slower.
+	// (BENCHMARKS.md, "Where the drain's CPU goes"), and 6 slower.
 	Workers int
 	// LeaseFor is how long a claim holds before other relays may take it
 	// back; default 30s. It is renewed while the batch is in flight.

@@ -40,7 +40,8 @@
 // (plain SQL from any language) every few milliseconds while a relay
 // listens (store.Options.ProbeInterval, `outbox relay --probe`), so those
 // are found quickly too; the probe trades that wait against the CPU of an
-// idle relay, measured in BENCHMARKS.md. Events enqueued through a Store
+// idle relay (BENCHMARKS.md, "The commit probe's cost"). Events enqueued
+// through a Store
 // (NOTIFY on PostgreSQL, in-process signals) do not wait for the probe.
 //
 // # Ordering by ownership

@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
-# The engine's key × relay sweep (BENCHMARKS.md): `outbox bench` drains a
-# pre-filled backlog with separate `outbox relay` processes for each cell,
-# ROUNDS times (cells interleaved, so that the machine's load spreads over
-# all of them), and prints each run and each cell's medians: the drain rate,
-# its share of the raw SQL claim+delete rate measured in the same run, and
-# its share of the 100,000-key cell of the same relay count (by rate, and by
-# the share of raw SQL, which takes the load of the moment out).
+# The engine's key × relay sweep (BENCHMARKS.md, "Where the drain's CPU
+# goes"): `outbox bench` drains a pre-filled backlog with separate
+# `outbox relay` processes for each cell, ROUNDS times (cells interleaved,
+# so that the machine's load spreads over all of them), and prints each
+# run and each cell's medians: the drain rate, its share of the raw SQL
+# claim+delete rate measured in the same run, and its share of the
+# 100,000-key cell of the same relay count (by rate, and by the share of
+# raw SQL, which takes the load of the moment out).
 #
 #   scripts/bench-sweep.sh --db postgres://… --broker nats://… [--events 200000]
 #     [--rounds 3] [--keys "1 10 100 1000 100000"] [--relays "1 3"] [-- extra bench flags]

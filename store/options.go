@@ -47,7 +47,8 @@ type Options struct {
 }
 
 // DefaultProbeInterval is Options.ProbeInterval's default: one cheap query
-// every 5 ms per listening relay, measured in BENCHMARKS.md.
+// every 5 ms per listening relay (BENCHMARKS.md, "The commit probe's
+// cost").
 const DefaultProbeInterval = 5 * time.Millisecond
 
 // WithDefaults returns o with its defaults filled in.

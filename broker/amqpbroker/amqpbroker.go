@@ -74,8 +74,8 @@ type Config struct {
 	// across concurrent Publish calls (the relay runs several); a larger
 	// batch waits for confirms to free room. It bounds the memory held
 	// for confirms, and RabbitMQ confirmed more slowly with thousands of
-	// messages unconfirmed on one channel (BENCHMARKS.md, "RabbitMQ
-	// and MQTT adapters"). Default 1000.
+	// messages unconfirmed on one channel (BENCHMARKS.md, "Broker
+	// adapters against their raw clients"). Default 1000.
 	MaxPending int
 	// ConnectionName is the connection_name client property Dial sets,
 	// which the management UI and `rabbitmqctl list_connections name

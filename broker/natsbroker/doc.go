@@ -67,11 +67,12 @@
 // keeps a future per message (an entry in a table shared by the whole
 // connection under one mutex, a timeout timer, channels to wait on); for
 // batches of a thousand that bookkeeping cost more than building the
-// messages (BENCHMARKS.md, "NATS adapter publish rate"). Instead the
-// Broker keeps one reply subscription, to <inbox>.*.* (made at the first
-// Publish, renewed by nats.go after a reconnect, dropped by Close); each
-// Publish call registers under a number of its own, <call>, and publishes
-// every message of one topic with the same reply subject,
+// messages (BENCHMARKS.md, "Broker adapters against their raw
+// clients"). Instead the Broker keeps one reply subscription, to
+// <inbox>.*.* (made at the first Publish, renewed by nats.go after a
+// reconnect, dropped by Close); each Publish call registers under a
+// number of its own, <call>, and publishes every message of one topic
+// with the same reply subject,
 // <inbox>.<call>.<topic's index in the batch>; replies for a call that
 // ended are dropped. (A subscription per call cost a SUB and an UNSUB to
 // nats-server and a goroutine in nats.go for every Publish: most of the

@@ -144,7 +144,7 @@ var errUnordered = errors.New("natsbroker: a reply on the event's topic named no
 // getting a reply. One reply subject per topic instead of per message saves
 // nats-server routing a new subject for each PubAck: about 1 µs of its CPU
 // per message, and 7 % of the relay's drain rate on 2 cores
-// (BENCHMARKS.md, "NATS adapter publish rate").
+// (BENCHMARKS.md, "Broker adapters against their raw clients").
 type call struct {
 	b       *Broker
 	events  []outbox.Event

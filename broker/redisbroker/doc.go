@@ -52,9 +52,10 @@
 // memory per event in the window (some 80 MB per million events), the
 // expiry of a whole quarter's hash at once (set lazyfree-lazy-expire yes
 // for large ones, or a shorter window), and the script's time on the
-// server: BENCHMARKS.md has the rate against plain XADD (in short, Lua
-// costs about half the server's throughput). Consumers still deduplicate
-// what falls outside the window with package inbox (ce_id).
+// server: BENCHMARKS.md, "Broker adapters against their raw clients", has
+// the rate against plain XADD (in short, Lua costs about half the server's
+// throughput). Consumers still deduplicate what falls outside the window
+// with package inbox (ce_id).
 // Config.NoDedup (dedup=off in the URL) sends plain XADDs instead.
 //
 // Explicit entry ids derived from the event were the alternative, and are

@@ -486,7 +486,8 @@ func (s *Store) EnqueuePgxTx(ctx context.Context, tx pgx.Tx, msgs ...outbox.Mess
 //
 // A separate INSERT costs a round trip, which at 8 concurrent writers was
 // about 15 points of a one-row business transaction's throughput here
-// (BENCHMARKS.md): this is the way to enqueue when that matters.
+// (BENCHMARKS.md, "The cost of the outbox row"): this is the way to
+// enqueue when that matters.
 func (s *Store) EnqueueInBatch(b *pgx.Batch, msgs ...outbox.Message) error {
 	if b == nil {
 		return errors.New("pgstore: EnqueueInBatch: the batch is nil; pass the *pgx.Batch the business statements are queued on")

@@ -301,10 +301,7 @@ func Run(ctx context.Context, c Config) (Result, error) {
 		}
 		fmt.Fprintf(c.Out, "bench: history: %d archived events and %d DEAD rows written in %s\n", c.History, c.Dead, time.Since(began).Round(100*time.Millisecond))
 	}
-	for i := range msgs {
-		msgs[i].EventID = "" // new ids, or JetStream would dedup them (Kafka would not)
-	}
-	if err := fill(ctx, st, msgs); err != nil {
+	if err := refill(ctx, st, msgs); err != nil {
 		return res, err
 	}
 	fmt.Fprintf(c.Out, "bench: refilled %d events\n", c.Events)
@@ -333,14 +330,12 @@ func Run(ctx context.Context, c Config) (Result, error) {
 	if err := vacuum(ctx, db, dialect, opts.Table); err != nil {
 		return res, err
 	}
-	for i := range msgs {
-		msgs[i].EventID = ""
-	}
-	if err := fill(ctx, st, msgs); err != nil {
+	if err := refill(ctx, st, msgs); err != nil {
 		return res, err
 	}
 	res.NaiveWorkers = c.Workers * max(c.Relays, 1)
-	res.NaiveRate, err = naiveDrain(ctx, db, dialect, opts.Table, br, res.NaiveWorkers, c.Batch, c.Events, nil)
+	res.NaiveRate, err = naiveDrain(ctx, db, dialect, opts.Table, br, res.NaiveWorkers, c.Batch, c.Events, c.Out,
+		fmt.Sprintf("naive relay (%d transactions)%s", res.NaiveWorkers, res.on(" to ")))
 	if err != nil {
 		return res, err
 	}
@@ -388,6 +383,15 @@ func makeMessages(c Config, topic string) []outbox.Message {
 		msgs[i] = outbox.Message{Topic: topic, Key: fmt.Sprintf("order-%d", i%c.Keys), Type: "OrderPaid", Payload: payload}
 	}
 	return msgs
+}
+
+// refill enqueues msgs again under new event ids (JetStream would dedup
+// the old ones; Kafka would not).
+func refill(ctx context.Context, st driver.Store, msgs []outbox.Message) error {
+	for i := range msgs {
+		msgs[i].EventID = ""
+	}
+	return fill(ctx, st, msgs)
 }
 
 func fill(ctx context.Context, st driver.Store, msgs []outbox.Message) error {
@@ -510,6 +514,7 @@ func drain(ctx context.Context, st driver.Store, br broker.Broker, c Config, pha
 	rctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
 	usage := sampleProcesses([]int{os.Getpid()})
+	defer usage.halt()
 	cpu0, _ := cpuSeconds(os.Getpid())
 	stopProgress := progress(c.Out, phase, c.Events, r.Totals().Delivered.Load)
 	start := time.Now()

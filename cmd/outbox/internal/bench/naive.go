@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"io"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -25,12 +26,13 @@ import (
 // the relay sends), waiting for all the confirmations, deleting the rows
 // and committing; a failed publish rolls the whole batch back. No order
 // per key, no fencing, no retry schedule, no dead letters. It returns
-// events/s from the first claim until want events were confirmed.
+// events/s from the first claim until want events were confirmed, and
+// prints progress lines named phase to out meanwhile.
 //
 // MariaDB cannot lock with SKIP LOCKED in a DELETE, so there it selects
 // FOR UPDATE SKIP LOCKED and deletes by id in the same transaction;
 // SQLite has one writer at a time, so there it runs one transaction.
-func naiveDrain(ctx context.Context, db *sql.DB, dialect, table string, br broker.Broker, workers, batch, want int, progress func(done int64)) (float64, error) {
+func naiveDrain(ctx context.Context, db *sql.DB, dialect, table string, br broker.Broker, workers, batch, want int, out io.Writer, phase string) (float64, error) {
 	const cols = "id, event_id, topic, event_key, event_type, aggregate_type, schema_version, payload, content_type, headers, attempts, created_at"
 	var claim, del string
 	switch dialect {
@@ -51,6 +53,8 @@ func naiveDrain(ctx context.Context, db *sql.DB, dialect, table string, br broke
 	fail := func(err error) { once.Do(func() { firstErr = err }) }
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	stopProgress := progress(out, phase, want, done.Load)
+	defer stopProgress()
 	start := time.Now()
 	var wg sync.WaitGroup
 	for range workers {
@@ -70,9 +74,7 @@ func naiveDrain(ctx context.Context, db *sql.DB, dialect, table string, br broke
 					time.Sleep(time.Millisecond) // the rows left are locked by the others
 					continue
 				}
-				if d := done.Add(int64(n)); progress != nil {
-					progress(d)
-				}
+				done.Add(int64(n))
 			}
 		}()
 	}

@@ -80,6 +80,7 @@ func drainByProcesses(ctx context.Context, st driver.Store, dest destination, c 
 		return 0, Usage{}, err
 	}
 	usage := sampleProcesses(procs.pids())
+	defer usage.halt()
 	var delivered atomic.Int64
 	stopProgress := progress(c.Out, phase, c.Events, delivered.Load)
 	var first time.Time

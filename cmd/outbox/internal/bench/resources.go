@@ -43,11 +43,12 @@ func (u Usage) String() string {
 
 // sampler follows the resident sets of some processes until stopped.
 type sampler struct {
-	pids []int
-	mu   sync.Mutex
-	peak []int64
-	stop chan struct{}
-	done chan struct{}
+	pids    []int
+	mu      sync.Mutex
+	peak    []int64
+	stop    chan struct{}
+	done    chan struct{}
+	stopped sync.Once
 }
 
 func sampleProcesses(pids []int) *sampler {
@@ -78,12 +79,18 @@ func (s *sampler) sample() {
 	}
 }
 
+// halt stops sampling; it may be called more than once (deferred on the
+// paths that return an error).
+func (s *sampler) halt() {
+	s.stopped.Do(func() { close(s.stop) })
+	<-s.done
+}
+
 // finish stops sampling and reads the CPU the processes used so far; call
 // it before they exit.
 func (s *sampler) finish() Usage {
 	s.sample()
-	close(s.stop)
-	<-s.done
+	s.halt()
 	var u Usage
 	s.mu.Lock()
 	u.PeakRSS = append(u.PeakRSS, s.peak...)

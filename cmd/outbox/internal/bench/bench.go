@@ -27,7 +27,6 @@ import (
 	"github.com/outbox-go/outbox/relay"
 	"github.com/outbox-go/outbox/store"
 	"github.com/outbox-go/outbox/store/driver"
-	"github.com/outbox-go/outbox/store/pgstore"
 )
 
 // Config says what to measure.
@@ -106,6 +105,7 @@ type Result struct {
 	// processes, or with an in-process relay this whole process.
 	DrainUsage   Usage
 	LatencyP50   time.Duration
+	LatencyP95   time.Duration
 	LatencyP99   time.Duration
 	LatencyMax   time.Duration
 	LatencyCount int
@@ -155,9 +155,9 @@ func (r Result) Summary(c Config) string {
 	if floor == "" {
 		floor = "1 JetStream publish"
 	}
-	return fmt.Sprintf("bench: %s, %d keys, %s producer%s: drain %.0f ev/s = %.2f × the naive relay (%.0f ev/s), %.0f%% of raw SQL claim+delete (%.0f rows/s) and %.0f%% of raw broker publish (%.0f msgs/s); latency commit→%s at %.0f ev/s: p50 %s p99 %s max %s (n=%d); floor (1 SQL round trip + %s, same minutes): p50 %s p99 %s; warm-up p99 %s",
+	return fmt.Sprintf("bench: %s, %d keys, %s producer%s: drain %.0f ev/s = %.2f × the naive relay (%.0f ev/s), %.0f%% of raw SQL claim+delete (%.0f rows/s) and %.0f%% of raw broker publish (%.0f msgs/s); latency commit→%s at %.0f ev/s: p50 %s p95 %s p99 %s max %s (n=%d); floor (1 SQL round trip + %s, same minutes): p50 %s p99 %s; warm-up p99 %s",
 		relays, c.Keys, c.Producer, on, r.DrainRate, r.DrainRate/r.NaiveRate, r.NaiveRate, 100*r.DrainRate/r.RawSQLRate, r.RawSQLRate, 100*r.DrainRate/r.RawBrokerRate, r.RawBrokerRate,
-		r.LatencyAt, r.AchievedRate, r.LatencyP50.Round(10*time.Microsecond), r.LatencyP99.Round(10*time.Microsecond), r.LatencyMax.Round(10*time.Microsecond), r.LatencyCount, floor, r.FloorP50.Round(10*time.Microsecond), r.FloorP99.Round(10*time.Microsecond), r.WarmupP99.Round(10*time.Microsecond))
+		r.LatencyAt, r.AchievedRate, r.LatencyP50.Round(10*time.Microsecond), r.LatencyP95.Round(10*time.Microsecond), r.LatencyP99.Round(10*time.Microsecond), r.LatencyMax.Round(10*time.Microsecond), r.LatencyCount, floor, r.FloorP50.Round(10*time.Microsecond), r.FloorP99.Round(10*time.Microsecond), r.WarmupP99.Round(10*time.Microsecond))
 }
 
 // WithDefaults returns c with the default in every zero field.
@@ -241,16 +241,7 @@ func Run(ctx context.Context, c Config) (Result, error) {
 		return res, err
 	}
 	defer db.Close()
-	defer func() {
-		for _, t := range []string{"", "_archive", "_migrations", "_claims", "_lock", "_shards", "_relays"} {
-			_, _ = db.Exec("DROP TABLE IF EXISTS " + opts.Table + t)
-		}
-		if dialect == "postgres" {
-			for _, d := range pgstore.DomainNames(opts.Table) {
-				_, _ = db.Exec("DROP DOMAIN IF EXISTS " + d)
-			}
-		}
-	}()
+	defer dropBenchTables(db, dialect, opts.Table)
 	if err := st.Migrate(ctx); err != nil {
 		return res, err
 	}
@@ -372,7 +363,7 @@ func Run(ctx context.Context, c Config) (Result, error) {
 	if err != nil {
 		return res, err
 	}
-	fmt.Fprintf(c.Out, "bench: latency commit→%s%s at %.0f ev/s: p50 %s, p99 %s, max %s; floor p50 %s, p99 %s; warm-up (%s before) p99 %s, max %s\n", res.LatencyAt, res.on(", "), res.AchievedRate, res.LatencyP50, res.LatencyP99, res.LatencyMax, res.FloorP50, res.FloorP99, c.Warmup, res.WarmupP99, res.WarmupMax)
+	fmt.Fprintf(c.Out, "bench: latency commit→%s%s at %.0f ev/s: p50 %s, p95 %s, p99 %s, max %s; floor p50 %s, p99 %s; warm-up (%s before) p99 %s, max %s\n", res.LatencyAt, res.on(", "), res.AchievedRate, res.LatencyP50, res.LatencyP95, res.LatencyP99, res.LatencyMax, res.FloorP50, res.FloorP99, c.Warmup, res.WarmupP99, res.WarmupMax)
 	return res, nil
 }
 
@@ -676,6 +667,7 @@ func latencies(ids []string, committed []time.Time, acked map[string]time.Time, 
 	sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
 	res.LatencyCount = len(lat)
 	res.LatencyP50 = lat[len(lat)/2]
+	res.LatencyP95 = lat[len(lat)*95/100]
 	res.LatencyP99 = lat[len(lat)*99/100]
 	res.LatencyMax = lat[len(lat)-1]
 	return nil

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -16,7 +17,7 @@ import (
 )
 
 func runBench(ctx context.Context, e env, args []string) error {
-	f := newFlags(e, "bench", "bench --db URL --broker nats://…|kafka://…|kfake [--events 100000] [--keys 5000] [--relays N] [--producer library|sql] [--rate 1000] [--duration 10s] [--partitions 16] [--json FILE]")
+	f := newFlags(e, "bench", "bench --db URL --broker nats://…|kafka://…|kfake [--events 100000] [--keys 5000] [--relays N] [--producer library|sql] [--rate 1000] [--duration 10s] [--partitions 16] [--json FILE]\n       outbox bench --enqueue --db URL [--writers 1,8,32] [--transactions 2000] [--rounds 5] [--json FILE]")
 	brokerURL := f.String("broker", os.Getenv("OUTBOX_BROKER"), "broker (or OUTBOX_BROKER): "+bench.Brokers+"; kfake runs in this process, so its CPU is bench's and every Kafka figure says \"(kfake, in-process)\"")
 	var c bench.Config
 	f.intFlag(&c.Partitions, "partitions", bench.DefaultPartitions, 1, 1<<31-1, "partitions of the Kafka topics the run creates (and deletes after it); Kafka only")
@@ -38,11 +39,25 @@ func runBench(ctx context.Context, e env, args []string) error {
 	sweepArg := f.String("sweep", "", "measure the drain only, once per value: keys=1,10,100,1000 or events=10000,100000,1000000")
 	jsonFile := f.String("json", "", "also write the whole result (settings, figures, date, load averages, Go version, revision) as JSON to this file")
 	chartFile := f.String("chart", "", "with --sweep: draw the drain against the swept setting as a PNG to this file")
+	enqueue := f.Bool("enqueue", false, "measure what one outbox row adds to a business transaction instead (each form against the transaction alone; no broker)")
+	writers := f.String("writers", "1,8,32", "with --enqueue: the concurrent producers, one run per value")
+	var ec bench.EnqueueConfig
+	f.intFlag(&ec.Transactions, "transactions", 2000, 1, noMax, "with --enqueue: transactions each form commits per round")
+	f.intFlag(&ec.Rounds, "rounds", 5, 1, noMax, "with --enqueue: rounds in which the forms take turns")
 	if err := f.parse(e, args); err != nil {
 		return err
 	}
 	if len(f.posArgs()) > 0 {
 		return fmt.Errorf("%w: unexpected argument %q", wire.ErrUsage, f.posArgs()[0])
+	}
+	if *enqueue {
+		ec.Payload = c.Payload
+		return runEnqueueBench(ctx, e, f, ec, *writers, *jsonFile)
+	}
+	for _, name := range []string{"writers", "transactions", "rounds"} {
+		if flagSet(f, name) {
+			return fmt.Errorf("%w: --%s belongs to the enqueue scenario: add --enqueue", wire.ErrUsage, name)
+		}
 	}
 	if *brokerURL == "" {
 		return fmt.Errorf("%w: bench needs --broker (or OUTBOX_BROKER): %s", wire.ErrUsage, bench.Brokers)
@@ -144,6 +159,50 @@ func runBench(ctx context.Context, e env, args []string) error {
 	fmt.Fprintln(e.stdout, res.Summary(c))
 	if jf != nil {
 		if err := bench.NewReport(c, res, start, load, wire.Mask).WriteJSON(jf); err != nil {
+			return fmt.Errorf("--json: %w", err)
+		}
+		if err := jf.Close(); err != nil {
+			return fmt.Errorf("--json: %w", err)
+		}
+	}
+	return nil
+}
+
+// runEnqueueBench runs `bench --enqueue`.
+func runEnqueueBench(ctx context.Context, e env, f *flags, c bench.EnqueueConfig, writers, jsonFile string) error {
+	for _, name := range []string{"broker", "sweep", "chart", "relays", "events", "keys"} {
+		if flagSet(f, name) {
+			return fmt.Errorf("%w: --%s does not apply to --enqueue (it measures producers' transactions only)", wire.ErrUsage, name)
+		}
+	}
+	if f.db == "" {
+		return fmt.Errorf("%w: bench --enqueue needs --db (a scratch table is created and dropped)", wire.ErrUsage)
+	}
+	for _, w := range strings.Split(writers, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(w))
+		if err != nil || n < 1 || n > 1024 {
+			return fmt.Errorf("%w: --writers %q: write whole numbers from 1 to 1024 separated by commas, e.g. 1,8,32", wire.ErrUsage, writers)
+		}
+		c.Writers = append(c.Writers, n)
+	}
+	c.DBURL, c.Out, c.OpenStore, c.SQLDB = f.db, e.stdout, wire.OpenStore, wire.SQLDB
+	var jf *os.File
+	if jsonFile != "" {
+		var err error
+		if jf, err = os.Create(jsonFile); err != nil {
+			return fmt.Errorf("%w: --json: %v", wire.ErrUsage, err)
+		}
+		defer jf.Close()
+	}
+	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	start, load := time.Now(), bench.LoadAvg()
+	rows, err := bench.RunEnqueue(ctx, c)
+	if err != nil {
+		return err
+	}
+	if jf != nil {
+		if err := bench.NewEnqueueReport(c, rows, start, load, wire.Mask).WriteJSON(jf); err != nil {
 			return fmt.Errorf("--json: %w", err)
 		}
 		if err := jf.Close(); err != nil {

@@ -69,3 +69,24 @@ func TestBenchJSON(t *testing.T) {
 		t.Errorf("a --json path that cannot be created: exit %d, stderr %q (stdout %q); want exit %d and one line naming --json", code, stderr, out, exitUsage)
 	}
 }
+
+// bench --enqueue takes no broker and refuses the drain's settings, and the
+// enqueue settings need --enqueue; each mistake is one line and exit 2.
+func TestBenchEnqueueRefusals(t *testing.T) {
+	db := "sqlite:" + filepath.Join(t.TempDir(), "enqueue.db")
+	for _, args := range [][]string{
+		{"bench", "--enqueue", "--db", db, "--broker", "nats://127.0.0.1:4222"},
+		{"bench", "--enqueue", "--db", db, "--writers", "8,0"},
+		{"bench", "--enqueue", "--db", db, "--sweep", "keys=1,10"},
+		{"bench", "--db", db, "--broker", "nats://127.0.0.1:4222", "--writers", "8"},
+	} {
+		code, out, stderr := runCLI(args...)
+		if code != exitUsage || strings.Count(strings.TrimSpace(stderr), "\n") != 0 {
+			t.Errorf("outbox %s: exit %d, stderr %q (stdout %q); want exit %d and one line", strings.Join(args, " "), code, stderr, out, exitUsage)
+		}
+	}
+	code, out, stderr := runCLI("bench", "--enqueue", "--db", db, "--writers", "2", "--transactions", "20", "--rounds", "1")
+	if code != exitOK || !strings.Contains(out, "| 2 | + outbox row, own statement (EnqueueTx) |") {
+		t.Errorf("bench --enqueue on SQLite: exit %d\n%s\n%s", code, out, stderr)
+	}
+}

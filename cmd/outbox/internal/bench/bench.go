@@ -145,7 +145,7 @@ func (r Result) on(lead string) string {
 func (r Result) Summary(c Config) string {
 	relays := "1 relay in process"
 	if c.Relays > 0 {
-		relays = fmt.Sprintf("%d relay processes", c.Relays)
+		relays = plural(c.Relays, "relay process")
 	}
 	on := ""
 	if r.Partitions > 0 {
@@ -302,7 +302,7 @@ func Run(ctx context.Context, c Config) (Result, error) {
 		}
 	}
 	if c.Relays > 0 {
-		res.DrainRate, res.DrainUsage, err = drainByProcesses(ctx, st, dest, c, opts.Table, fmt.Sprintf("drain by %d relay processes%s", c.Relays, res.on(" to ")))
+		res.DrainRate, res.DrainUsage, err = drainByProcesses(ctx, st, dest, c, opts.Table, "drain by "+plural(c.Relays, "relay process")+res.on(" to "))
 	} else {
 		res.DrainRate, res.DrainUsage, err = drain(ctx, st, br, c, "drain by the relay in process"+res.on(" to "))
 	}
@@ -530,7 +530,7 @@ func drain(ctx context.Context, st driver.Store, br broker.Broker, c Config, pha
 // usedBy names what DrainUsage measured.
 func (r Result) usedBy(c Config) string {
 	if c.Relays > 0 {
-		return fmt.Sprintf("%d relay processes", c.Relays)
+		return plural(c.Relays, "relay process")
 	}
 	return "this process (relay, producers and broker clients)"
 }

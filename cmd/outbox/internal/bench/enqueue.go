@@ -366,10 +366,13 @@ func maxOf(xs []float64) float64 {
 	return m
 }
 
-// plural is "1 writer", "8 writers".
+// plural is "1 writer", "8 writers", "2 relay processes".
 func plural(n int, noun string) string {
 	if n == 1 {
 		return "1 " + noun
+	}
+	if strings.HasSuffix(noun, "s") {
+		return fmt.Sprintf("%d %ses", n, noun)
 	}
 	return fmt.Sprintf("%d %ss", n, noun)
 }

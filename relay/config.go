@@ -52,8 +52,8 @@ type Config struct {
 	// Workers is how many batches one relay has in flight at once (over a
 	// source.Source: how many publish calls); default 3, so that the
 	// database, the relay and the broker each have work while the others
-	// are busy: on 2 cores, 3 drained a backlog faster than 2
-	// (BENCHMARKS.md, "Where the drain's CPU goes"), and 6 slower.
+	// are busy: on 2 cores, 2 to 4 drained a backlog alike and 6
+	// slower (BENCHMARKS.md, "Where the drain's CPU goes").
 	Workers int
 	// LeaseFor is how long a claim holds before other relays may take it
 	// back; default 30s. It is renewed while the batch is in flight.

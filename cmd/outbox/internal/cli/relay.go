@@ -29,9 +29,9 @@ const stopWithin = 10 * time.Second
 // relayGCPercent is the garbage collector's target in the relay and bench
 // commands when GOGC is not set. The relay's live heap is small (the batches
 // in flight) and it allocates per event, so at the default of 100 it
-// collected constantly: 400 cut its CPU per event by about a fifth and raised
-// the drain rate by about a tenth (BENCHMARKS.md, "Where the drain's CPU
-// goes"), for a heap bounded by a few times the batches in flight.
+// collected constantly: 400 raised the drain rate by about a tenth
+// (BENCHMARKS.md, "Where the drain's CPU goes"), for a heap bounded by a
+// few times the batches in flight.
 const relayGCPercent = 400
 
 // relayMemoryHeadroom is what a relay's Go memory holds beside the

@@ -3,6 +3,7 @@ package sqlitestore
 import (
 	"fmt"
 	"math"
+	"strings"
 	"time"
 
 	"github.com/outbox-go/outbox/store/driver"
@@ -28,7 +29,11 @@ func integer(column string, v any, min, max int64) (int64, error) {
 			return int64(x), nil
 		}
 	}
-	return 0, driver.BadRow("%s is not an integer: it holds %s; write an integer (times are microseconds since 1970 UTC)", column, describe(v))
+	hint := "a whole number"
+	if strings.HasSuffix(column, "_at") || strings.HasSuffix(column, "_until") {
+		hint = "microseconds since 1970 UTC"
+	}
+	return 0, driver.BadRow("%s is not an integer: it holds %s; write an integer (%s)", column, describe(v), hint)
 }
 
 // describe names a value SQLite returned, for a one-line reason.

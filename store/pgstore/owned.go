@@ -101,6 +101,13 @@ func (s *Store) holdSQL(hold string) string {
 		AND EXISTS (SELECT 1 FROM ` + t + ` b WHERE b.status <> 'NEW' AND (b.status, b.event_key) >= ('DEAD', c.event_key) AND (b.status, b.event_key, b.id) < ('DEAD', c.event_key, c.id))))`
 }
 
+// maxID is the largest bigint, an id no claim range can hold (its end
+// would be one past it); maxIDReason is the reason such a row is buried
+// with, a driver.BadRow text.
+const maxID = "9223372036854775807"
+
+var maxIDReason = strings.ReplaceAll(driver.BadRow("id is "+maxID+", the largest bigint, which the relay's id ranges cannot hold: insert the event again without an id, so the table's sequence gives it one").Error(), "'", "''")
+
 // ownedSQL caches the claim statements per table and number of branches.
 var ownedSQL sync.Map // key: table + "#" + walk + "#" + runs → string
 
@@ -155,6 +162,11 @@ func ownedBranches(n int) int {
 // did (a backlog), the ranged rows are dropped and a walk runs instead (a
 // lateral scan per ok shard, cut off by a one-time filter otherwise): a
 // claim always takes the oldest ready events of its shards, in id order.
+//
+// edge: a claim's ids are ranges, and a range cannot end past the largest
+// bigint, so a row a producer wrote with that id is buried by the claim
+// that takes it (it is the last of its key: every later row gets a smaller
+// id from the sequence) rather than failing every claim.
 //
 // judged: each candidate held or not by an earlier row of its key; held
 // ones are parked. taken: the others up to $8 payload bytes, by a running
@@ -237,11 +249,14 @@ func (s *Store) ownedClaimSQL(walk, runs int) string {
 	WHERE t.n = 1 OR t.bytes <= $8
 ), parking AS (
 	UPDATE ` + s.table + ` t SET parked = true WHERE t.id = ANY(ARRAY(SELECT id FROM judged WHERE held)) AND NOT t.parked RETURNING 1
+), edge AS (
+	UPDATE ` + s.table + ` t SET status = 'DEAD', parked = false, last_error = '` + maxIDReason + `'
+	WHERE t.id = ANY(ARRAY(SELECT id FROM taken WHERE id = ` + maxID + `)) AND t.status = 'NEW' RETURNING 1
 ), ins AS (
 	INSERT INTO ` + s.claimsTable() + ` (owner, epoch, lease_until, ids, n, keys, shards)
 	SELECT $1, $2, now() + $5 * interval '1 microsecond', range_agg(int8range(id, id, '[]')), count(*),
 		COALESCE(array_agg(event_key) FILTER (WHERE event_key <> ''), '{}'), array_agg(DISTINCT shard)
-	FROM taken HAVING count(*) > 0
+	FROM taken WHERE id < ` + maxID + ` HAVING count(*) > 0
 	RETURNING lease_until, n
 )
 SELECT (SELECT lease_until FROM ins), COALESCE((SELECT n FROM ins), 0), (SELECT count(*) FROM held), (SELECT count(*) FROM parking), (SELECT count(*) FROM judged WHERE NOT held)`)

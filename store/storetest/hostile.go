@@ -42,6 +42,7 @@ type Hostile struct {
 var HostileValues = []Hostile{
 	{"id", "negative", int64(-7), delivered},
 	{"id", "text", "seven", delivered},
+	{"id", "max-int64", int64(math.MaxInt64), delivered | dead},
 	{"event_id", "control-character", "\x01aaaaaaa-aaaa-4aaa-8aaa-aaaaaaaaaaaa", dead},
 	{"event_id", "short", "x", delivered},
 	{"topic", "max-length", strings.Repeat("t", 255), delivered},

@@ -5,6 +5,18 @@
 // outcome. NewSource runs the same engine over a source.Source (a log such
 // as source/pgcdc) instead of a store.
 //
+// Run one inside your own process (`outbox relay --db URL --broker URL`
+// does the same from the command line):
+//
+//	st, err := pgstore.Open(ctx, "postgres://user:pass@host:5432/app", pgstore.Config{}) // or mysqlstore, sqlitestore
+//	br, err := natsbroker.Dial("nats://127.0.0.1:4222", natsbroker.Config{})           // or any broker/… adapter
+//	r, err := relay.New(st, br, relay.Config{})                                         // zero Config: the defaults
+//	err = r.Run(ctx) // delivers until ctx ends, then stops gracefully
+//
+// Several relays, in one process or many, share the table's work and keep
+// each key's order. A complete program: examples/quickstart/relay in the
+// repository. The rest of this comment says how the engine works.
+//
 // Guarantees, and how they are kept:
 //
 //   - At least once, never lost: an event leaves the table only after the

@@ -5,6 +5,19 @@
 // The implementations are store/pgstore, store/mysqlstore and
 // store/sqlitestore; each passes the conformance suite in store/storetest.
 //
+// A producer opens the store of its database once, creates the table once
+// (or runs `outbox migrate`), and enqueues inside its own transactions:
+//
+//	st, err := mysqlstore.Open(ctx, "mysql://user:pass@host:3306/app", mysqlstore.Config{}) // or sqlitestore.Open, pgstore.New(pool, …)
+//	err = st.Migrate(ctx) // idempotent
+//	tx, err := st.DB().BeginTx(ctx, nil)
+//	// ... the business change on tx ...
+//	err = st.EnqueueTx(ctx, tx, outbox.Message{Topic: "orders.paid", Key: "order-42", Type: "OrderPaid", Payload: payload})
+//	err = tx.Commit() // commit: the event exists; rollback: it never did
+//
+// With pgx, pgstore's EnqueuePgxTx takes a pgx.Tx. Complete programs:
+// examples/quickstart in the repository.
+//
 // The relay (package relay) drives the same store value through its
 // driver (package store/driver): shard leases, claims and the fenced
 // acknowledgements. Users never call that seam.

@@ -21,7 +21,7 @@ type Consumer struct {
 	Apply func(ctx context.Context, tx *sql.Tx, d Dialect, e OrderPaid) error
 }
 
-// The three consumers of the seeds' story. Each effect table has the order
+// The three consumers of the demo's story. Each effect table has the order
 // id as primary key, so applying an event twice would fail loudly rather
 // than double the effect: the inbox is what makes a redelivery harmless.
 var (

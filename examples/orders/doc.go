@@ -1,4 +1,4 @@
-// Package orders is the seeds' story as a small program: an order service
+// Package orders is the demo's story as a small program: an order service
 // writes each order and, when it is paid, an OrderPaid event into the
 // outbox in the same transaction; a relay delivers the events to a broker;
 // three consumers (points, shipping, notifications) each apply every event

@@ -3,7 +3,8 @@
 // the points, so a redelivered event is recognised and only acknowledged.
 // It reads NATS JetStream (the stream ORDERS), RabbitMQ (the queue points,
 // which `outbox broker setup` binds) or Redis Streams (the stream
-// orders.paid, as the consumer group points).
+// orders.paid, as the consumer group points). Its own database (--db) is
+// PostgreSQL, whichever database the producer writes to.
 //
 //	go run ./examples/quickstart/consumer --db postgres://postgres@127.0.0.1:5432/test --broker nats://127.0.0.1:4222
 //	go run ./examples/quickstart/consumer --broker 'amqp://guest:guest@127.0.0.1:5672/'
@@ -17,6 +18,7 @@ import (
 	"flag"
 	"fmt"
 	"log"
+	"os"
 	"os/signal"
 	"strings"
 	"syscall"
@@ -36,9 +38,12 @@ type consumer struct {
 
 func main() {
 	dbURL := flag.String("db", "postgres://postgres@127.0.0.1:5432/test", "PostgreSQL URL of the consumer's own database")
-	brokerURL := flag.String("broker", "nats://127.0.0.1:4222", "nats://…, amqp://… or redis://…")
+	brokerURL := flag.String("broker", env("OUTBOX_BROKER", "nats://127.0.0.1:4222"), "nats://…, amqp://… or redis://… (default: $OUTBOX_BROKER when set)")
 	count := flag.Int("count", 0, "exit after this many events (0: run until interrupted)")
 	flag.Parse()
+	if scheme, _, _ := strings.Cut(*dbURL, "://"); scheme != "postgres" && scheme != "postgresql" {
+		log.Fatalf("--db %s:…: the consumer keeps its points in a PostgreSQL database of its own (postgres://…), whichever database the producer writes to", scheme)
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 
@@ -109,4 +114,13 @@ func (c *consumer) waiting(ctx context.Context, where string) {
 	case <-ctx.Done():
 	case <-c.done:
 	}
+}
+
+// env is the environment variable name, or def when it is unset: the
+// programs follow the Quick start's `export OUTBOX_DB=… OUTBOX_BROKER=…`.
+func env(name, def string) string {
+	if v := os.Getenv(name); v != "" {
+		return v
+	}
+	return def
 }

@@ -9,6 +9,7 @@ import (
 	"flag"
 	"fmt"
 	"log"
+	"os"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -17,7 +18,7 @@ import (
 )
 
 func main() {
-	dbURL := flag.String("db", "postgres://postgres@127.0.0.1:5432/test", "PostgreSQL URL")
+	dbURL := flag.String("db", env("OUTBOX_DB", "postgres://postgres@127.0.0.1:5432/test"), "PostgreSQL URL (default: $OUTBOX_DB when set)")
 	orderID := flag.Int("order", 7, "the order to mark paid")
 	flag.Parse()
 	ctx := context.Background()
@@ -61,4 +62,13 @@ func main() {
 		log.Fatal(err)
 	}
 	fmt.Println("order", *orderID, "paid; OrderPaid enqueued")
+}
+
+// env is the environment variable name, or def when it is unset: the
+// programs follow the Quick start's `export OUTBOX_DB=… OUTBOX_BROKER=…`.
+func env(name, def string) string {
+	if v := os.Getenv(name); v != "" {
+		return v
+	}
+	return def
 }

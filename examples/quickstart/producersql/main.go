@@ -11,6 +11,7 @@ import (
 	"flag"
 	"fmt"
 	"log"
+	"os"
 	"strings"
 
 	outbox "github.com/outbox-go/outbox"
@@ -26,7 +27,7 @@ type producer interface {
 }
 
 func main() {
-	dbURL := flag.String("db", "sqlite:app.db", "mysql://user:pass@host:3306/db or sqlite:path/to/file.db")
+	dbURL := flag.String("db", env("OUTBOX_DB", "sqlite:app.db"), "mysql://user:pass@host:3306/db or sqlite:path/to/file.db (default: $OUTBOX_DB when set)")
 	orderID := flag.Int("order", 7, "the order to mark paid")
 	flag.Parse()
 	ctx := context.Background()
@@ -83,4 +84,13 @@ func main() {
 		log.Fatal(err)
 	}
 	fmt.Println("order", *orderID, "paid; OrderPaid enqueued")
+}
+
+// env is the environment variable name, or def when it is unset: the
+// programs follow the Quick start's `export OUTBOX_DB=… OUTBOX_BROKER=…`.
+func env(name, def string) string {
+	if v := os.Getenv(name); v != "" {
+		return v
+	}
+	return def
 }

@@ -10,6 +10,7 @@ import (
 	"context"
 	"flag"
 	"log"
+	"os"
 	"os/signal"
 	"syscall"
 
@@ -19,8 +20,8 @@ import (
 )
 
 func main() {
-	dbURL := flag.String("db", "postgres://postgres@127.0.0.1:5432/test", "PostgreSQL URL")
-	natsURL := flag.String("broker", "nats://127.0.0.1:4222", "NATS URL")
+	dbURL := flag.String("db", env("OUTBOX_DB", "postgres://postgres@127.0.0.1:5432/test"), "PostgreSQL URL (default: $OUTBOX_DB when set)")
+	natsURL := flag.String("broker", env("OUTBOX_BROKER", "nats://127.0.0.1:4222"), "NATS URL (default: $OUTBOX_BROKER when set)")
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
@@ -44,4 +45,13 @@ func main() {
 		log.Fatal(err)
 	}
 	log.Println("relay: stopped")
+}
+
+// env is the environment variable name, or def when it is unset: the
+// programs follow the Quick start's `export OUTBOX_DB=… OUTBOX_BROKER=…`.
+func env(name, def string) string {
+	if v := os.Getenv(name); v != "" {
+		return v
+	}
+	return def
 }

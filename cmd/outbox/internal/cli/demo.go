@@ -33,7 +33,7 @@ import (
 	"github.com/outbox-go/outbox/store/driver"
 )
 
-// runDemo tells the seeds' story on the embedded default: SQLite in a temp
+// runDemo tells an order service's story on the embedded default: SQLite in a temp
 // file and an embedded NATS JetStream, a relay as a real child process that
 // is SIGKILLed mid-batch and restarted, three consumers with inboxes, one of
 // them failing three times, one "crashing" before its acks. The summary is
@@ -103,7 +103,7 @@ func (d *demo) run(ctx context.Context, dir string) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	started := time.Now()
-	d.say("the seeds' story: an order service pays %d orders; points, shipping and notifications must each apply every payment once", d.orders)
+	d.say("an order service pays %d orders; points, shipping and notifications must each apply every payment once", d.orders)
 
 	// The embedded default: SQLite file + NATS JetStream in this process.
 	if d.natsURL == "" {

@@ -19,8 +19,9 @@ type HandlerConfig struct {
 	Gatherer prometheus.Gatherer
 	// State answers /readyz; required.
 	State *State
-	// StallAfter: not ready when the oldest pending event is older than
-	// this and nothing was delivered for this long; default 5m.
+	// StallAfter: not ready when the oldest due event (see
+	// store.Backlog) is older than this and nothing was delivered for this
+	// long; default 5m.
 	StallAfter time.Duration
 	// Grace: not ready when the store or the broker has been failing as a
 	// whole for longer than this; default 30s.
@@ -86,7 +87,7 @@ func (c HandlerConfig) notReady(ctx context.Context) []string {
 		if !h.LastDelivered.IsZero() {
 			since = fmt.Sprintf("last delivery %s ago", now.Sub(h.LastDelivered).Round(time.Second))
 		}
-		out = append(out, fmt.Sprintf("delivery stalled: the oldest pending event is %s old, %s (about %d waiting)", b.OldestPendingAge.Round(time.Second), since, b.Pending))
+		out = append(out, fmt.Sprintf("delivery stalled: the oldest due event is %s old, %s (about %d waiting)", b.OldestPendingAge.Round(time.Second), since, b.Pending))
 	}
 	return out
 }

@@ -162,6 +162,32 @@ func TestReadyzFailsWhenDeliveryStalls(t *testing.T) {
 	})
 }
 
+// An idle relay whose only event is held by its own next attempt (a
+// delayed AvailableAt, as a plain-SQL producer's far-future
+// next_attempt_at) has nothing it may deliver: /readyz stays 200 long
+// past StallAfter, however old the held event grows.
+func TestReadyzIdleWithOnlyAHeldEvent(t *testing.T) {
+	for _, kind := range teststores.Kinds {
+		t.Run(kind, func(t *testing.T) {
+			t.Parallel()
+			w := start(t, kind, 200*time.Millisecond, 100*time.Millisecond)
+			if err := w.st.Enqueue(context.Background(), outbox.Message{Topic: "t", Key: "k", Type: "T", Payload: []byte("{}"), AvailableAt: time.Now().Add(time.Hour)}); err != nil {
+				t.Fatal(err)
+			}
+			// The backlog is read at most once a second: past StallAfter
+			// and past two fresh reads.
+			for deadline := time.Now().Add(2500 * time.Millisecond); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+				if code, body := get(t, w.srv.URL+"/readyz"); code != 200 {
+					t.Fatalf("/readyz of an idle relay with only a held event = %d %q", code, body)
+				}
+			}
+			if _, m := get(t, w.srv.URL+"/metrics"); !strings.Contains(m, "outbox_pending_events 1\n") || !strings.Contains(m, "outbox_oldest_pending_age_seconds 0\n") {
+				t.Errorf("metrics with only a held event:\n%s", m)
+			}
+		})
+	}
+}
+
 func TestHandlerRefusesBadConfig(t *testing.T) {
 	if _, err := telemetry.Handler(telemetry.HandlerConfig{}); err == nil {
 		t.Error("Handler without Gatherer and State: no error")

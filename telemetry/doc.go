@@ -32,8 +32,8 @@
 // are reused for a second, so several scrapers cost one query.
 //
 // Health (Handler): /healthz answers 200 while the process runs; /readyz
-// answers 503, one reason a line, when delivery has stalled: the store or
-// the broker failing for longer than Grace, or the oldest
+// answers 503, one reason a line, when delivery has stalled: the store, the
+// broker or the backlog query failing for longer than Grace, or the oldest
 // due event (not one held by its next attempt or behind a DEAD event of
 // its key) older than StallAfter while nothing was delivered for that
 // long, or,

@@ -24,7 +24,7 @@ type HandlerConfig struct {
 	// long; default 5m.
 	StallAfter time.Duration
 	// Grace: not ready when the store or the broker has been failing as a
-	// whole for longer than this; default 30s.
+	// whole, or the backlog query, for longer than this; default 30s.
 	Grace time.Duration
 }
 
@@ -81,7 +81,9 @@ func (c HandlerConfig) notReady(ctx context.Context) []string {
 	switch {
 	case !ok:
 	case err != nil:
-		out = append(out, "backlog unknown: the store did not answer ("+redact.Text(err.Error())+")")
+		if since := c.State.backlogFailingSince(); !since.IsZero() && now.Sub(since) > c.Grace {
+			out = append(out, fmt.Sprintf("backlog unknown for %s: the store did not answer (%s)", now.Sub(since).Round(time.Second), redact.Text(err.Error())))
+		}
 	case b.OldestPendingAge > c.StallAfter && (h.LastDelivered.IsZero() || now.Sub(h.LastDelivered) > c.StallAfter):
 		since := "never delivered"
 		if !h.LastDelivered.IsZero() {

@@ -33,6 +33,7 @@ type State struct {
 	at      time.Time
 	last    store.Backlog
 	lastErr error
+	failing time.Time // since when the backlog query fails; zero while it answers
 
 	pending, oldest, dead, backlogUp, inFlight, inflightBytes, lastDelivery, storeUp, brokerUp, readyDesc, shardsHeld *prometheus.Desc
 }
@@ -170,9 +171,24 @@ func (s *State) Backlog(ctx context.Context) (b store.Backlog, ok bool, err erro
 	// scrapes and probes of the next second.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
+	start := time.Now()
 	s.last, s.lastErr = br.Backlog(ctx)
 	s.at = time.Now()
+	switch {
+	case s.lastErr == nil:
+		s.failing = time.Time{}
+	case s.failing.IsZero():
+		s.failing = start
+	}
 	return s.last, true, s.lastErr
+}
+
+// backlogFailingSince is when the backlog query started failing, zero
+// while it answers.
+func (s *State) backlogFailingSince() time.Time {
+	s.bmu.Lock()
+	defer s.bmu.Unlock()
+	return s.failing
 }
 
 // Describe implements prometheus.Collector.

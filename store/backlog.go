@@ -14,12 +14,22 @@ type Backlog struct {
 	// their ids, exact when ids have no gaps (rolled-back inserts and
 	// events delivered out of id order leave some; it never counts low).
 	Pending int64
-	// OldestPendingAge is the age of the waiting event with the lowest id
-	// (database clock); 0 when none waits.
+	// OldestPendingAge is the age (database clock) of the oldest due
+	// event: one in flight, or one the claim may take now (its next
+	// attempt has come, and no earlier row of its key holds it: DEAD,
+	// parked, or waiting for a retry or a delayed AvailableAt). A row held
+	// by its own next_attempt_at, or behind a DEAD row of its key, is not
+	// due: nothing may deliver it, so it is no stall (the DEAD row is in
+	// Dead). Only the first DueWindow waiting events by id are looked at,
+	// so the cost stays bounded: 0 when none waits, and 0 too when none
+	// of those is due.
 	OldestPendingAge time.Duration
 	// Dead counts DEAD events exactly (a small partial index).
 	Dead int64
 }
+
+// DueWindow is how many waiting events, lowest ids first, Backlog looks at for the oldest due one.
+const DueWindow = 1000
 
 // BacklogReader is an optional ability of a store: Backlog at a bounded
 // cost.

@@ -18,7 +18,7 @@
 //	outbox_claim_errors_total                     counter   claims the store failed
 //	outbox_lease_lost_total                       counter   batches whose lease was lost mid-flight
 //	outbox_pending_events                         gauge     events waiting, estimated by id span (store.Backlog)
-//	outbox_oldest_pending_age_seconds             gauge     age of the first waiting event
+//	outbox_oldest_pending_age_seconds             gauge     age of the oldest due event (store.Backlog)
 //	outbox_dead_events                            gauge     DEAD events
 //	outbox_backlog_up                             gauge     0 when the three gauges above could not be read
 //	outbox_in_flight_events                       gauge     claimed by this relay, not settled
@@ -32,9 +32,11 @@
 // are reused for a second, so several scrapers cost one query.
 //
 // Health (Handler): /healthz answers 200 while the process runs; /readyz
-// answers 503, one reason a line, when delivery has stalled: the store or
-// the broker failing for longer than Grace, or the oldest pending event
-// older than StallAfter while nothing was delivered for that long, or,
+// answers 503, one reason a line, when delivery has stalled: the store, the
+// broker or the backlog query failing for longer than Grace, or the oldest
+// due event (not one held by its next attempt or behind a DEAD event of
+// its key) older than StallAfter while nothing was delivered for that
+// long, or,
 // while the process is still connecting (NewState(nil, nil), Connecting),
 // naming what it waits for.
 //

@@ -19,11 +19,12 @@ type HandlerConfig struct {
 	Gatherer prometheus.Gatherer
 	// State answers /readyz; required.
 	State *State
-	// StallAfter: not ready when the oldest pending event is older than
-	// this and nothing was delivered for this long; default 5m.
+	// StallAfter: not ready when the oldest due event (see
+	// store.Backlog) is older than this and nothing was delivered for this
+	// long; default 5m.
 	StallAfter time.Duration
 	// Grace: not ready when the store or the broker has been failing as a
-	// whole for longer than this; default 30s.
+	// whole, or the backlog query, for longer than this; default 30s.
 	Grace time.Duration
 }
 
@@ -80,13 +81,15 @@ func (c HandlerConfig) notReady(ctx context.Context) []string {
 	switch {
 	case !ok:
 	case err != nil:
-		out = append(out, "backlog unknown: the store did not answer ("+redact.Text(err.Error())+")")
+		if since := c.State.backlogFailingSince(); !since.IsZero() && now.Sub(since) > c.Grace {
+			out = append(out, fmt.Sprintf("backlog unknown for %s: the store did not answer (%s)", now.Sub(since).Round(time.Second), redact.Text(err.Error())))
+		}
 	case b.OldestPendingAge > c.StallAfter && (h.LastDelivered.IsZero() || now.Sub(h.LastDelivered) > c.StallAfter):
 		since := "never delivered"
 		if !h.LastDelivered.IsZero() {
 			since = fmt.Sprintf("last delivery %s ago", now.Sub(h.LastDelivered).Round(time.Second))
 		}
-		out = append(out, fmt.Sprintf("delivery stalled: the oldest pending event is %s old, %s (about %d waiting)", b.OldestPendingAge.Round(time.Second), since, b.Pending))
+		out = append(out, fmt.Sprintf("delivery stalled: the oldest due event is %s old, %s (about %d waiting)", b.OldestPendingAge.Round(time.Second), since, b.Pending))
 	}
 	return out
 }

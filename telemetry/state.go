@@ -33,6 +33,7 @@ type State struct {
 	at      time.Time
 	last    store.Backlog
 	lastErr error
+	failing time.Time // since when the backlog query fails; zero while it answers
 
 	pending, oldest, dead, backlogUp, inFlight, inflightBytes, lastDelivery, storeUp, brokerUp, readyDesc, shardsHeld *prometheus.Desc
 }
@@ -61,7 +62,7 @@ func NewState(r *relay.Relay, st store.Store) *State {
 	s.SetRelay(r)
 	d := func(name, help string) *prometheus.Desc { return prometheus.NewDesc(name, help, nil, nil) }
 	s.pending = d("outbox_pending_events", "Events waiting, estimated by the id span of pending rows (exact without gaps).")
-	s.oldest = d("outbox_oldest_pending_age_seconds", "Age of the first waiting event (database clock); 0 when none waits.")
+	s.oldest = d("outbox_oldest_pending_age_seconds", "Age of the oldest due event (in flight, or one a claim may take now; not one held by its next attempt or behind a DEAD event of its key) among the first 1,000 waiting (database clock); 0 when none of them is due.")
 	s.dead = d("outbox_dead_events", "DEAD events, waiting for an operator.")
 	s.backlogUp = d("outbox_backlog_up", "1 when the backlog gauges could be read at this scrape, 0 when the store did not answer.")
 	s.inFlight = d("outbox_in_flight_events", "Events this relay claimed and has not settled yet.")
@@ -170,9 +171,24 @@ func (s *State) Backlog(ctx context.Context) (b store.Backlog, ok bool, err erro
 	// scrapes and probes of the next second.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
+	start := time.Now()
 	s.last, s.lastErr = br.Backlog(ctx)
 	s.at = time.Now()
+	switch {
+	case s.lastErr == nil:
+		s.failing = time.Time{}
+	case s.failing.IsZero():
+		s.failing = start
+	}
 	return s.last, true, s.lastErr
+}
+
+// backlogFailingSince is when the backlog query started failing, zero
+// while it answers.
+func (s *State) backlogFailingSince() time.Time {
+	s.bmu.Lock()
+	defer s.bmu.Unlock()
+	return s.failing
 }
 
 // Describe implements prometheus.Collector.

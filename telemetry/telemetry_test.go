@@ -162,6 +162,32 @@ func TestReadyzFailsWhenDeliveryStalls(t *testing.T) {
 	})
 }
 
+// An idle relay whose only event is held by its own next attempt (a
+// delayed AvailableAt, as a plain-SQL producer's far-future
+// next_attempt_at) has nothing it may deliver: /readyz stays 200 long
+// past StallAfter, however old the held event grows.
+func TestReadyzIdleWithOnlyAHeldEvent(t *testing.T) {
+	for _, kind := range teststores.Kinds {
+		t.Run(kind, func(t *testing.T) {
+			t.Parallel()
+			w := start(t, kind, 200*time.Millisecond, 100*time.Millisecond)
+			if err := w.st.Enqueue(context.Background(), outbox.Message{Topic: "t", Key: "k", Type: "T", Payload: []byte("{}"), AvailableAt: time.Now().Add(time.Hour)}); err != nil {
+				t.Fatal(err)
+			}
+			// The backlog is read at most once a second: past StallAfter
+			// and past two fresh reads.
+			for deadline := time.Now().Add(2500 * time.Millisecond); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+				if code, body := get(t, w.srv.URL+"/readyz"); code != 200 {
+					t.Fatalf("/readyz of an idle relay with only a held event = %d %q", code, body)
+				}
+			}
+			if _, m := get(t, w.srv.URL+"/metrics"); !strings.Contains(m, "outbox_pending_events 1\n") || !strings.Contains(m, "outbox_oldest_pending_age_seconds 0\n") {
+				t.Errorf("metrics with only a held event:\n%s", m)
+			}
+		})
+	}
+}
+
 func TestHandlerRefusesBadConfig(t *testing.T) {
 	if _, err := telemetry.Handler(telemetry.HandlerConfig{}); err == nil {
 		t.Error("Handler without Gatherer and State: no error")
@@ -177,8 +203,9 @@ func (failingBacklog) Backlog(context.Context) (store.Backlog, error) {
 }
 
 // While the store does not answer, /metrics still answers 200 with what it
-// knows (outbox_backlog_up 0 instead of the backlog gauges), and /readyz
-// says why it cannot tell.
+// knows (outbox_backlog_up 0 instead of the backlog gauges), and /readyz,
+// once the backlog query has failed for longer than Grace (as for a
+// failing store or broker), says why it cannot tell.
 func TestMetricsSurviveAStoreOutage(t *testing.T) {
 	st := failingBacklog{teststores.Open(t, "sqlite", store.Options{}).Store}
 	mb, err := membroker.New(membroker.Config{})
@@ -192,18 +219,25 @@ func TestMetricsSurviveAStoreOutage(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	state := telemetry.NewState(r, st)
 	reg.MustRegister(telemetry.NewMetrics(telemetry.MetricsConfig{}), state)
-	h, err := telemetry.Handler(telemetry.HandlerConfig{Gatherer: reg, State: state})
+	const grace = 500 * time.Millisecond
+	h, err := telemetry.Handler(telemetry.HandlerConfig{Gatherer: reg, State: state, Grace: grace})
 	if err != nil {
 		t.Fatal(err)
 	}
 	srv := httptest.NewServer(h)
 	defer srv.Close()
-	code, body := get(t, srv.URL+"/metrics")
+	failing := time.Now()
+	code, body := get(t, srv.URL+"/readyz")
+	if time.Since(failing) < grace && code != 200 {
+		t.Errorf("/readyz as the backlog starts failing, within the grace = %d %q, want 200", code, body)
+	}
+	code, body = get(t, srv.URL+"/metrics")
 	if code != 200 || !strings.Contains(body, "outbox_backlog_up 0\n") || !strings.Contains(body, "outbox_store_up 1\n") || strings.Contains(body, "outbox_pending_events") {
 		t.Errorf("/metrics while the backlog fails = %d:\n%s", code, body)
 	}
-	if code, body := get(t, srv.URL+"/readyz"); code != http.StatusServiceUnavailable || !strings.Contains(body, "the store did not answer") {
-		t.Errorf("/readyz while the backlog fails = %d %q", code, body)
+	time.Sleep(grace + 100*time.Millisecond - time.Since(failing))
+	if code, body := get(t, srv.URL+"/readyz"); code != http.StatusServiceUnavailable || !strings.Contains(body, "backlog unknown for") || !strings.Contains(body, "the store did not answer") {
+		t.Errorf("/readyz while the backlog fails past the grace = %d %q", code, body)
 	}
 }
 

@@ -2,6 +2,7 @@ package mysqlstore
 
 import (
 	"context"
+	"strconv"
 	"time"
 
 	"github.com/outbox-go/outbox/store"
@@ -10,15 +11,19 @@ import (
 var _ store.BacklogReader = (*Store)(nil)
 
 // Backlog summarizes what waits at a bounded cost: the ends of the primary
-// key among pending rows (NEW or SENDING), the first one's age and the DEAD
-// rows of the hold index.
+// key among pending rows (NEW or SENDING), the age of the oldest due one
+// among the first store.DueWindow (SENDING, or NEW, not parked, due by
+// dueSQL and not held by heldSQL, DEAD rows holding), and the DEAD rows of
+// the hold index.
 func (s *Store) Backlog(ctx context.Context) (store.Backlog, error) {
 	var b store.Backlog
 	var age int64
 	err := s.db.QueryRowContext(ctx, `SELECT
 	COALESCE((SELECT MAX(id) FROM `+s.table+` WHERE status IN ('NEW', 'SENDING')) - (SELECT MIN(id) FROM `+s.table+` WHERE status IN ('NEW', 'SENDING')) + 1, 0),
-	COALESCE(TIMESTAMPDIFF(MICROSECOND, (SELECT created_at FROM `+s.table+` WHERE status IN ('NEW', 'SENDING') ORDER BY id LIMIT 1), CURRENT_TIMESTAMP(6)), 0),
-	(SELECT COUNT(*) FROM `+s.table+` WHERE status = 'DEAD')`).Scan(&b.Pending, &age, &b.Dead)
+	COALESCE(TIMESTAMPDIFF(MICROSECOND, (SELECT MIN(o.created_at)
+		FROM (SELECT id, event_key, status, parked, next_attempt_at, created_at FROM `+s.table+` WHERE status IN ('NEW', 'SENDING') ORDER BY id LIMIT `+strconv.Itoa(store.DueWindow)+`) o
+		WHERE o.status = 'SENDING' OR (o.parked = 0 AND `+dueSQL("o.")+` AND NOT `+s.heldSQL()+`)), CURRENT_TIMESTAMP(6)), 0),
+	(SELECT COUNT(*) FROM `+s.table+` WHERE status = 'DEAD')`, true).Scan(&b.Pending, &age, &b.Dead)
 	if err != nil {
 		return b, wrap("backlog", err)
 	}

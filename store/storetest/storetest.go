@@ -129,6 +129,7 @@ func Run(t *testing.T, h Harness) {
 		{"DeleteOnAck", s.testDeleteOnAck},
 		{"Stats", s.testStats},
 		{"Backlog", s.testBacklog},
+		{"Backlog/Due", s.testBacklogDue},
 		{"Payloads", s.testPayloads},
 		{"PayloadTooLarge", s.testPayloadTooLarge},
 		{"MaxPayloadOption", s.testMaxPayloadOption},

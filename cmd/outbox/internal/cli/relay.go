@@ -90,7 +90,7 @@ func runRelay(ctx context.Context, e env, args []string) error {
 	metricsAddr := f.String("metrics-addr", "", "serve /metrics, /healthz and /readyz on this address (host:port; a bare :port binds 127.0.0.1); empty: off")
 	maxTopics := f.Int("metrics-max-topics", telemetry.DefaultMaxTopics, "how many distinct topics become values of the metrics' topic label; later ones are counted as topic=\"other\"")
 	var stallAfter, readyGrace time.Duration
-	f.durationFlag(&stallAfter, "stall-after", 5*time.Minute, time.Millisecond, "/readyz fails when the oldest pending event is older than this and nothing was delivered for as long")
+	f.durationFlag(&stallAfter, "stall-after", 5*time.Minute, time.Millisecond, "/readyz fails when the oldest due event is older than this and nothing was delivered for as long")
 	f.durationFlag(&readyGrace, "ready-grace", 30*time.Second, time.Millisecond, "/readyz fails when the store or the broker has been failing for longer than this")
 	dashAddr := f.String("dashboard-addr", "", "serve the dashboard on this address (host:port; a bare :port binds 127.0.0.1); empty: off")
 	dashTokenFile := f.String("dashboard-token-file", "", "file holding the dashboard's token, which enables retry, skip and purge (else "+dashboardTokenEnv+"; neither: read-only)")

@@ -12,7 +12,7 @@ var _ store.BacklogReader = (*Store)(nil)
 // Backlog summarizes what waits at a bounded cost: the ends of the primary
 // key among pending rows (NEW or SENDING), the age of the oldest due one
 // among the first store.DueWindow (SENDING, or NEW, not parked, due and not
-// held by an earlier row of its key as the claim's candidateSQL says, DEAD
+// held by an earlier row of its key as heldSQL says, DEAD
 // rows holding), and the DEAD rows of their partial index.
 func (s *Store) Backlog(ctx context.Context) (store.Backlog, error) {
 	var b store.Backlog
@@ -22,10 +22,7 @@ func (s *Store) Backlog(ctx context.Context) (store.Backlog, error) {
 	COALESCE((SELECT max(id) FROM `+t+` WHERE status IN ('NEW', 'SENDING')) - (SELECT min(id) FROM `+t+` WHERE status IN ('NEW', 'SENDING')) + 1, 0),
 	COALESCE(`+nowUS+` - (SELECT min(CASE WHEN typeof(o.created_at) = 'integer' THEN o.created_at END)
 		FROM (SELECT id, event_key, status, parked, next_attempt_at, created_at FROM `+t+` WHERE status IN ('NEW', 'SENDING') ORDER BY id LIMIT `+strconv.Itoa(store.DueWindow)+`) AS o
-		WHERE o.status = 'SENDING' OR (o.parked = 0 AND (o.next_attempt_at <= `+nowUS+` OR o.next_attempt_at <= o.created_at) AND NOT (o.event_key <> '' AND (
-			EXISTS (SELECT 1 FROM `+t+` AS h WHERE h.status = 'DEAD' AND h.event_key = o.event_key AND h.id < o.id)
-			OR EXISTS (SELECT 1 FROM `+t+` AS h WHERE h.status = 'NEW' AND h.next_attempt_at > h.created_at AND h.event_key = o.event_key AND h.id < o.id AND h.next_attempt_at > `+nowUS+`)
-			OR EXISTS (SELECT 1 FROM `+t+` AS h WHERE h.parked = 1 AND h.event_key = o.event_key AND h.id < o.id))))), 0),
+		WHERE o.status = 'SENDING' OR (o.parked = 0 AND (o.next_attempt_at <= `+nowUS+` OR o.next_attempt_at <= o.created_at) AND NOT (`+s.heldSQL(nowUS, "1")+`))), 0),
 	(SELECT count(*) FROM `+t+` WHERE status = 'DEAD')`).Scan(&b.Pending, &ageUS, &b.Dead)
 	if err != nil {
 		return b, wrap("backlog", err)

@@ -225,6 +225,17 @@ func (s *Store) expiredBefore(extra string) string {
 	return "(" + probe("h.lease_until IS NULL") + " OR " + probe("h.lease_until <= ?1") + ")"
 }
 
+// heldSQL is the condition that the keyed row o is held by an earlier row
+// of its key: DEAD (when deadHolds, an SQL boolean, is true), delayed and
+// not due at now (microseconds since 1970), or parked.
+func (s *Store) heldSQL(now, deadHolds string) string {
+	t := s.table
+	return `o.event_key <> '' AND (
+		EXISTS (SELECT 1 FROM ` + t + ` AS h WHERE h.status = 'DEAD' AND h.event_key = o.event_key AND h.id < o.id AND ` + deadHolds + `)
+		OR EXISTS (SELECT 1 FROM ` + t + ` AS h WHERE h.status = 'NEW' AND h.next_attempt_at > h.created_at AND h.event_key = o.event_key AND h.id < o.id AND h.next_attempt_at > ` + now + `)
+		OR EXISTS (SELECT 1 FROM ` + t + ` AS h WHERE h.parked = 1 AND h.event_key = o.event_key AND h.id < o.id))`
+}
+
 // candidateSQL reads a page of claim candidates with what holds them: ?1
 // the claim's now (µs), ?2 HoldDeadKeys, ?3 owner, ?4 the last id read, ?5
 // the page size. park: an earlier row of the key is delayed and not due,
@@ -237,12 +248,8 @@ func (s *Store) expiredBefore(extra string) string {
 // TEXT is measured as its bytes too (length() of TEXT counts characters).
 // ?3 (owner) is unused.
 func (s *Store) candidateSQL(from string) string {
-	t := s.table
 	return `SELECT o.id, o.status = 'SENDING', (o.next_attempt_at <= ?1 OR o.next_attempt_at <= o.created_at),
-	o.event_key <> '' AND (
-		EXISTS (SELECT 1 FROM ` + t + ` AS h WHERE h.status = 'DEAD' AND h.event_key = o.event_key AND h.id < o.id AND ?2)
-		OR EXISTS (SELECT 1 FROM ` + t + ` AS h WHERE h.status = 'NEW' AND h.next_attempt_at > h.created_at AND h.event_key = o.event_key AND h.id < o.id AND h.next_attempt_at > ?1)
-		OR EXISTS (SELECT 1 FROM ` + t + ` AS h WHERE h.parked = 1 AND h.event_key = o.event_key AND h.id < o.id)),
+	` + s.heldSQL("?1", "?2") + `,
 	o.event_key <> '' AND ` + s.expiredBefore("") + `,
 	CASE typeof(o.payload) WHEN 'text' THEN length(CAST(o.payload AS BLOB)) ELSE length(o.payload) END
 FROM ` + from + ` AND o.id > ?4 ORDER BY o.id LIMIT ?5`

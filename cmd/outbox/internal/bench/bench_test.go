@@ -217,3 +217,36 @@ func TestRunKafkaDeletesItsTopics(t *testing.T) {
 		t.Errorf("the run left topics behind: %v", names)
 	}
 }
+
+// A run whose relays stream with --source pgcdc leaves no replication slot
+// behind (an inactive slot keeps every WAL segment from then on, and the
+// server's few slots ran out after a handful of runs).
+func TestRunWithPgcdcRelaysDropsItsSlot(t *testing.T) {
+	bin := buildOutbox(t)
+	url := teststores.URL(t, "postgres")
+	db, _, err := wire.SQLDB(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	slots := func() (n int) {
+		if err := db.QueryRow("SELECT count(*) FROM pg_replication_slots WHERE slot_name LIKE 'outbox_outbox_bench_%'").Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	before := slots()
+	var out strings.Builder
+	c := bench.Config{
+		DBURL: url, BrokerURL: testnats.Shared(t), Events: 500, Out: &out, Relays: 1, DrainOnly: true,
+		RelayArgs:    []string{"--source", "pgcdc"},
+		RelayCommand: func(ctx context.Context, args []string) *exec.Cmd { return exec.CommandContext(ctx, bin, args...) },
+		OpenStore:    wire.OpenStore, SQLDB: wire.SQLDB,
+	}
+	if _, err := bench.Run(context.Background(), c); err != nil {
+		t.Fatalf("%v\n%s", err, out.String())
+	}
+	if after := slots(); after > before {
+		t.Errorf("the run left %d replication slots behind", after-before)
+	}
+}

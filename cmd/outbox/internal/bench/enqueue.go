@@ -302,18 +302,31 @@ func ordersDDL(dialect, orders string) string {
 }
 
 // dropBenchTables removes the outbox table table, its companions and the
-// extra tables given.
+// extra tables given, and on PostgreSQL what relays run with --source
+// pgcdc left: the replication slot (an inactive slot keeps every WAL
+// segment from then on, and a server has few), the publication.
 func dropBenchTables(db *sql.DB, dialect, table string, extra ...string) {
-	for _, t := range []string{"", "_archive", "_migrations", "_claims", "_lock", "_shards", "_relays"} {
+	for _, t := range []string{"", "_archive", "_migrations", "_claims", "_lock", "_shards", "_relays", "_cdc", "_dead", "_binlog"} {
 		_, _ = db.Exec("DROP TABLE IF EXISTS " + table + t)
 	}
 	for _, t := range extra {
 		_, _ = db.Exec("DROP TABLE IF EXISTS " + t)
 	}
-	if dialect == "postgres" {
-		for _, d := range pgstore.DomainNames(table) {
-			_, _ = db.Exec("DROP DOMAIN IF EXISTS " + d)
+	if dialect != "postgres" {
+		return
+	}
+	for _, d := range pgstore.DomainNames(table) {
+		_, _ = db.Exec("DROP DOMAIN IF EXISTS " + d)
+	}
+	_, _ = db.Exec("DROP PUBLICATION IF EXISTS outbox_" + table + "_pub")
+	// a relay just stopped may hold the slot for a moment more
+	for range 50 {
+		var left bool
+		if db.QueryRow("SELECT EXISTS (SELECT 1 FROM pg_replication_slots WHERE slot_name = $1)", "outbox_"+table).Scan(&left) != nil || !left {
+			return
 		}
+		_, _ = db.Exec("SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = $1 AND NOT active", "outbox_"+table)
+		time.Sleep(100 * time.Millisecond)
 	}
 }
 

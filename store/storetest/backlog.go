@@ -14,18 +14,7 @@ import (
 // are counted apart; everything delivered leaves nothing waiting.
 func (s *suite) testBacklog(t *testing.T) {
 	fx := s.migrated(t, store.Options{})
-	br, ok := fx.Store.(store.BacklogReader)
-	if !ok {
-		t.Skip("the store is not a store.BacklogReader")
-	}
-	backlog := func() store.Backlog {
-		t.Helper()
-		b, err := br.Backlog(t.Context())
-		if err != nil {
-			t.Fatalf("Backlog: %v", err)
-		}
-		return b
-	}
+	backlog := backlogOf(t, fx)
 	if b := backlog(); b != (store.Backlog{}) {
 		t.Fatalf("Backlog of an empty table = %+v, want zero", b)
 	}
@@ -58,6 +47,23 @@ func (s *suite) testBacklog(t *testing.T) {
 	}
 }
 
+// backlogOf returns a reader of fx's Backlog that fails the test on an
+// error; it skips a store that is not a store.BacklogReader.
+func backlogOf(t *testing.T, fx Fixture) func() store.Backlog {
+	br, ok := fx.Store.(store.BacklogReader)
+	if !ok {
+		t.Skip("the store is not a store.BacklogReader")
+	}
+	return func() store.Backlog {
+		t.Helper()
+		b, err := br.Backlog(t.Context())
+		if err != nil {
+			t.Fatalf("Backlog: %v", err)
+		}
+		return b
+	}
+}
+
 // backlogSQL is, per database, the SQL of an hour before a row's own
 // creation or now (hourAgo, an expression over the row's columns) and of a
 // next attempt that never comes (forever): what a plain-SQL producer
@@ -83,19 +89,8 @@ func (s *suite) backlogSQL(t *testing.T) (hourAgo, forever string) {
 // (when it parked them); a due row an hour old gives an hour.
 func (s *suite) testBacklogDue(t *testing.T) {
 	fx := s.migrated(t, store.Options{})
-	br, ok := fx.Store.(store.BacklogReader)
-	if !ok {
-		t.Skip("the store is not a store.BacklogReader")
-	}
+	backlog := backlogOf(t, fx)
 	hourAgo, forever := s.backlogSQL(t)
-	backlog := func() store.Backlog {
-		t.Helper()
-		b, err := br.Backlog(t.Context())
-		if err != nil {
-			t.Fatalf("Backlog: %v", err)
-		}
-		return b
-	}
 	set := func(label, assign string) {
 		t.Helper()
 		if _, err := fx.DB.ExecContext(t.Context(), "UPDATE "+fx.Table+" SET "+assign+" WHERE event_type = "+fx.Placeholder(1), label); err != nil {

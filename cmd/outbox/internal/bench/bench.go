@@ -17,7 +17,6 @@ import (
 	"os/exec"
 	"runtime/pprof"
 	"sort"
-	"strings"
 	"sync"
 	"time"
 
@@ -231,20 +230,12 @@ func Run(ctx context.Context, c Config) (Result, error) {
 	}
 	suffix := fmt.Sprintf("%d", time.Now().UnixNano()%1_000_000_000)
 	opts := store.Options{Table: "outbox_bench_" + suffix, KeepSent: c.KeepSent}
-	st, err := c.OpenStore(ctx, c.DBURL, opts)
+	sc, err := openScratch(ctx, c.DBURL, opts, c.OpenStore, c.SQLDB)
 	if err != nil {
 		return res, err
 	}
-	defer st.Close()
-	db, dialect, err := c.SQLDB(c.DBURL)
-	if err != nil {
-		return res, err
-	}
-	defer db.Close()
-	defer dropBenchTables(db, dialect, opts.Table)
-	if err := st.Migrate(ctx); err != nil {
-		return res, err
-	}
+	defer sc.close()
+	st, db, dialect := sc.st, sc.db, sc.dialect
 	dest, err := openDestination(ctx, c, suffix, &res)
 	if err != nil {
 		return res, err
@@ -368,7 +359,7 @@ func Run(ctx context.Context, c Config) (Result, error) {
 }
 
 func makeMessages(c Config, topic string) []outbox.Message {
-	payload := []byte(`{"order_id":42,"customer":"c-7","status":"PAID","pad":"` + strings.Repeat("x", max(c.Payload-60, 0)) + `"}`)
+	payload := payloadOf(c.Payload)
 	msgs := make([]outbox.Message, c.Events)
 	for i := range msgs {
 		msgs[i] = outbox.Message{Topic: topic, Key: fmt.Sprintf("order-%d", i%c.Keys), Type: "OrderPaid", Payload: payload}

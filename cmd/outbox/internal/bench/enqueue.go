@@ -108,25 +108,17 @@ func RunEnqueue(ctx context.Context, c EnqueueConfig) ([]EnqueueRow, error) {
 		}
 	}
 	table := fmt.Sprintf("outbox_bench_%d", time.Now().UnixNano()%1_000_000_000)
-	st, err := c.OpenStore(ctx, c.DBURL, store.Options{Table: table})
-	if err != nil {
-		return nil, err
-	}
-	defer st.Close()
-	db, dialect, err := c.SQLDB(c.DBURL)
-	if err != nil {
-		return nil, err
-	}
-	defer db.Close()
 	orders := table + "_orders"
-	defer dropBenchTables(db, dialect, table, orders)
-	if err := st.Migrate(ctx); err != nil {
+	sc, err := openScratch(ctx, c.DBURL, store.Options{Table: table}, c.OpenStore, c.SQLDB, orders)
+	if err != nil {
 		return nil, err
 	}
+	defer sc.close()
+	st, db, dialect := sc.st, sc.db, sc.dialect
 	if _, err := db.ExecContext(ctx, ordersDDL(dialect, orders)); err != nil {
 		return nil, fmt.Errorf("bench: creating the business table: %w", err)
 	}
-	payload := []byte(`{"order_id":42,"customer":"c-7","status":"PAID","pad":"` + strings.Repeat("x", max(c.Payload-60, 0)) + `"}`)
+	payload := payloadOf(c.Payload)
 	msg := func(i int64) outbox.Message {
 		return outbox.Message{Topic: "orders", Key: fmt.Sprintf("order-%d", i), Type: "OrderPaid", Payload: payload}
 	}
@@ -205,8 +197,8 @@ func enqueueForms(ctx context.Context, c EnqueueConfig, st driver.Store, db *sql
 			return tx.Commit()
 		}
 		return []enqueueForm{
-			{"business transaction alone (database/sql)", true, false, func(ctx context.Context, _ int64) error { return sqlTx(ctx, nil) }},
-			{"+ outbox row, own statement (EnqueueTx)", false, true, func(ctx context.Context, i int64) error {
+			{name: "business transaction alone (database/sql)", inRoundTrip: true, tableRow: false, tx: func(ctx context.Context, _ int64) error { return sqlTx(ctx, nil) }},
+			{name: "+ outbox row, own statement (EnqueueTx)", inRoundTrip: false, tableRow: true, tx: func(ctx context.Context, i int64) error {
 				return sqlTx(ctx, func(tx *sql.Tx) error { return st.EnqueueTx(ctx, tx, msg(i)) })
 			}},
 		}, func() {}, nil
@@ -237,11 +229,11 @@ func enqueueForms(ctx context.Context, c EnqueueConfig, st driver.Store, db *sql
 		})
 	}
 	return []enqueueForm{
-		{"business transaction alone (pgx)", true, false, func(ctx context.Context, _ int64) error { return pgTx(ctx, nil) }},
-		{"+ outbox row, own statement (EnqueuePgxTx)", false, true, func(ctx context.Context, i int64) error {
+		{name: "business transaction alone (pgx)", inRoundTrip: true, tableRow: false, tx: func(ctx context.Context, _ int64) error { return pgTx(ctx, nil) }},
+		{name: "+ outbox row, own statement (EnqueuePgxTx)", inRoundTrip: false, tableRow: true, tx: func(ctx context.Context, i int64) error {
 			return pgTx(ctx, func(tx pgx.Tx) error { return pg.EnqueuePgxTx(ctx, tx, msg(i)) })
 		}},
-		{"+ outbox row in the caller's batch (EnqueueInBatch)", true, true, func(ctx context.Context, i int64) error {
+		{name: "+ outbox row in the caller's batch (EnqueueInBatch)", inRoundTrip: true, tableRow: true, tx: func(ctx context.Context, i int64) error {
 			return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
 				b := &pgx.Batch{}
 				b.Queue(insertOrder, "c-7", 1999)
@@ -251,7 +243,7 @@ func enqueueForms(ctx context.Context, c EnqueueConfig, st driver.Store, db *sql
 				return tx.SendBatch(ctx, b).Close()
 			})
 		}},
-		{"+ table-less event, own statement (pgcdc.EnqueueMessage)", false, false, func(ctx context.Context, i int64) error {
+		{name: "+ table-less event, own statement (pgcdc.EnqueueMessage)", inRoundTrip: false, tableRow: false, tx: func(ctx context.Context, i int64) error {
 			return pgTx(ctx, func(tx pgx.Tx) error { return pgcdc.EnqueueMessage(ctx, tx, msg(i)) })
 		}},
 	}, pool.Close, nil
@@ -299,35 +291,6 @@ func ordersDDL(dialect, orders string) string {
 		id = "INTEGER PRIMARY KEY AUTOINCREMENT"
 	}
 	return "CREATE TABLE " + orders + " (id " + id + ", customer VARCHAR(64) NOT NULL, amount_cents BIGINT NOT NULL, status VARCHAR(16) NOT NULL)"
-}
-
-// dropBenchTables removes the outbox table table, its companions and the
-// extra tables given, and on PostgreSQL what relays run with --source
-// pgcdc left: the replication slot (an inactive slot keeps every WAL
-// segment from then on, and a server has few), the publication.
-func dropBenchTables(db *sql.DB, dialect, table string, extra ...string) {
-	for _, t := range []string{"", "_archive", "_migrations", "_claims", "_lock", "_shards", "_relays", "_cdc", "_dead", "_binlog"} {
-		_, _ = db.Exec("DROP TABLE IF EXISTS " + table + t)
-	}
-	for _, t := range extra {
-		_, _ = db.Exec("DROP TABLE IF EXISTS " + t)
-	}
-	if dialect != "postgres" {
-		return
-	}
-	for _, d := range pgstore.DomainNames(table) {
-		_, _ = db.Exec("DROP DOMAIN IF EXISTS " + d)
-	}
-	_, _ = db.Exec("DROP PUBLICATION IF EXISTS outbox_" + table + "_pub")
-	// a relay just stopped may hold the slot for a moment more
-	for range 50 {
-		var left bool
-		if db.QueryRow("SELECT EXISTS (SELECT 1 FROM pg_replication_slots WHERE slot_name = $1)", "outbox_"+table).Scan(&left) != nil || !left {
-			return
-		}
-		_, _ = db.Exec("SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = $1 AND NOT active", "outbox_"+table)
-		time.Sleep(100 * time.Millisecond)
-	}
 }
 
 func dialectName(dialect string) string {

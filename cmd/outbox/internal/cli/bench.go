@@ -4,6 +4,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -91,9 +92,9 @@ func runBench(ctx context.Context, e env, args []string) error {
 	}
 	tuneGC()
 	if *cpuProfile != "" {
-		pf, err := os.Create(*cpuProfile)
+		pf, err := createOutput("cpuprofile", *cpuProfile)
 		if err != nil {
-			return fmt.Errorf("%w: --cpuprofile: %v", wire.ErrUsage, err)
+			return err
 		}
 		defer pf.Close()
 		c.CPUProfile = pf
@@ -116,39 +117,28 @@ func runBench(ctx context.Context, e env, args []string) error {
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if *sweepArg != "" {
-		var out *os.File
-		if *chartFile != "" {
-			// created first: a path that cannot be written fails now,
-			// not after the sweep's minutes
-			var err error
-			if out, err = os.Create(*chartFile); err != nil {
-				return fmt.Errorf("%w: --chart: %v", wire.ErrUsage, err)
-			}
+		out, err := createOutput("chart", *chartFile)
+		if err != nil {
+			return err
+		}
+		if out != nil {
+			defer out.Close()
 		}
 		points, err := bench.RunSweep(ctx, c, sweep)
 		if out == nil || err != nil {
-			if out != nil {
-				out.Close()
-			}
 			return err
 		}
-		if err := bench.SweepChart(c, sweep, points).WritePNG(out); err != nil {
-			out.Close()
+		if err := finishOutput(out, "chart", func(w io.Writer) error { return bench.SweepChart(c, sweep, points).WritePNG(w) }); err != nil {
 			return err
-		}
-		if err := out.Close(); err != nil {
-			return fmt.Errorf("--chart: %w", err)
 		}
 		fmt.Fprintf(e.stdout, "bench: chart written to %s\n", *chartFile)
 		return nil
 	}
-	var jf *os.File
-	if *jsonFile != "" {
-		// created first: a path that cannot be written fails now
-		var err error
-		if jf, err = os.Create(*jsonFile); err != nil {
-			return fmt.Errorf("%w: --json: %v", wire.ErrUsage, err)
-		}
+	jf, err := createOutput("json", *jsonFile)
+	if err != nil {
+		return err
+	}
+	if jf != nil {
 		defer jf.Close()
 	}
 	start, load := time.Now(), bench.LoadAvg()
@@ -157,15 +147,7 @@ func runBench(ctx context.Context, e env, args []string) error {
 		return err
 	}
 	fmt.Fprintln(e.stdout, res.Summary(c))
-	if jf != nil {
-		if err := bench.NewReport(c, res, start, load, wire.Mask).WriteJSON(jf); err != nil {
-			return fmt.Errorf("--json: %w", err)
-		}
-		if err := jf.Close(); err != nil {
-			return fmt.Errorf("--json: %w", err)
-		}
-	}
-	return nil
+	return finishOutput(jf, "json", bench.NewReport(c, res, start, load, wire.Mask).WriteJSON)
 }
 
 // runEnqueueBench runs `bench --enqueue`.
@@ -186,12 +168,11 @@ func runEnqueueBench(ctx context.Context, e env, f *flags, c bench.EnqueueConfig
 		c.Writers = append(c.Writers, n)
 	}
 	c.DBURL, c.Out, c.OpenStore, c.SQLDB = f.db, e.stdout, wire.OpenStore, wire.SQLDB
-	var jf *os.File
-	if jsonFile != "" {
-		var err error
-		if jf, err = os.Create(jsonFile); err != nil {
-			return fmt.Errorf("%w: --json: %v", wire.ErrUsage, err)
-		}
+	jf, err := createOutput("json", jsonFile)
+	if err != nil {
+		return err
+	}
+	if jf != nil {
 		defer jf.Close()
 	}
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
@@ -201,13 +182,34 @@ func runEnqueueBench(ctx context.Context, e env, f *flags, c bench.EnqueueConfig
 	if err != nil {
 		return err
 	}
-	if jf != nil {
-		if err := bench.NewEnqueueReport(c, rows, start, load, wire.Mask).WriteJSON(jf); err != nil {
-			return fmt.Errorf("--json: %w", err)
-		}
-		if err := jf.Close(); err != nil {
-			return fmt.Errorf("--json: %w", err)
-		}
+	return finishOutput(jf, "json", bench.NewEnqueueReport(c, rows, start, load, wire.Mask).WriteJSON)
+}
+
+// createOutput creates the file --flag names (nil when path is empty)
+// before the run, so that a path that cannot be written fails at once, not
+// after the run's minutes.
+func createOutput(flag, path string) (*os.File, error) {
+	if path == "" {
+		return nil, nil
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, fmt.Errorf("%w: --%s: %v", wire.ErrUsage, flag, err)
+	}
+	return f, nil
+}
+
+// finishOutput writes f with write and closes it; nothing when f is nil.
+func finishOutput(f *os.File, flag string, write func(io.Writer) error) error {
+	if f == nil {
+		return nil
+	}
+	err := write(f)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("--%s: %w", flag, err)
 	}
 	return nil
 }

@@ -62,10 +62,6 @@ const claimSettings = "SELECT set_config('enable_seqscan', 'off', true), set_con
 // (see claimSettings and ackClaimSettings).
 const relaySettings = "SELECT set_config('synchronous_commit', 'off', true), set_config('plan_cache_mode', 'force_custom_plan', true), set_config('jit', 'off', true), set_config('statement_timeout', '2000', true), set_config('enable_seqscan', 'off', true)"
 
-// readSettings plan the read of a claim's events (after its COMMIT, in a
-// transaction of its own): walk the primary key by the claim's ranges.
-const readSettings = "SELECT set_config('enable_seqscan', 'off', true), set_config('jit', 'off', true)"
-
 // ackClaimSettings are relaySettings for AckClaim, which binds no array:
 // its plan is the same for every claim, so it is planned once. Sequential
 // scans are off for the reason of claimSettings: with a queue table's

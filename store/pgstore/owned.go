@@ -266,9 +266,9 @@ SELECT (SELECT lease_until FROM ins), COALESCE((SELECT n FROM ins), 0), (SELECT 
 
 // Claim takes up to req.Limit ready events from the shards of
 // req.Shards that req.Lease.Owner still holds under their epochs and that
-// no live claim of another owner touches, in id order. One round trip, two
-// transactions as in Claim: the claim, committed, then the read of its
-// events. ErrLeaseLost when the owner holds none of the shards any more
+// no live claim of another owner touches, in id order. One round trip and
+// one transaction: the claim, then the read of its events, then COMMIT.
+// ErrLeaseLost when the owner holds none of the shards any more
 // (its view is stale: Balance again).
 //
 // A claim whose candidates were all held parks them and claims nothing;
@@ -358,10 +358,11 @@ func (s *Store) claimOwned(ctx context.Context, req driver.ClaimParams, explain 
 	}
 	b := &pgx.Batch{}
 	b.Queue("BEGIN")
-	b.Queue(claimSettings)
-	// One claim of an owner at a time (a relay serializes its claims; this
-	// keeps two processes misnamed alike from claiming the same rows).
-	b.Queue("SELECT pg_advisory_xact_lock($1::int, hashtext($2::text))", int32(s.claimLock), req.Lease.Owner)
+	// The settings, and one claim of an owner at a time (a relay
+	// serializes its claims; the lock keeps two processes misnamed alike
+	// from claiming the same rows): one statement, as every statement of
+	// the pipeline costs the claim's round trip some of its time.
+	b.Queue(claimSettings+", pg_advisory_xact_lock($1::int, hashtext($2::text))", int32(s.claimLock), req.Lease.Owner)
 	// Lock the owner's shard rows FOR KEY SHARE, in shard order: a
 	// takeover (Balance locks the rows it takes FOR UPDATE, SKIP LOCKED)
 	// skips them until this claim commits, so a shard's next owner sees
@@ -382,12 +383,14 @@ func (s *Store) claimOwned(ctx context.Context, req driver.ClaimParams, explain 
 	} else {
 		b.Queue(sql, req.Lease.Owner, req.Lease.Epoch, req.HoldDeadKeys, req.Limit, req.LeaseFor.Microseconds(), shards, epochs, maxBytes)
 	}
-	b.Queue("COMMIT")
-	b.Queue(readSettings)
+	// The claimed events are read in the claim's own transaction, before
+	// its COMMIT (a second transaction cost the round trip two statements
+	// more): a read that fails rolls the claim back with it.
 	b.Queue("SELECT "+prefixed(eventCols, "o.")+" FROM (SELECT unnest(k.ids) AS r FROM "+claims+" k WHERE k.owner = $1 AND k.epoch = $2) c JOIN "+s.table+" o ON o.id >= lower(c.r) AND o.id < upper(c.r)", req.Lease.Owner, req.Lease.Epoch)
+	b.Queue("COMMIT")
 	br := s.pool.SendBatch(ctx, b)
 	defer br.Close()
-	for range 5 {
+	for range 4 {
 		if _, err := br.Exec(); err != nil {
 			return driver.Claim{}, 0, 0, wrap("claim", err)
 		}
@@ -413,11 +416,6 @@ func (s *Store) claimOwned(ctx context.Context, req driver.ClaimParams, explain 
 		}
 		if until != nil {
 			c.Until = *until
-		}
-	}
-	for range 2 {
-		if _, err := br.Exec(); err != nil {
-			return driver.Claim{}, 0, 0, wrap("claim", err)
 		}
 	}
 	rows, err := br.Query()
@@ -451,6 +449,9 @@ func (s *Store) claimOwned(ctx context.Context, req driver.ClaimParams, explain 
 		}
 	}
 	if err := rows.Err(); err != nil {
+		return driver.Claim{}, 0, 0, wrap("claim", err)
+	}
+	if _, err := br.Exec(); err != nil { // COMMIT
 		return driver.Claim{}, 0, 0, wrap("claim", err)
 	}
 	if err := br.Close(); err != nil {

@@ -46,15 +46,17 @@
 // Each worker settles a batch (ack, retries, releases) in the background
 // while it claims and publishes the next; a wake-up (the store's Notify, or
 // Wake) sends one idle worker, and a worker that claimed a full batch
-// brings another in; after a round that found events a worker looks again
-// after 2, 10 and 50 ms, because wake-ups may be coalesced, before it falls
-// back to PollInterval. Stores probe for commits that carry no notification
-// (plain SQL from any language) every few milliseconds while a relay
-// listens (store.Options.ProbeInterval, `outbox relay --probe`), so those
-// are found quickly too; the probe trades that wait against the CPU of an
-// idle relay (BENCHMARKS.md, "The commit probe's cost"). Events enqueued
-// through a Store
-// (NOTIFY on PostgreSQL, in-process signals) do not wait for the probe.
+// brings another in. Stores probe for commits that carry no notification
+// (plain SQL from any language) every millisecond while a relay listens
+// and commits arrive, every 5 ms while none do (store.Options
+// .ProbeInterval, `outbox relay --probe`), and such a store
+// (driver.Watcher) wakes the relay after every commit. Where nothing
+// probes, a worker looks again 2, 10 and 50 ms after a round that found
+// events, because wake-ups may be coalesced, before it falls back to
+// PollInterval; where a probe runs, those looks would be claims that
+// mostly find nothing, each holding back the claim behind it, so the
+// relay makes none. Events enqueued through a Store (NOTIFY on PostgreSQL,
+// in-process signals) do not wait for the probe.
 //
 // # Ordering by ownership
 //

@@ -3,26 +3,30 @@ package relay_test
 import (
 	"context"
 	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	outbox "github.com/outbox-go/outbox"
 	"github.com/outbox-go/outbox/broker/membroker"
 	"github.com/outbox-go/outbox/store"
+	"github.com/outbox-go/outbox/store/driver"
 	"github.com/outbox-go/outbox/store/pgstore"
 	"github.com/outbox-go/outbox/testkit/teststores"
 )
 
 // A writer in "another process" (a store of its own, no in-process signal)
 // coalesces its notifications: with NotifyInterval an hour, only the first
-// enqueue of a burst notifies. The relay polls only every 10 s here, so the
-// rest of the burst must be found by its re-checks after a round with
-// events, within milliseconds.
+// enqueue of a burst notifies. The relay polls only every 10 s here, and
+// its store does not probe, so the rest of the burst must be found by its
+// re-checks after a round with events, within milliseconds.
 func TestCoalescedWakeUpsStillDeliverPromptly(t *testing.T) {
 	url := teststores.URL(t, "postgres")
 	opts := store.Options{Table: teststores.UniqueTable("rn_")}
 	ctx := context.Background()
-	relayStore, err := pgstore.Open(ctx, url, pgstore.Config{Options: opts})
+	noProbe := opts
+	noProbe.ProbeInterval = -1
+	relayStore, err := pgstore.Open(ctx, url, pgstore.Config{Options: noProbe})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -82,6 +86,53 @@ func TestPlainSQLCommitsAreNoticedWithoutAPoll(t *testing.T) {
 				time.Sleep(time.Duration(20+i*10) * time.Millisecond) // idle gaps of varied length
 			}
 			t.Logf("%s: 10 plain-SQL events, slowest commit → delivery %v", kind, worst.Round(time.Millisecond))
+		})
+	}
+}
+
+// claimCounter counts a store's claims.
+type claimCounter struct {
+	*pgstore.Store
+	n atomic.Int64
+}
+
+func (c *claimCounter) Claim(ctx context.Context, req driver.ClaimParams) (driver.Claim, error) {
+	c.n.Add(1)
+	return c.Store.Claim(ctx, req)
+}
+
+// Where the store watches every commit (driver.Watcher: its probe runs),
+// the relay makes no claims of its own after a round with events: each
+// would mostly find nothing and hold back the claim a commit's wake-up
+// brings. Without the probe it looks again 2, 10 and 50 ms after one.
+func TestNoLooksAgainWhereTheStoreWatches(t *testing.T) {
+	for _, probe := range []time.Duration{0, -1} {
+		t.Run(fmt.Sprintf("probe=%v", probe), func(t *testing.T) {
+			o := teststores.Open(t, "postgres", store.Options{ProbeInterval: probe})
+			st := &claimCounter{Store: o.Store.(*pgstore.Store)}
+			if w := st.Watching(); w != (probe == 0) {
+				t.Fatalf("Watching() = %v with ProbeInterval %v", w, probe)
+			}
+			mb := newMem(t, membroker.Config{})
+			cfg := fastConfig()
+			cfg.PollInterval = 30 * time.Second
+			run(t, st, mb, cfg)
+			time.Sleep(300 * time.Millisecond) // the relay holds its shards and is idle
+			if err := st.Enqueue(context.Background(), outbox.Message{Topic: "t", Key: "k", Type: "T", Payload: []byte("{}")}); err != nil {
+				t.Fatal(err)
+			}
+			waitFor(t, "the event", 3*time.Second, func() bool { return len(mb.Events("t")) == 1 })
+			before := st.n.Load()
+			time.Sleep(200 * time.Millisecond)
+			looks := st.n.Load() - before
+			// (a look of the probe's at the table's writers may fall
+			// inside the relay's own ack: one wake-up for nothing)
+			if probe == 0 && looks > 1 {
+				t.Errorf("%d claims in the 200 ms after the event was delivered, with a probe watching every commit; want at most 1", looks)
+			}
+			if probe < 0 && looks < 2 {
+				t.Errorf("%d claims in the 200 ms after the event was delivered, without a probe; want the looks again after 2, 10 and 50 ms", looks)
+			}
 		})
 	}
 }

@@ -31,6 +31,9 @@ type Relay struct {
 	// that claims a full batch passes a token on, so a backlog enlists
 	// every worker.
 	wake chan struct{}
+	// watched: the store's Notify wakes the relay after every commit
+	// (driver.Watcher), so a worker does not look again after events
+	watched bool
 
 	health health
 	totals Totals
@@ -117,6 +120,8 @@ func (r *Relay) Run(ctx context.Context) error {
 		return r.runSource(ctx)
 	}
 	if n, ok := r.st.(driver.Notifier); ok {
+		w, ok := n.(driver.Watcher)
+		r.watched = ok && w.Watching()
 		nctx, cancel := context.WithCancel(ctx)
 		defer cancel()
 		ch := n.Notify(nctx)
@@ -203,11 +208,15 @@ func (r *Relay) work(ctx context.Context) {
 				quiet = 0
 			}
 			wait = r.cfg.PollInterval
-			if quiet < len(recheck) {
+			if quiet < len(recheck) && !r.watched {
 				// Look again soon after events arrived: wake-ups are
 				// coalesced (one notification may stand for several
 				// commits), and a commit that landed just after this
 				// claim read the table has no notification of its own.
+				// A store that watches every commit (driver.Watcher)
+				// wakes the relay for those itself: there, these looks
+				// were claims that mostly found nothing, and each one
+				// in flight held back the claim that would have.
 				wait = min(wait, recheck[quiet])
 			}
 			quiet++

@@ -41,15 +41,17 @@ type Options struct {
 	// INSERT, from any language; another process's EnqueueTx): PostgreSQL
 	// and MySQL read the newest id at the end of the primary key, SQLite
 	// its file's data_version. They then wake the relay within about that
-	// long. 0 means DefaultProbeInterval (5ms); a negative value turns it
+	// long. Once a look has found nothing for a second, the store looks
+	// driver.ProbeIdleFactor (5) times less often until it finds a commit
+	// again. 0 means DefaultProbeInterval (1ms); a negative value turns it
 	// off, and the relay finds such commits at its next poll.
 	ProbeInterval time.Duration
 }
 
 // DefaultProbeInterval is Options.ProbeInterval's default: one cheap query
-// every 5 ms per listening relay (BENCHMARKS.md, "The commit probe's
-// cost").
-const DefaultProbeInterval = 5 * time.Millisecond
+// every millisecond per listening relay while commits arrive, every 5 ms
+// while none do (BENCHMARKS.md, "The commit probe's cost").
+const DefaultProbeInterval = time.Millisecond
 
 // WithDefaults returns o with its defaults filled in.
 func (o Options) WithDefaults() Options {

@@ -106,6 +106,16 @@ type Notifier interface {
 	Notify(ctx context.Context) <-chan struct{}
 }
 
+// Watcher is an optional ability of a Notifier: Watching reports that its
+// channel receives a value soon after every commit the store can see,
+// however the commit was made (a commit probe runs; see ProbePace), and
+// not only after those that sent a notification. A relay then needs no
+// looks of its own after a round that found events (each would be a claim
+// that mostly finds nothing).
+type Watcher interface {
+	Watching() bool
+}
+
 // Lease identifies one claim: only the holder of (Owner, Epoch) may change
 // the claimed rows.
 type Lease struct {

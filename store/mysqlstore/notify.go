@@ -17,7 +17,14 @@ type watcher struct {
 	done    chan struct{}
 }
 
-var _ driver.Notifier = (*Store)(nil)
+var (
+	_ driver.Notifier = (*Store)(nil)
+	_ driver.Watcher  = (*Store)(nil)
+)
+
+// Watching reports whether the commit probe runs while Notify's channels are
+// open (driver.Watcher): then every commit wakes the relay.
+func (s *Store) Watching() bool { return s.watch.every > 0 }
 
 // Notify returns a channel that receives a value soon after events may have
 // been committed. MySQL has no LISTEN, so two sources feed it: Enqueue and
@@ -64,16 +71,16 @@ func (s *Store) probe(ctx context.Context, done chan struct{}) {
 	last := int64(-1)
 	var sig [2]int64
 	sigRead := false
-	n := 0
-	pendingEvery := max(int(pendingEvery/s.watch.every), 1)
-	t := time.NewTicker(s.watch.every)
-	defer t.Stop()
+	var pendingAt time.Time
+	pace := driver.NewProbePace(s.watch.every)
+	defer pace.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case <-t.C:
+		case <-pace.C():
 		}
+		pace.Looked()
 		s.mu.Lock()
 		if s.wakeups.Len() == 0 {
 			s.watch.running = false
@@ -81,24 +88,26 @@ func (s *Store) probe(ctx context.Context, done chan struct{}) {
 			return
 		}
 		s.mu.Unlock()
-		n++
 		var newest int64
 		if err := s.db.QueryRowContext(ctx, q).Scan(&newest); err != nil {
 			continue // the relay polls meanwhile
 		}
 		if last >= 0 && newest > last {
 			s.signal()
+			pace.Found()
 		}
 		last = newest
-		if n%pendingEvery != 0 {
+		if time.Since(pendingAt) < pendingEvery {
 			continue
 		}
+		pendingAt = time.Now()
 		var now [2]int64
 		if err := s.db.QueryRowContext(ctx, pq).Scan(&now[0], &now[1]); err != nil {
 			continue
 		}
 		if sigRead && now != sig && now[0] > 0 {
 			s.signal() // (pending rows all gone is no news)
+			pace.Found()
 		}
 		sig, sigRead = now, true
 	}

@@ -10,7 +10,10 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-var _ driver.Notifier = (*Store)(nil)
+var (
+	_ driver.Notifier = (*Store)(nil)
+	_ driver.Watcher  = (*Store)(nil)
+)
 
 // Notify returns a channel that receives a value soon after events are
 // committed: by LISTEN on the table's channel (any process that enqueues with
@@ -44,7 +47,8 @@ func (s *Store) startListening() {
 
 // probe signals soon after events are committed, until ctx ends. It finds
 // the commits of producers that send no notification (plain SQL), which
-// LISTEN never hears of. Every probeEvery it asks for an id above the
+// LISTEN never hears of. Every probeEvery (paced by driver.ProbePace:
+// slower while it finds nothing) it asks for an id above the
 // newest it has seen (probeSQL: it reads only the rows inserted since, so
 // its cost grows neither with the backlog nor with the rows deleted since
 // the last VACUUM). Ids are drawn at INSERT and committed out of order, so
@@ -70,19 +74,18 @@ func (s *Store) probe(ctx context.Context) {
 	last, lastFull := int64(-1), int64(-1)
 	var writers []string // the write-lock holders seen at the last look; nil before the first
 	lastSeq := int64(-1) // the id sequence at the last restart check
-	n := 0
-	fullEvery := max(int(writersEvery/s.probeEvery), 1)
-	restartEvery := max(int(time.Second/s.probeEvery), 1)
-	t := time.NewTicker(s.probeEvery)
-	defer t.Stop()
+	var restartAt, writersAt time.Time
+	pace := driver.NewProbePace(s.probeEvery)
+	defer pace.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case <-t.C:
+		case <-pace.C():
 		}
-		n++
-		if n == 1 || n%restartEvery == 0 && last > 0 {
+		pace.Looked()
+		if time.Since(restartAt) >= time.Second && (restartAt.IsZero() || last > 0) {
+			restartAt = time.Now()
 			// A restart sets the sequence back below the newest id
 			// seen. Ids above the sequence (a row inserted with an
 			// explicit id, a copy without setval) are no restart: once
@@ -102,15 +105,18 @@ func (s *Store) probe(ctx context.Context) {
 		if newest > last {
 			if last >= 0 {
 				s.signal()
+				pace.Found()
 			}
 			last = newest
 		}
-		if n%fullEvery == 0 {
+		if time.Since(writersAt) >= writersEvery {
+			writersAt = time.Now()
 			var now []string
 			if err := s.pool.QueryRow(ctx, writersSQL, s.table).Scan(&now); err == nil {
 				slices.Sort(now)
 				if writerEnded(writers, now) {
 					s.signal()
+					pace.Found()
 				}
 				writers = now
 				continue
@@ -121,11 +127,16 @@ func (s *Store) probe(ctx context.Context) {
 			}
 			if lastFull >= 0 && top != lastFull && top > 0 {
 				s.signal() // (a table drained empty is no news)
+				pace.Found()
 			}
 			lastFull = top
 		}
 	}
 }
+
+// Watching reports whether the commit probe runs while Notify's channels
+// are open (driver.Watcher): then every commit wakes the relay.
+func (s *Store) Watching() bool { return s.probeEvery > 0 }
 
 // writersEvery is how often the commit probe lists the table's writers
 // (see probe). A look costs PostgreSQL about 0.3 ms (it copies the lock

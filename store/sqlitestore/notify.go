@@ -3,18 +3,24 @@ package sqlitestore
 import (
 	"context"
 	"database/sql"
-	"time"
 
 	"github.com/outbox-go/outbox/store/driver"
 )
 
-var _ driver.Notifier = (*Store)(nil)
+var (
+	_ driver.Notifier = (*Store)(nil)
+	_ driver.Watcher  = (*Store)(nil)
+)
+
+// Watching reports whether the data_version watcher runs while Notify's channels are
+// open (driver.Watcher): then every commit wakes the relay.
+func (s *Store) Watching() bool { return s.opts.ProbeInterval > 0 }
 
 // Notify returns a channel that receives a value soon after events may have
 // been committed. SQLite has no LISTEN, so two sources feed it: Enqueue and
 // RequeueDead of this Store signal as soon as they commit, and while any
-// channel is open a watcher asks SQLite every Options.ProbeInterval (5 ms
-// by default) for PRAGMA
+// channel is open a watcher asks SQLite every Options.ProbeInterval (1 ms
+// by default while commits arrive, 5 ms once none has for a second) for PRAGMA
 // data_version, which changes when any other connection commits to the
 // file: a caller's transaction that used EnqueueTx, another process, a
 // producer's plain INSERT. That costs one trivial query per tick on one
@@ -49,14 +55,15 @@ func (s *Store) watch(ctx context.Context, done chan struct{}) {
 		}
 	}()
 	last := int64(-1)
-	tick := time.NewTicker(s.opts.ProbeInterval)
-	defer tick.Stop()
+	pace := driver.NewProbePace(s.opts.ProbeInterval)
+	defer pace.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case <-tick.C:
+		case <-pace.C():
 		}
+		pace.Looked()
 		s.mu.Lock()
 		if s.wakeups.Len() == 0 {
 			s.watching = false
@@ -82,6 +89,7 @@ func (s *Store) watch(ctx context.Context, done chan struct{}) {
 			// may have happened while nobody watched.
 			last = v
 			s.signal()
+			pace.Found()
 		}
 	}
 }

@@ -76,7 +76,7 @@ func runRelay(ctx context.Context, e env, args []string) error {
 	f.durationFlag(&cfg.PublishTimeout, "publish-timeout", 10*time.Second, time.Millisecond, "deadline of each publish")
 	f.durationFlag(&cfg.PollInterval, "poll", 500*time.Millisecond, time.Millisecond, "poll interval when idle (wake-ups come sooner)")
 	var probe time.Duration
-	f.durationFlag(&probe, "probe", store.DefaultProbeInterval, 0, "how often to look for commits that sent no notification (plain-SQL producers); 0: off")
+	f.durationFlag(&probe, "probe", store.DefaultProbeInterval, 0, "how often to look for commits that sent no notification (plain-SQL producers) while commits arrive; 5 times less often after a second without one; 0: off")
 	f.intFlag(&cfg.MaxAttempts, "max-attempts", 25, 1, noMax, "failed attempts before an event goes DEAD")
 	f.durationFlag(&cfg.BackoffBase, "backoff", time.Second, time.Millisecond, "first retry delay (doubles, full jitter)")
 	f.durationFlag(&cfg.BackoffMax, "backoff-max", 10*time.Minute, time.Millisecond, "largest retry delay (at least --backoff)")

@@ -121,8 +121,8 @@ func runDead(ctx context.Context, e env, args []string) error {
 		}
 	case "show":
 		// A DEAD event is read with a preview of its payload (it is
-		// often one too large for the broker); --raw streams the rest,
-		// --json reads it whole. Any other event is read whole.
+		// often one too large for the broker); --raw and --json stream
+		// the rest. Any other event is read whole.
 		r, err := peek(ctx, st, ids[0])
 		if err != nil {
 			return f.storeErr(err)
@@ -135,12 +135,7 @@ func runDead(ctx context.Context, e env, args []string) error {
 			_, err := e.stdout.Write(r.Payload)
 			return err
 		case *asJSON:
-			if len(r.Payload) < r.PayloadSize {
-				if r, err = st.Get(ctx, r.ID); err != nil {
-					return f.storeErr(err)
-				}
-			}
-			return json.NewEncoder(e.stdout).Encode(toJSON([]store.Record{r})[0])
+			return f.storeErr(showJSON(ctx, e.stdout, st, r))
 		}
 		printRecord(e, r)
 	case "retry":

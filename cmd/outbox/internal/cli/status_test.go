@@ -3,6 +3,7 @@ package cli
 import (
 	"bytes"
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -158,17 +159,20 @@ func TestDeadListShowsTheReason(t *testing.T) {
 // showPayloadMax bytes of it, saying how much it left out and how to get
 // it whole; --raw writes the exact bytes, --json all of them escaped.
 func TestDeadShowPayloadIsEscapedAndCapped(t *testing.T) {
-	o := teststores.Open(t, "sqlite", store.Options{})
+	o := teststores.Open(t, "sqlite", store.Options{MaxPayload: 4 << 20})
 	ctx := context.Background()
 	big := []byte("{\"a\":\"\x00\x1b[31mred\x1b[0m\u009b2J\",\n\t\"pad\":\"" + strings.Repeat("é", 400_000) + "\"}")
 	binary := append([]byte{0xff, 0xfe, 0x1b, '[', '2', 'J'}, bytes.Repeat([]byte{0}, 100)...)
-	for i, p := range [][]byte{big, binary} {
+	// text for its first 3 MiB, streamed in pieces of 1 MiB: --json
+	// learns it is not UTF-8 only from its last byte
+	bigBinary := append(bytes.Repeat([]byte("é"), 3<<19), 0xff)
+	for i, p := range [][]byte{big, binary, bigBinary} {
 		if err := o.Store.Enqueue(ctx, outbox.Message{Topic: "orders", Key: "k" + itoa(int64(i)), Type: "T", Payload: p}); err != nil {
 			t.Fatal(err)
 		}
 	}
 	c, err := teststores.TryClaim(ctx, o.Store, driver.ClaimParams{Lease: driver.Lease{Owner: "t", Epoch: 1}})
-	if err != nil || len(c.Events) != 2 {
+	if err != nil || len(c.Events) != 3 {
 		t.Fatalf("claim: %v %v", c.Events, err)
 	}
 	var burials []driver.Burial
@@ -201,6 +205,12 @@ func TestDeadShowPayloadIsEscapedAndCapped(t *testing.T) {
 	var j recordJSON
 	if err := json.Unmarshal([]byte(out), &j); code != exitOK || err != nil || j.Payload != string(big) || strings.ContainsAny(out, "\x00\x1b") {
 		t.Errorf("dead show --json: exit %d, %v; want the whole payload, escaped", code, err)
+	}
+
+	code, out, _ = runCLI(append([]string{"dead", "show", itoa(c.Events[2].ID), "--json"}, db...)...)
+	j = recordJSON{}
+	if err := json.Unmarshal([]byte(out), &j); code != exitOK || err != nil || !j.PayloadBase64 || j.Payload != base64.StdEncoding.EncodeToString(bigBinary) || j.PayloadSize != len(bigBinary) {
+		t.Errorf("dead show --json of a large payload that is not UTF-8: exit %d, %v, base64 %v, size %d; want it whole, in base64", code, err, j.PayloadBase64, j.PayloadSize)
 	}
 
 	code, out, _ = runCLI(append([]string{"dead", "show", binID}, db...)...)

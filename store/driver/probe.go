@@ -29,12 +29,22 @@ func NewProbePace(every time.Duration) *ProbePace {
 // C receives a tick when the probe is to look.
 func (p *ProbePace) C() <-chan time.Time { return p.t.C }
 
-// Found records that the probe found a commit: it looks every interval.
+// Found records that the probe found a producer's commit (a new id, not
+// a change the relays' own acks make too): it looks every interval.
 func (p *ProbePace) Found() {
 	p.last = time.Now()
 	if p.idle {
 		p.idle = false
 		p.t.Reset(p.every)
+	}
+}
+
+// Hold slows the probe to the idle pace now: the relays claim full
+// batches and look again at once, so a wake-up would find them busy.
+func (p *ProbePace) Hold() {
+	if !p.idle {
+		p.idle = true
+		p.t.Reset(p.every * ProbeIdleFactor)
 	}
 }
 

@@ -24,7 +24,8 @@ func ticks(p *driver.ProbePace, d time.Duration) int {
 
 // A probe looks every interval while it finds commits, and
 // ProbeIdleFactor times less often once it found none for ProbeIdleAfter;
-// the next commit found brings the full pace back.
+// the next commit found brings the full pace back, and Hold (a drain)
+// slows it down at once.
 func TestProbePaceSlowsDownWhenIdle(t *testing.T) {
 	p := driver.NewProbePace(10 * time.Millisecond)
 	defer p.Stop()
@@ -39,5 +40,9 @@ func TestProbePaceSlowsDownWhenIdle(t *testing.T) {
 	}
 	if idle > 15 {
 		t.Errorf("idle: %d ticks in 500 ms; want about %d", idle, 50/driver.ProbeIdleFactor)
+	}
+	p.Hold() // the relays drain a backlog
+	if held := ticks(p, 500*time.Millisecond); held > 15 {
+		t.Errorf("held: %d ticks in 500 ms; want about %d", held, 50/driver.ProbeIdleFactor)
 	}
 }

@@ -48,7 +48,7 @@ func (s *Store) startListening() {
 // probe signals soon after events are committed, until ctx ends. It finds
 // the commits of producers that send no notification (plain SQL), which
 // LISTEN never hears of. Every probeEvery (paced by driver.ProbePace:
-// slower while it finds nothing) it asks for an id above the
+// slower while it finds no new id) it asks for an id above the
 // newest it has seen (probeSQL: it reads only the rows inserted since, so
 // its cost grows neither with the backlog nor with the rows deleted since
 // the last VACUUM). Ids are drawn at INSERT and committed out of order, so
@@ -109,14 +109,20 @@ func (s *Store) probe(ctx context.Context) {
 			}
 			last = newest
 		}
+		if s.draining() {
+			// a relay of this Store claims full batches (a backlog):
+			// its probe's looks cost the drain and wake no one
+			pace.Hold()
+		}
 		if time.Since(writersAt) >= writersEvery {
 			writersAt = time.Now()
 			var now []string
 			if err := s.pool.QueryRow(ctx, writersSQL, s.table).Scan(&now); err == nil {
 				slices.Sort(now)
 				if writerEnded(writers, now) {
+					// (no pace.Found: the relays' own acks end
+					// too, and a drain would keep the fast pace)
 					s.signal()
-					pace.Found()
 				}
 				writers = now
 				continue
@@ -127,11 +133,18 @@ func (s *Store) probe(ctx context.Context) {
 			}
 			if lastFull >= 0 && top != lastFull && top > 0 {
 				s.signal() // (a table drained empty is no news)
-				pace.Found()
 			}
 			lastFull = top
 		}
 	}
+}
+
+// draining reports whether a relay of this Store took at least half a
+// batch with its last claim (busyOwners).
+func (s *Store) draining() bool {
+	busy := false
+	s.busyOwners.Range(func(any, any) bool { busy = true; return false })
+	return busy
 }
 
 // Watching reports whether the commit probe runs while Notify's channels

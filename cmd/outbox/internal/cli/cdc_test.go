@@ -15,6 +15,7 @@ import (
 	"github.com/outbox-go/outbox/internal/testenv"
 	"github.com/outbox-go/outbox/internal/testnats"
 	"github.com/outbox-go/outbox/store"
+	"github.com/outbox-go/outbox/store/pgstore"
 	"github.com/outbox-go/outbox/testkit/teststores"
 )
 
@@ -52,12 +53,15 @@ func TestMigrateCDCAndDropSlot(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer pool.Close()
 	t.Cleanup(func() {
+		defer pool.Close() // here: a deferred Close would run before this cleanup
 		ctx := context.Background()
 		_, _ = pool.Exec(ctx, "DROP PUBLICATION IF EXISTS outbox_"+table+"_pub")
-		for _, s := range []string{"", "_cdc", "_archive", "_claims", "_migrations"} {
-			_, _ = pool.Exec(ctx, "DROP TABLE IF EXISTS "+pgx.Identifier{table + s}.Sanitize())
+		for _, n := range append(pgstore.TableNames(table), table+"_cdc") {
+			_, _ = pool.Exec(ctx, "DROP TABLE IF EXISTS "+pgx.Identifier{n}.Sanitize())
+		}
+		for _, n := range pgstore.DomainNames(table) {
+			_, _ = pool.Exec(ctx, "DROP DOMAIN IF EXISTS "+pgx.Identifier{n}.Sanitize())
 		}
 	})
 	code, out, stderr := runCLI("migrate", "--db", url, "--table", table, "--cdc")
@@ -86,8 +90,10 @@ func TestRelayPgcdcServesTelemetry(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer pool.Close()
+	// (closed by the cleanup, which needs it: a deferred Close runs
+	// before the cleanups, and the slot stayed behind, holding WAL)
 	t.Cleanup(func() {
+		defer pool.Close()
 		ctx := context.Background()
 		slot := "outbox_" + table
 		for range 50 {

@@ -51,9 +51,8 @@ func (p *ProbePace) Hold() {
 // Looked is called after each look: once nothing was found for
 // ProbeIdleAfter, the probe slows down.
 func (p *ProbePace) Looked() {
-	if !p.idle && time.Since(p.last) >= ProbeIdleAfter {
-		p.idle = true
-		p.t.Reset(p.every * ProbeIdleFactor)
+	if time.Since(p.last) >= ProbeIdleAfter {
+		p.Hold()
 	}
 }
 

@@ -12,16 +12,16 @@ var (
 	_ driver.Watcher  = (*Store)(nil)
 )
 
-// Watching reports whether the data_version watcher runs while Notify's channels are
-// open (driver.Watcher): then every commit wakes the relay.
+// Watching reports whether the data_version watcher runs while Notify's
+// channels are open (driver.Watcher): then every commit wakes the relay.
 func (s *Store) Watching() bool { return s.opts.ProbeInterval > 0 }
 
 // Notify returns a channel that receives a value soon after events may have
 // been committed. SQLite has no LISTEN, so two sources feed it: Enqueue and
 // RequeueDead of this Store signal as soon as they commit, and while any
 // channel is open a watcher asks SQLite every Options.ProbeInterval (1 ms
-// by default while commits arrive, 5 ms once none has for a second) for PRAGMA
-// data_version, which changes when any other connection commits to the
+// by default while commits arrive, 5 ms once none has for a second) for
+// PRAGMA data_version, which changes when any other connection commits to the
 // file: a caller's transaction that used EnqueueTx, another process, a
 // producer's plain INSERT. That costs one trivial query per tick on one
 // connection of its own and never the write lock. A hint only: the relay

@@ -24,7 +24,7 @@ func showJSON(ctx context.Context, w io.Writer, st store.Store, r store.Record) 
 	if err := store.CopyPayload(ctx, st, r.ID, r.PayloadSize, &check); err != nil {
 		return err
 	}
-	text := check.ok && len(check.carry) == 0
+	text := check.valid()
 	size := r.PayloadSize
 	r.Payload = nil
 	j := toJSON([]store.Record{r})[0]
@@ -56,24 +56,24 @@ func showJSON(ctx context.Context, w io.Writer, st store.Store, r store.Record) 
 // utf8Check learns whether the bytes written to it are UTF-8, carrying a
 // character cut between two writes over to the next.
 type utf8Check struct {
-	ok    bool
-	seen  bool
+	bad   bool // an invalid sequence was seen
 	carry []byte
 }
 
 func (c *utf8Check) Write(p []byte) (int, error) {
-	if !c.seen {
-		c.ok, c.seen = true, true
-	}
-	if !c.ok {
+	if c.bad {
 		return len(p), nil
 	}
 	b := append(c.carry, p...)
 	cut := wholeRunes(b)
-	c.ok = utf8.Valid(b[:cut])
+	c.bad = !utf8.Valid(b[:cut])
 	c.carry = append(c.carry[:0], b[cut:]...)
 	return len(p), nil
 }
+
+// valid reports whether everything written was UTF-8, ending on a whole
+// character.
+func (c *utf8Check) valid() bool { return !c.bad && len(c.carry) == 0 }
 
 // wholeRunes is the length of b's longest prefix that does not end inside
 // a character (an invalid byte counts as whole).

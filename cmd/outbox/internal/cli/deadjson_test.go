@@ -24,7 +24,7 @@ func TestStreamedJSONStringMatchesWhole(t *testing.T) {
 					_, _ = c.Write(piece)
 				}
 				_ = s.Close()
-				valid := c.ok && len(c.carry) == 0
+				valid := c.valid()
 				if valid != bytes.Equal(p, text) {
 					t.Fatalf("pieces at %d, %d of %q: UTF-8 %v", a, b, p, valid)
 				}

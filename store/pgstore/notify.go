@@ -117,7 +117,7 @@ func (s *Store) probe(ctx context.Context) {
 		if time.Since(writersAt) >= writersEvery {
 			writersAt = time.Now()
 			var now []string
-			if err := s.pool.QueryRow(ctx, writersSQL, s.table).Scan(&now); err == nil {
+			if err := s.pool.QueryRow(ctx, writersSQL, s.table, int64(uint32(int32(s.claimLock)))).Scan(&now); err == nil {
 				slices.Sort(now)
 				if writerEnded(writers, now) {
 					// (no pace.Found: the relays' own acks end
@@ -158,11 +158,19 @@ const writersEvery = 50 * time.Millisecond
 
 // writersSQL lists the transactions (virtual ids) that hold or
 // wait for a write lock on table $1: producers between their INSERT and
-// their commit, and relays' own claims and acks, whose end wakes the relay
-// for nothing only when a look falls inside one of their few milliseconds.
-const writersSQL = `SELECT ARRAY(SELECT virtualtransaction FROM pg_locks
-WHERE locktype = 'relation' AND database = (SELECT oid FROM pg_database WHERE datname = current_database())
-AND relation = $1::text::regclass AND mode = 'RowExclusiveLock')`
+// their commit, and relays' acks, whose end wakes the relay for nothing
+// only when a look falls inside one of their few milliseconds. Claims are
+// left out (they hold the claim lock, $2, an advisory lock on two int4
+// keys, so objsubid 2): a claim takes the table's write lock too, and
+// when a look fell inside one, the claim its end woke could be caught by
+// the next look, and so on, a relay waking itself for nothing. The lock
+// table is read once (MATERIALIZED): pg_locks copies it at each read.
+const writersSQL = `SELECT ARRAY(WITH l AS MATERIALIZED (
+	SELECT locktype, database, relation, mode, classid, objsubid, virtualtransaction FROM pg_locks WHERE locktype IN ('relation', 'advisory'))
+SELECT w.virtualtransaction FROM l w
+WHERE w.locktype = 'relation' AND w.database = (SELECT oid FROM pg_database WHERE datname = current_database())
+AND w.relation = $1::text::regclass AND w.mode = 'RowExclusiveLock'
+AND NOT EXISTS (SELECT 1 FROM l c WHERE c.locktype = 'advisory' AND c.classid = $2::bigint::oid AND c.objsubid = 2 AND c.virtualtransaction = w.virtualtransaction))`
 
 // writerEnded says whether a transaction in before (sorted) is not in now
 // (sorted): it ended since the last look.

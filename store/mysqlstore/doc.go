@@ -85,16 +85,17 @@
 // a row a claim holds), while another relay's takeover, FOR UPDATE SKIP
 // LOCKED on the shard rows, still passes over a shard a claim works in and
 // then sees that claim's in-flight rows. (<table>_shards.lease_until is
-// only the lease at the time a shard was taken; relays built before this
-// rule judged leases by it, so ownership relays of such a build must be
-// stopped before relays of this one start.)
+// only the lease at the time a shard was taken.)
 //
 // A claim is one READ COMMITTED transaction: the owner's shard rows FOR
 // UPDATE (fencing by owner and epoch, lease times from NOW(6) on the
 // database), the expired in-flight rows of its shards FOR UPDATE (so a
 // late Retry or Release of their old owner is either seen or fenced out;
-// no grace period is needed), the walk, then the parking and the claim
-// UPDATEs. Balance takes free or expired shards with SKIP LOCKED. InnoDB
+// no grace period is needed; only in the shards where a plain read found
+// some, so a claim does not wait for the relay's own acks), the pending
+// rows (while the relay keeps up, one range read of its lanes, sorted by
+// id; after a claim that filled half its batch, the walk of each lane in
+// id order), then the parking and the claim UPDATEs. Balance takes free or expired shards with SKIP LOCKED. InnoDB
 // may pick one of them as a deadlock victim; it is run again (up to five
 // times), as are settles.
 //

@@ -40,6 +40,9 @@ type Store struct {
 	sweepAfter string                   // owned.go: where the next sweep of parked keys starts
 	claimHook  func()                   // tests: runs in an owned claim before its commit
 	sessions   map[string]*relaySession // each owner's own session (session.go)
+	// backlog holds the owners whose last claim took or parked at least
+	// half its batch: their next claim walks the lanes at once (owned.go).
+	backlog sync.Map // owner → struct{}
 }
 
 var _ store.Store = (*Store)(nil)

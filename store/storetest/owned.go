@@ -105,6 +105,7 @@ func (s *suite) allOwnedTests() []struct {
 		{"Owned/PerKey/DeadMoveOn", func(t *testing.T) { s.testOwnedDead(t, "move-on") }},
 		{"Owned/RaceRequeuePurge", s.testOwnedRace},
 		{"Owned/Keyless", s.testOwnedKeyless},
+		{"Owned/OldestFirst", s.testOwnedOldestFirst},
 		{"Owned/MaxBytes", s.testOwnedMaxBytes},
 		{"Owned/BadRows", s.testOwnedBadRows},
 		{"Owned/ConcurrentOwners", s.testOwnedConcurrent},
@@ -882,6 +883,38 @@ func (s *suite) testOwnedKeyless(t *testing.T) {
 	}
 	if owns["a"].Shards > 1 && (per["a"] == 0 || per["b"] == 0) {
 		t.Errorf("keyless events per owner: %v; want both to have some (keyless rows spread over the shards)", per)
+	}
+}
+
+// testOwnedOldestFirst: a claim takes the lowest ids of its shards, in id
+// order, whether the store reads few pending rows at once and sorts them
+// (a relay that keeps up: here 4 × Limit holds every row) or walks the
+// shards one by one (after a claim that filled its batch).
+func (s *suite) testOwnedOldestFirst(t *testing.T) {
+	fx, o := s.ownedFixture(t)
+	own := sole(t, o, "a", true)
+	var msgs []outbox.Message
+	for i := range 30 {
+		msgs = append(msgs, msg(fmt.Sprintf("o%02d", i), fmt.Sprintf("k%02d", i%20)))
+	}
+	enqueue(t, fx, msgs...)
+	var want []string
+	for i := range 30 {
+		want = append(want, fmt.Sprintf("o%02d", i))
+	}
+	// the first claim reads all 30 rows at once (4 × 8 > 30); it filled
+	// its batch, so the next ones walk
+	var got []string
+	for _, limit := range []int{8, 8, 20} {
+		c := claimOwned(t, o, s.ownedReq("a", claimable(own), limit, true))
+		if len(c.Events) > limit {
+			t.Fatalf("claim of %d took %d events", limit, len(c.Events))
+		}
+		got = append(got, labels(c.Events)...)
+		ack(t, fx, c)
+	}
+	if fmtLabels(got) != fmtLabels(want) {
+		t.Fatalf("claims took %s; want every event, the lowest ids first: %s", fmtLabels(got), fmtLabels(want))
 	}
 }
 

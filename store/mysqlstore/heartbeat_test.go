@@ -299,3 +299,78 @@ func TestRelayRowsKeptByOwnLease(t *testing.T) {
 		t.Fatal("relay long's row, ended 61 min ago, outlived twice its 30 min lease")
 	}
 }
+
+// TestReleaseBesideOwnClaim: a relay's heartbeat releases the shards it
+// was asked to give up while one of its claims over its other shards is
+// open. The claim locks only the shard rows it claims from; through the
+// owner index it locked all of the relay's, the release (SKIP LOCKED)
+// skipped them, and with claims following each other a revoked shard
+// stayed held for seconds (2 relay processes at 1,000 events/s: p99 0.7–1.9 s).
+func TestReleaseBesideOwnClaim(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	_, st, _ := migratedStore(t, "rel_")
+	if err := st.Enqueue(ctx, outbox.Message{Topic: "t", Key: "k", Type: "T", Payload: []byte(`{}`)}); err != nil {
+		t.Fatal(err)
+	}
+	a, err := st.Balance(ctx, driver.BalanceParams{Owner: "a", LeaseFor: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(a.Held) != 64 {
+		t.Fatalf("relay a alone holds %d shards, want 64", len(a.Held))
+	}
+	// relay b joins: no shard is free, so its share waits for a's release
+	if b, err := st.Balance(ctx, driver.BalanceParams{Owner: "b", LeaseFor: time.Minute}); err != nil || len(b.Held) != 0 {
+		t.Fatalf("relay b joining beside a: holds %d shards, err %v; want 0", len(b.Held), err)
+	}
+	keep, give := a.Held[:32], a.Held[32:]
+
+	entered, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	mysqlstore.SetClaimHook(st, func() {
+		once.Do(func() {
+			close(entered)
+			<-release
+		})
+	})
+	claimed := make(chan error, 1)
+	go func() {
+		_, err := st.Claim(ctx, driver.ClaimParams{Lease: driver.Lease{Owner: "a", Epoch: 1}, Limit: 10, LeaseFor: time.Minute, Shards: keep})
+		claimed <- err
+	}()
+	open := true
+	defer func() {
+		if open {
+			close(release)
+			<-claimed
+		}
+	}()
+	select {
+	case <-entered:
+	case err := <-claimed:
+		open = false
+		t.Fatalf("the claim ended before its commit hook: %v", err)
+	case <-time.After(time.Minute):
+		t.Fatal("the claim did not reach its commit within a minute")
+	}
+
+	var gave []int
+	for _, l := range give {
+		gave = append(gave, l.Shard)
+	}
+	bctx, cancel := context.WithTimeout(ctx, heartbeatDeadline)
+	own, err := st.Balance(bctx, driver.BalanceParams{Owner: "a", LeaseFor: time.Minute, Release: gave})
+	cancel()
+	if err != nil {
+		t.Fatalf("heartbeat releasing %d shards beside an open claim: %v", len(gave), err)
+	}
+	if len(own.Held) != len(keep) {
+		t.Fatalf("after releasing shards %d–%d beside an open claim over the others, relay a holds %d shards; want %d (a shard the claim does not read is not the claim's)", gave[0], gave[len(gave)-1], len(own.Held), len(keep))
+	}
+	open = false
+	close(release)
+	if err := <-claimed; err != nil {
+		t.Fatalf("the claim: %v", err)
+	}
+}

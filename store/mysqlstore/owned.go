@@ -238,7 +238,11 @@ func (s *Store) claimOwned(ctx context.Context, req driver.ClaimParams, reads *i
 	// epochs asked for, while the owner's membership lease is live. The
 	// lease is read after the lock, in a statement of its own: a locking
 	// read would lock the relay row too, and the heartbeat would wait.
-	rows, err := tx.QueryContext(ctx, "SELECT shard, epoch FROM "+s.shardsTable()+" WHERE shard IN ("+marks(len(shardArgs))+") AND owner = ? ORDER BY shard FOR UPDATE",
+	// By the primary key: through the owner index InnoDB would lock every
+	// shard row of the owner, those it is releasing too, and a heartbeat's
+	// release (SKIP LOCKED) skipped them while claims followed each other
+	// (a revoked shard then stayed held, its events waiting, for seconds).
+	rows, err := tx.QueryContext(ctx, "SELECT shard, epoch FROM "+s.shardsTable()+byID+" WHERE shard IN ("+marks(len(shardArgs))+") AND owner = ? ORDER BY shard FOR UPDATE",
 		append(slices.Clone(shardArgs), req.Lease.Owner)...)
 	if err != nil {
 		return nothing(wrap("lock shards", err))
@@ -785,7 +789,7 @@ func (s *Store) balance(ctx context.Context, req driver.BalanceParams, own *driv
 		return err
 	}
 	if len(req.Release) > 0 {
-		rel, err := lockUnclaimed(ctx, tx, shards, "owner = ? AND shard IN ("+marks(len(req.Release))+")", " ORDER BY shard", append([]any{req.Owner}, intArgs(req.Release)...)...)
+		rel, err := lockUnclaimed(ctx, tx, shards+byID, "owner = ? AND shard IN ("+marks(len(req.Release))+")", " ORDER BY shard", append([]any{req.Owner}, intArgs(req.Release)...)...)
 		if err != nil {
 			return err
 		}

@@ -68,13 +68,16 @@
 // case-insensitive event_id in an indexed generated column; keyless rows
 // only need spreading). Three indexes over generated columns replace
 // pgstore's partial ones: (lane, id), the shard of a NEW row that is not
-// parked, walked by every claim a page per shard in id order; (busy,
+// parked, which a claim reads in one range while the relay keeps up and
+// walks a page per shard in id order during a backlog; (busy,
 // lease_until), the shard of an in-flight row, for "does another owner
 // still work in this shard" and for taking over expired rows; and
-// (parked_key, id) for a key's parked rows. A claim reads about its batch
+// (parked_key, id) for a key's parked rows. A walk reads about its batch
 // and the rows it parks, plus one probe per shard, whatever the backlog and
 // however many rows are parked (storetest's ClaimReadsBounded measures it
-// with the session's Handler_read counters).
+// with the session's Handler_read counters); the range read reads at most
+// four batches, and the first claim of a backlog reads that many, drops
+// them and walks.
 //
 // Shard leases: a shard is held while its row in <table>_shards names the
 // owner, under its epoch, and the owner's row in <table>_relays is live;
@@ -94,10 +97,11 @@
 // no grace period is needed; only in the shards where a plain read found
 // some, so a claim does not wait for the relay's own acks), the pending
 // rows (while the relay keeps up, one range read of its lanes, sorted by
-// id; after a claim that filled half its batch, the walk of each lane in
-// id order), then the parking and the claim UPDATEs. Balance takes free or expired shards with SKIP LOCKED. InnoDB
-// may pick one of them as a deadlock victim; it is run again (up to five
-// times), as are settles.
+// id; after a claim that took and parked at least half its batch, the walk
+// of each lane in id order), then the parking and the claim UPDATEs.
+// Balance takes free or expired shards with SKIP LOCKED. InnoDB may pick
+// one of them as a deadlock victim; it is run again (up to five times), as
+// are settles.
 //
 // A relay's row in <table>_relays outlives its membership: each row
 // records its relay's own lease (lease_for), and a heartbeat deletes a

@@ -40,9 +40,7 @@ type Store struct {
 	sweepAfter string                   // owned.go: where the next sweep of parked keys starts
 	claimHook  func()                   // tests: runs in an owned claim before its commit
 	sessions   map[string]*relaySession // each owner's own session (session.go)
-	// backlog holds the owners whose last claim took or parked at least
-	// half its batch: their next claim walks the lanes at once (owned.go).
-	backlog sync.Map // owner → struct{}
+	busyOwners sync.Map                 // owned.go: owners whose last claim took or parked ≥ half its batch
 }
 
 var _ store.Store = (*Store)(nil)

@@ -159,10 +159,11 @@ func (s *Store) Claim(ctx context.Context, req driver.ClaimParams) (driver.Claim
 	}
 }
 
-// ClaimOwnedReads is Claim (one round) that also returns how many
-// index and table rows its statements read, by the session's Handler_read
-// counters. For tests and diagnosis: a claim should read about as many
-// rows as it claims and parks, whatever the backlog behind it.
+// ClaimOwnedReads is one round of Claim that walks the lanes (never the
+// range read of a relay that keeps up) and also returns how many index and
+// table rows its statements read, by the session's Handler_read counters.
+// For tests and diagnosis: a walk should read about as many rows as it
+// claims and parks, whatever the backlog behind it.
 func (s *Store) ClaimOwnedReads(ctx context.Context, req driver.ClaimParams) (driver.Claim, int64, error) {
 	var reads int64
 	c, _, err := s.claimOwned(ctx, req, &reads)
@@ -185,12 +186,15 @@ type candidate struct {
 //     owner's row in <table>_relays, whose lease_until is every one of its
 //     shard leases: Balance renews that row and never a shard row, so a
 //     heartbeat never waits for its own relay's claims;
-//  2. read the in-flight rows of the shards held under the given epochs:
-//     a shard with a live one of another owner is skipped (the previous
-//     holder's work is not settled), expired ones are locked and taken
-//     over;
-//  3. walk the lane index, a page of each shard's range in id order, with
-//     heldSQL for each row read, until about Limit rows are read;
+//  2. read (plainly) the in-flight rows of the shards held under the given
+//     epochs: a shard with a live one of another owner is skipped (the
+//     previous holder's work is not settled); in the others, the expired
+//     ones are read again, locked, and taken over;
+//  3. read the pending rows: while the relay keeps up, one range read of
+//     the lanes, up to four batches, sorted by id; otherwise, or when that
+//     read reached its cap, walk the lane index, a page of each shard's
+//     range in id order, until about Limit rows are read; heldSQL for each
+//     row read;
 //  4. park the held rows, take the others up to MaxBytes of payload
 //     (cutToBytes) with an UPDATE that checks each row is still
 //     claimable, read the events taken, commit.
@@ -383,15 +387,15 @@ func (s *Store) claimOwned(ctx context.Context, req driver.ClaimParams, reads *i
 	// one branch per lane costs MariaDB its planning and start-up whether
 	// the lane holds rows or not (at a steady 1,000 plain-SQL events/s,
 	// 56 ms a claim for about 90 rows: most of the claim). So while its
-	// last claim took less than half its batch, a claim first reads its
-	// lanes by runs of consecutive shards, each one range of the lane
+	// last claim took and parked less than half its batch, a claim first
+	// reads its lanes by runs of consecutive shards, each one range of the lane
 	// index, up to four batches' rows. A read that stopped short of that
 	// cap holds every due row of those lanes, which is all a walk could
 	// return; one that reached it (a backlog) is dropped, and the walk
 	// runs. After a claim that took or parked at least half its batch,
 	// the next one walks at once.
-	_, backlog := s.backlog.Load(req.Lease.Owner)
-	if need > 0 && !backlog && reads == nil {
+	_, walk := s.busyOwners.Load(req.Lease.Owner)
+	if need > 0 && !walk && reads == nil {
 		limit := 4 * need
 		rows, err := tx.QueryContext(ctx, "SELECT o.id, o.event_key, "+s.heldSQL()+" FROM "+s.table+" o FORCE INDEX ("+s.laneIdx()+") WHERE "+inRanges("o.lane", ok)+" AND "+dueSQL("o.")+" LIMIT ?",
 			append(append([]any{req.HoldDeadKeys}, rangeArgs(ok)...), limit)...)
@@ -492,9 +496,9 @@ func (s *Store) claimOwned(ctx context.Context, req driver.ClaimParams, reads *i
 		}
 	}
 	if len(take)+len(park)+len(parkSending) >= max(req.Limit/2, 1) {
-		s.backlog.Store(req.Lease.Owner, struct{}{})
+		s.busyOwners.Store(req.Lease.Owner, struct{}{})
 	} else {
-		s.backlog.Delete(req.Lease.Owner)
+		s.busyOwners.Delete(req.Lease.Owner)
 	}
 	if take, err = s.cutToBytes(ctx, tx, take, req.MaxBytes); err != nil {
 		return nothing(err)
@@ -727,7 +731,7 @@ func freeShards(ctx context.Context, tx *sql.Tx, shards, owner string, locked []
 	if len(locked) == 0 {
 		return nil
 	}
-	_, err := tx.ExecContext(ctx, "UPDATE "+shards+" SET owner = '', lease_until = 0 WHERE owner = ? AND shard IN ("+marks(len(locked))+")", append([]any{owner}, intArgs(locked)...)...)
+	_, err := tx.ExecContext(ctx, "UPDATE "+shards+byID+" SET owner = '', lease_until = 0 WHERE owner = ? AND shard IN ("+marks(len(locked))+")", append([]any{owner}, intArgs(locked)...)...)
 	return err
 }
 

@@ -117,6 +117,7 @@ func (rs *relaySession) drop() {
 
 // endSession closes owner's session (after Leave).
 func (s *Store) endSession(owner string) {
+	s.busyOwners.Delete(owner)
 	s.mu.Lock()
 	rs := s.sessions[owner]
 	delete(s.sessions, owner)
@@ -130,6 +131,7 @@ func (s *Store) endSession(owner string) {
 
 // closeSessions closes every session (Close).
 func (s *Store) closeSessions() {
+	s.busyOwners.Clear()
 	s.mu.Lock()
 	all := s.sessions
 	s.sessions = nil

@@ -547,6 +547,9 @@ func (s *Store) Balance(ctx context.Context, req driver.BalanceParams) (driver.O
 	b.Queue("BEGIN")
 	b.Queue(balanceSettings)
 	if req.Leave {
+		// a relay that left claims no more: its flag would hold the
+		// commit probe back (draining) for the life of the process
+		s.busyOwners.Delete(req.Owner)
 		b.Queue("UPDATE "+shards+" SET owner = '', lease_until = '-infinity' WHERE owner = $1", req.Owner)
 		b.Queue("DELETE FROM "+relays+" WHERE owner = $1", req.Owner)
 		b.Queue("SELECT count(*) FROM " + relays + " WHERE lease_until > now()")

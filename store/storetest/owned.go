@@ -887,34 +887,36 @@ func (s *suite) testOwnedKeyless(t *testing.T) {
 }
 
 // testOwnedOldestFirst: a claim takes the lowest ids of its shards, in id
-// order, whether the store reads few pending rows at once and sorts them
-// (a relay that keeps up: here 4 × Limit holds every row) or walks the
-// shards one by one (after a claim that filled its batch).
+// order, from a small backlog (a store may read every pending row at once
+// and sort them) and from one many times its batch (where such a read
+// must not stand for the oldest rows), and claim after claim.
 func (s *suite) testOwnedOldestFirst(t *testing.T) {
-	fx, o := s.ownedFixture(t)
-	own := sole(t, o, "a", true)
-	var msgs []outbox.Message
-	for i := range 30 {
-		msgs = append(msgs, msg(fmt.Sprintf("o%02d", i), fmt.Sprintf("k%02d", i%20)))
-	}
-	enqueue(t, fx, msgs...)
-	var want []string
-	for i := range 30 {
-		want = append(want, fmt.Sprintf("o%02d", i))
-	}
-	// the first claim reads all 30 rows at once (4 × 8 > 30); it filled
-	// its batch, so the next ones walk
-	var got []string
-	for _, limit := range []int{8, 8, 20} {
-		c := claimOwned(t, o, s.ownedReq("a", claimable(own), limit, true))
-		if len(c.Events) > limit {
-			t.Fatalf("claim of %d took %d events", limit, len(c.Events))
-		}
-		got = append(got, labels(c.Events)...)
-		ack(t, fx, c)
-	}
-	if fmtLabels(got) != fmtLabels(want) {
-		t.Fatalf("claims took %s; want every event, the lowest ids first: %s", fmtLabels(got), fmtLabels(want))
+	for _, n := range []int{30, 300} {
+		t.Run(fmt.Sprint(n), func(t *testing.T) {
+			fx, o := s.ownedFixture(t)
+			own := sole(t, o, "a", true)
+			var msgs, want []string
+			var batch []outbox.Message
+			for i := range n {
+				label := fmt.Sprintf("o%03d", i)
+				batch = append(batch, msg(label, fmt.Sprintf("k%02d", i%40)))
+				msgs = append(msgs, label)
+			}
+			enqueue(t, fx, batch...)
+			want = msgs[:min(n, 8+8+20)]
+			var got []string
+			for _, limit := range []int{8, 8, 20} {
+				c := claimOwned(t, o, s.ownedReq("a", claimable(own), limit, true))
+				if len(c.Events) > limit {
+					t.Fatalf("claim of %d took %d events", limit, len(c.Events))
+				}
+				got = append(got, labels(c.Events)...)
+				ack(t, fx, c)
+			}
+			if fmtLabels(got) != fmtLabels(want) {
+				t.Fatalf("claims of 8, 8 and 20 out of %d events took %s; want the lowest ids first: %s", n, fmtLabels(got), fmtLabels(want))
+			}
+		})
 	}
 }
 

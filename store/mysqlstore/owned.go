@@ -349,32 +349,59 @@ func (s *Store) claimOwned(ctx context.Context, req driver.ClaimParams, reads *i
 		return cd.key != "" && ok && cd.id > w
 	}
 	if len(takeOver) > 0 {
-		// The expired rows of those shards, locked, lowest ids first,
-		// each judged by heldSQL; those past Limit make their keys'
-		// later rows wait, and only those: a key's earlier rows are
-		// taken (had they waited too, a dead relay's claims over Limit
-		// would be taken over by no claim ever). One range per shard
-		// (IN, not BETWEEN): a range over several shards would read, and
-		// lock, every in-flight row of them on its way.
-		rows, err = tx.QueryContext(ctx, "SELECT o.id, o.event_key, "+s.heldSQL()+" FROM "+s.table+" o FORCE INDEX ("+s.busyIdx()+") WHERE o.busy IN ("+marks(len(takeOver))+") AND "+leaseExpired("o.")+" ORDER BY o.id FOR UPDATE",
-			append([]any{req.HoldDeadKeys}, intArgs(takeOver)...)...)
+		// The in-flight rows of other owners and the expired ones of
+		// those shards, locked, lowest ids first, each judged by
+		// heldSQL. A row of another owner that is live now had its lease
+		// renewed by an Extend that checked it just before it ran out
+		// and committed after the plain read: its shard is busy after
+		// all, and this claim leaves it (it would otherwise take the
+		// key's later rows while that one is in flight). Of the others,
+		// those past Limit make their keys' later rows wait, and only
+		// those: a key's earlier rows are taken (had they waited too, a
+		// dead relay's claims over Limit would be taken over by no claim
+		// ever). One range per shard (IN, not BETWEEN): a range over
+		// several shards would read, and lock, every in-flight row of
+		// them on its way. (This read waits for the relay's own acks in
+		// those shards: only after a relay's leases ran out.)
+		rows, err = tx.QueryContext(ctx, "SELECT o.id, o.event_key, o.busy, "+leaseExpired("o.")+", "+s.heldSQL()+" FROM "+s.table+" o FORCE INDEX ("+s.busyIdx()+") WHERE o.busy IN ("+marks(len(takeOver))+") AND ("+leaseExpired("o.")+" OR o.lease_owner <> ?) ORDER BY o.id FOR UPDATE",
+			append(append([]any{req.HoldDeadKeys}, intArgs(takeOver)...), req.Lease.Owner)...)
 		if err != nil {
 			return nothing(wrap("expired rows", err))
 		}
+		type expiredRow struct {
+			cd    candidate
+			shard int
+		}
+		var read []expiredRow
 		for rows.Next() {
-			cd := candidate{sending: true}
-			if err := rows.Scan(&cd.id, &cd.key, &cd.held); err != nil {
+			r := expiredRow{cd: candidate{sending: true}}
+			var ended bool
+			if err := rows.Scan(&r.cd.id, &r.cd.key, &r.shard, &ended, &r.cd.held); err != nil {
 				rows.Close()
 				return nothing(err)
 			}
-			if len(cands) < req.Limit {
-				cands = append(cands, cd)
-			} else {
-				leave(cd)
+			if !ended {
+				busy[r.shard] = true
+				continue
 			}
+			read = append(read, r)
 		}
 		if err := rows.Err(); err != nil {
 			return nothing(err)
+		}
+		ok = slices.DeleteFunc(ok, func(sh int) bool { return busy[sh] })
+		if len(ok) == 0 {
+			committed = true
+			return c, 0, wrap("claim", tx.Commit())
+		}
+		for _, r := range read {
+			switch {
+			case busy[r.shard]:
+			case len(cands) < req.Limit:
+				cands = append(cands, r.cd)
+			default:
+				leave(r.cd)
+			}
 		}
 	}
 

@@ -93,7 +93,8 @@
 // A claim is one READ COMMITTED transaction: the owner's shard rows FOR
 // UPDATE (fencing by owner and epoch, lease times from NOW(6) on the
 // database), the expired in-flight rows of its shards FOR UPDATE (so a
-// late Retry or Release of their old owner is either seen or fenced out;
+// late Retry, Release or Extend of their old owner is either seen or
+// fenced out, and a shard where one renewed a lease is left to it;
 // no grace period is needed; only in the shards where a plain read found
 // some, so a claim does not wait for the relay's own acks), the pending
 // rows (while the relay keeps up, one range read of its lanes, sorted by

@@ -415,8 +415,8 @@ func (s *Store) claimOwned(ctx context.Context, req driver.ClaimParams, reads *i
 	// the lane holds rows or not (at a steady 1,000 plain-SQL events/s,
 	// 56 ms a claim for about 90 rows: most of the claim). So while its
 	// last claim took and parked less than half its batch, a claim first
-	// reads its lanes by runs of consecutive shards, each one range of the lane
-	// index, up to four batches' rows. A read that stopped short of that
+	// reads its lanes by runs of consecutive shards, each one range of the
+	// lane index, up to four batches' rows. A read that stopped short of that
 	// cap holds every due row of those lanes, which is all a walk could
 	// return; one that reached it (a backlog) is dropped, and the walk
 	// runs. After a claim that took or parked at least half its batch,

@@ -117,6 +117,19 @@ func TestOwnedHotKeyOrderAcrossBatches(t *testing.T) {
 					cfg.LeaseFor = 20 * time.Second
 					hk := newPipelining()
 					cfg.Hooks = []relay.Hook{hk}
+					// The first publish waits until a claim has taken a key
+					// whose earlier events are in flight: on a loaded
+					// machine a claim can take longer than a batch's
+					// publishing, and the claims would follow the batches
+					// one at a time by chance. A relay that does not
+					// pipeline keeps it waiting the 30 s and fails below.
+					gate := time.Now().Add(30 * time.Second)
+					mb.SetHook(func(outbox.Event) error {
+						for hk.count() == 0 && time.Now().Before(gate) {
+							time.Sleep(time.Millisecond)
+						}
+						return nil
+					})
 					r, stop := run(t, st, mb, cfg)
 					// One key: every event waits for the confirmation of
 					// the one before it, 600 in a row; under -race on a

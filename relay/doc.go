@@ -75,7 +75,10 @@
 //     for (Revoke). A revoked shard is no longer claimed from; once every
 //     batch claimed from it is settled, the next heartbeat (at once)
 //     releases it, and a relay short of its share heartbeats every
-//     LeaseFor/300 (at least 20 ms) until it has it. A stopping relay
+//     LeaseFor/300 (at least 20 ms) until it has it. The relays holding
+//     more than their share learn of a short one at once, not at their
+//     next heartbeat: over a notification on PostgreSQL, and on MariaDB
+//     in the 500 ms look below (driver.Sessions' Rebalance). A stopping relay
 //     settles everything and then gives all its shards up (Leave), so the others take them at once instead of
 //     after a lease period. A relay that died loses them when their lease
 //     runs out, or within about a second where the store sees its

@@ -423,6 +423,8 @@ func (o *ownership) balanceLoop(ctx context.Context) {
 	// a Balance then takes the dead relay's shards at once, so a crash
 	// costs about this period rather than a lease. A relay whose session
 	// lives on (stopped, cut off) keeps its shards until its lease ends.
+	// A store without notifications (MariaDB) answers the same question
+	// for a relay that joined and waits for its share.
 	var watch <-chan time.Time
 	sessions, _ := o.st.(driver.Sessions)
 	if sessions != nil {
@@ -459,7 +461,7 @@ func (o *ownership) balanceLoop(ctx context.Context) {
 			case <-ask:
 			case <-t.C:
 			case <-watch:
-				if !o.orphans(ctx, sessions) {
+				if !o.rebalance(ctx, sessions) {
 					continue
 				}
 			}
@@ -469,16 +471,17 @@ func (o *ownership) balanceLoop(ctx context.Context) {
 	}
 }
 
-// sessionWatch is how often a relay asks a driver.Sessions whether another
-// relay's session has ended.
+// sessionWatch is how often a relay asks a driver.Sessions whether its
+// Balance would move shards on (another relay's session ended, or one
+// joined).
 const sessionWatch = 500 * time.Millisecond
 
-// orphans asks whether another relay's session has ended. An error is no
-// news: the heartbeats go on, and report the store's health.
-func (o *ownership) orphans(ctx context.Context, st driver.Sessions) bool {
+// rebalance asks whether a Balance now would move shards on. An error is
+// no news: the heartbeats go on, and report the store's health.
+func (o *ownership) rebalance(ctx context.Context, st driver.Sessions) bool {
 	octx, cancel := context.WithTimeout(ctx, 2*sessionWatch)
 	defer cancel()
-	found, err := st.Orphans(octx, o.r.cfg.Owner)
+	found, err := st.Rebalance(octx, o.r.cfg.Owner)
 	return err == nil && found
 }
 

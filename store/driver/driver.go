@@ -93,10 +93,14 @@ type Store interface {
 // their claims gone. Where the session lives on (a stopped process, a
 // partition the server has not noticed) the lease stays the bound.
 type Sessions interface {
-	// Orphans reports whether a relay other than owner still holds a
-	// live membership while its session has ended: a Balance now takes
-	// its shards over. It is one cheap read, for a relay to ask often.
-	Orphans(ctx context.Context, owner string) (bool, error)
+	// Rebalance reports whether owner's Balance now would move shards
+	// on: a relay other than owner still holds a live membership while
+	// its session has ended (the Balance takes its shards), or, in a
+	// store with no notification to carry a joining relay's request
+	// (MariaDB), owner holds more than its share while another live
+	// relay holds less (the Balance revokes the surplus). It is one
+	// cheap read, for a relay to ask often.
+	Rebalance(ctx context.Context, owner string) (bool, error)
 }
 
 // Notifier is an optional ability: a channel that receives a value soon after

@@ -112,7 +112,11 @@
 //
 // MySQL has no LISTEN: Notify is an in-process signal after Enqueue and
 // EnqueueTx through this Store (for EnqueueTx also once more shortly after,
-// as the commit is the caller's). Relays in other processes poll.
+// as the commit is the caller's). Relays in other processes poll. A relay
+// that joins cannot ask the others over a notification for its share
+// either: Rebalance, the read each relay makes every 500 ms for ended
+// sessions, also tells a relay holding more than its share that a live
+// one holds less, and its Balance revokes the surplus.
 //
 // Files by role: mysqlstore.go (the Store, Open, locks, errors), schema.go
 // (migrations), enqueue.go (the producer's side), claim.go and settle.go

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -373,4 +374,65 @@ func TestReleaseBesideOwnClaim(t *testing.T) {
 	if err := <-claimed; err != nil {
 		t.Fatalf("the claim: %v", err)
 	}
+}
+
+// TestRebalanceAsksForAJoinersShare: MariaDB has no notification to carry
+// a joining relay's request for its share, so Rebalance tells each relay
+// holding more than its share (Balance's: 64 shards over the live relays,
+// one more for the first 64 mod n in byte order) that another holds less.
+// Three relays join one by one and hand over by their heartbeats' releases,
+// down to 22, 22 and 20, where only b (share 21) holds too much.
+func TestRebalanceAsksForAJoinersShare(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	_, st, _ := migratedStore(t, "reb_")
+	held := map[string][]int{}
+	beat := func(owner string, release int) {
+		t.Helper()
+		var rel []int
+		if release > 0 {
+			h := held[owner]
+			rel = h[len(h)-release:]
+		}
+		own, err := st.Balance(ctx, driver.BalanceParams{Owner: owner, LeaseFor: time.Minute, Release: rel})
+		if err != nil {
+			t.Fatalf("%s's heartbeat: %v", owner, err)
+		}
+		held[owner] = nil
+		for _, l := range own.Held {
+			held[owner] = append(held[owner], l.Shard)
+		}
+		slices.Sort(held[owner])
+	}
+	want := func(when string, asked ...string) {
+		t.Helper()
+		for _, o := range []string{"a", "b", "c"} {
+			got, err := st.Rebalance(ctx, o)
+			if err != nil {
+				t.Fatalf("%s: Rebalance(%s): %v", when, o, err)
+			}
+			if got != slices.Contains(asked, o) {
+				t.Errorf("%s (holding a %d, b %d, c %d): Rebalance(%s) = %v", when, len(held["a"]), len(held["b"]), len(held["c"]), o, got)
+			}
+		}
+	}
+	beat("a", 0)
+	want("a alone")
+	beat("b", 0)
+	want("b joined", "a")
+	beat("a", 32)
+	beat("b", 0)
+	want("a and b at 32 each")
+	beat("c", 0)
+	want("c joined", "a", "b")
+	beat("a", 10)
+	beat("b", 10)
+	beat("c", 0)
+	if len(held["c"]) != 20 {
+		t.Fatalf("c took %d shards of the 20 free", len(held["c"]))
+	}
+	want("a 22 (its share), b 22 (one over), c 20", "b")
+	beat("b", 1)
+	beat("c", 0)
+	want("22, 21, 21")
 }

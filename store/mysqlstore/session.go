@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"database/sql/driver"
+	"strconv"
 	"strings"
 	"sync"
 
@@ -143,13 +144,28 @@ func (s *Store) closeSessions() {
 	}
 }
 
-// Orphans reports whether a live relay other than owner has lost its
-// session (see storedriver.Sessions). It asks over owner's own session when it
-// has one, which also finds that session dead (the next Balance opens it
-// again), and over the pool otherwise.
-func (s *Store) Orphans(ctx context.Context, owner string) (bool, error) {
-	q := "SELECT EXISTS (SELECT 1 FROM " + s.relaysTable() + " r WHERE " + s.orphanedSQL() + ")"
-	args := []any{s.schema, s.opts.Table, owner}
+// Rebalance reports whether owner's Balance now would move shards on
+// (see storedriver.Sessions): a live relay other than owner has lost its
+// session, or owner holds more than its share while another live relay
+// holds less than the smallest share. MariaDB has no LISTEN to carry a
+// joining relay's request for its share (pgstore's BalanceNotify), so the
+// relays that hold too much find it here, in the read they already make
+// every half second, and the joiner holds its share within about a second
+// instead of after their next heartbeat (LeaseFor/3). Shares are Balance's:
+// the table's shards over the live relays, one more for the first
+// shards-mod-relays of them in byte order. It asks over owner's own
+// session when it has one, which also finds that session dead (the next
+// Balance opens it again), and over the pool otherwise.
+func (s *Store) Rebalance(ctx context.Context, owner string) (bool, error) {
+	live := "lease_until > " + dbNow
+	n := strconv.Itoa(numShards)
+	q := "SELECT EXISTS (SELECT 1 FROM " + s.relaysTable() + " r WHERE " + s.orphanedSQL() + ")" +
+		" OR COALESCE((SELECT l.n > 0 AND m.held > FLOOR(" + n + " / l.n) + (l.ahead < " + n + " MOD l.n)" +
+		" AND EXISTS (SELECT 1 FROM " + s.relaysTable() + " o WHERE o.owner <> ? AND o." + live +
+		" AND (SELECT COUNT(*) FROM " + s.shardsTable() + " h WHERE h.owner = o.owner) < FLOOR(" + n + " / l.n))" +
+		" FROM (SELECT COUNT(*) AS n, COALESCE(SUM(owner < ?), 0) AS ahead FROM " + s.relaysTable() + " WHERE " + live + ") l," +
+		" (SELECT COUNT(*) AS held FROM " + s.shardsTable() + " WHERE owner = ?) m), FALSE)"
+	args := []any{s.schema, s.opts.Table, owner, owner, owner, owner}
 	var found bool
 	s.mu.Lock()
 	rs := s.sessions[owner]
@@ -167,7 +183,7 @@ func (s *Store) Orphans(ctx context.Context, owner string) (bool, error) {
 		rs.mu.Unlock()
 	}
 	err := s.db.QueryRowContext(ctx, q, args...).Scan(&found)
-	return found, wrap("orphans", err)
+	return found, wrap("rebalance", err)
 }
 
 // reap ends, as of now (the transaction's clock; the statement's for the

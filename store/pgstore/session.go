@@ -176,11 +176,12 @@ func (s *Store) closeSessions() {
 	}
 }
 
-// Orphans reports whether a live relay other than owner has lost its
-// session (see driver.Sessions). It asks over owner's own session when it
-// has one, which also finds that session dead (it is opened again by the
-// next Balance), and over the pool otherwise.
-func (s *Store) Orphans(ctx context.Context, owner string) (bool, error) {
+// Rebalance reports whether a live relay other than owner has lost its
+// session (see driver.Sessions); a relay that joins asks for its share
+// over a notification (BalanceNotify), not here. It asks over owner's own
+// session when it has one, which also finds that session dead (it is
+// opened again by the next Balance), and over the pool otherwise.
+func (s *Store) Rebalance(ctx context.Context, owner string) (bool, error) {
 	q := s.orphansSQL()
 	var found bool
 	s.mu.Lock()

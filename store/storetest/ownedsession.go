@@ -13,9 +13,9 @@ import (
 // testOwnedSessionLost (stores with driver.Sessions): relay a, in a store
 // of its own (a process of its own), holds half the shards and has a
 // claim in flight. While its store is open a does not heartbeat (as if
-// stopped): b takes none of its shards, and Orphans says nothing. Then
+// stopped): b takes none of its shards, and Rebalance says nothing. Then
 // a's store closes, as its process's death closes its connections: b's
-// Orphans sees it within a second, b's Balance takes a's shards at once
+// Rebalance sees it within a second, b's Balance takes a's shards at once
 // with new epochs, and b's claim takes a's claimed events over, all long
 // before any lease of a's would end; a's claim is fenced.
 func (s *suite) testOwnedSessionLost(t *testing.T) {
@@ -49,8 +49,8 @@ func (s *suite) testOwnedSessionLost(t *testing.T) {
 	if !ok {
 		t.Fatalf("%s: the store does not implement store.Sessions", s.h.Name)
 	}
-	if orphans, err := sb.Orphans(t.Context(), "b"); err != nil || orphans {
-		t.Fatalf("Orphans while a's session lives: %v, %v; want false", orphans, err)
+	if orphans, err := sb.Rebalance(t.Context(), "b"); err != nil || orphans {
+		t.Fatalf("Rebalance while a's session lives: %v, %v; want false", orphans, err)
 	}
 	ownB := balance(t, b, driver.BalanceParams{Owner: "b", LeaseFor: shardLease, HoldDeadKeys: true})
 	if len(ownB.Held) != 0 {
@@ -64,15 +64,15 @@ func (s *suite) testOwnedSessionLost(t *testing.T) {
 	}
 	died := time.Now()
 	for {
-		orphans, err := sb.Orphans(t.Context(), "b")
+		orphans, err := sb.Rebalance(t.Context(), "b")
 		if err != nil {
-			t.Fatalf("Orphans: %v", err)
+			t.Fatalf("Rebalance: %v", err)
 		}
 		if orphans {
 			break
 		}
 		if time.Since(died) > 2*time.Second {
-			t.Fatalf("Orphans still false %s after a's session closed", time.Since(died))
+			t.Fatalf("Rebalance still false %s after a's session closed", time.Since(died))
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
@@ -87,8 +87,8 @@ func (s *suite) testOwnedSessionLost(t *testing.T) {
 			t.Errorf("b holds shard %d at epoch %d; want more than a's %d", l.Shard, l.Epoch, ownA.Held[i].Epoch)
 		}
 	}
-	if orphans, err := sb.Orphans(t.Context(), "b"); err != nil || orphans {
-		t.Errorf("Orphans after b's Balance: %v, %v; want false (a's membership ended)", orphans, err)
+	if orphans, err := sb.Rebalance(t.Context(), "b"); err != nil || orphans {
+		t.Errorf("Rebalance after b's Balance: %v, %v; want false (a's membership ended)", orphans, err)
 	}
 	cb := claimOwned(t, b, s.ownedReq("b", claimable(ownB), 10, true))
 	wantLabels(t, "b's claim of a's claimed events", cb.Events, "k1", "k2", "k3", "k4", "k5", "k6")

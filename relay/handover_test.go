@@ -14,12 +14,26 @@ import (
 	"github.com/outbox-go/outbox/testkit/teststores"
 )
 
-// shardWatch is a HookShards that keeps a relay's latest heartbeat and
-// when it first marked shards Revoke.
+// shardWatch is a HookShards that keeps a relay's latest heartbeat, when
+// it came, and when the relay first marked shards Revoke.
 type shardWatch struct {
 	mu      sync.Mutex
 	last    relay.ShardInfo
+	at      time.Time // when last came
 	revoked time.Time // first heartbeat that marked a shard Revoke
+}
+
+// watchedPair returns a broker and the configurations of two relays, A and
+// B, each watched by its shardWatch, with the default lease's heartbeat
+// period (10 s): long enough that a prompt handover is not a heartbeat's.
+func watchedPair(t *testing.T) (mb *membroker.Broker, cfgA, cfgB relay.Config, a, b *shardWatch) {
+	mb = newMem(t, membroker.Config{})
+	cfg := fastConfig()
+	cfg.LeaseFor = 30 * time.Second // a heartbeat every 10 s, as by default
+	a, b = &shardWatch{}, &shardWatch{}
+	cfgA, cfgB = cfg, cfg
+	cfgA.Hooks, cfgB.Hooks = []relay.Hook{a}, []relay.Hook{b}
+	return mb, cfgA, cfgB, a, b
 }
 
 func (w *shardWatch) OnShards(_ context.Context, s relay.ShardInfo) {
@@ -28,7 +42,7 @@ func (w *shardWatch) OnShards(_ context.Context, s relay.ShardInfo) {
 	if s.Err != nil {
 		return
 	}
-	w.last = s
+	w.last, w.at = s, time.Now()
 	for _, l := range s.Held {
 		if l.Revoke && w.revoked.IsZero() {
 			w.revoked = time.Now()
@@ -53,12 +67,7 @@ func (w *shardWatch) get() (relay.ShardInfo, time.Time) {
 func TestOwnedRevokedIdleShardsAreHandedOverAtOnce(t *testing.T) {
 	forEachOpened(t, func(t *testing.T, o teststores.Opened) {
 		st := o.Store
-		mb := newMem(t, membroker.Config{})
-		cfg := fastConfig()
-		cfg.LeaseFor = 30 * time.Second // a heartbeat every 10 s, as by default
-		var a, b shardWatch
-		cfgA, cfgB := cfg, cfg
-		cfgA.Hooks, cfgB.Hooks = []relay.Hook{&a}, []relay.Hook{&b}
+		mb, cfgA, cfgB, a, b := watchedPair(t)
 		run(t, st, mb, cfgA)
 		waitFor(t, "relay A to take every shard", 20*time.Second, func() bool {
 			s, _ := a.get()
@@ -113,25 +122,26 @@ func TestOwnedJoiningRelayGetsItsShareBeforeTheNextHeartbeat(t *testing.T) {
 		t.Run(kind, func(t *testing.T) {
 			o := teststores.Open(t, kind, store.Options{})
 			stB := teststores.OpenAt(t, kind, o.URL, o.Opts).Store // a process of its own
-			mb := newMem(t, membroker.Config{})
-			cfg := fastConfig()
-			cfg.LeaseFor = 30 * time.Second // a heartbeat every 10 s, as by default
-			var a, b shardWatch
-			cfgA, cfgB := cfg, cfg
-			cfgA.Hooks, cfgB.Hooks = []relay.Hook{&a}, []relay.Hook{&b}
+			mb, cfgA, cfgB, a, b := watchedPair(t)
 			_, stopA := run(t, o.Store, mb, cfgA)
 			defer stopA()
 			waitFor(t, "relay A to take every shard", 20*time.Second, func() bool {
 				s, _ := a.get()
 				return s.Shards > 0 && len(s.Held) == s.Shards
 			})
+			a.mu.Lock()
+			beatA := a.at // A's next heartbeat is 10 s after this one
+			a.mu.Unlock()
 			joined := time.Now()
 			_, stopB := run(t, stB, mb, cfgB)
 			defer stopB()
-			waitFor(t, "relay B to hold its share, well before A's next heartbeat (10 s)", 5*time.Second, func() bool {
+			waitFor(t, "relay B to hold its share", 5*time.Second, func() bool {
 				s, _ := b.get()
 				return s.Shards > 0 && len(s.Held) == s.Shards/2
 			})
+			if since := time.Since(beatA); since > 5*time.Second {
+				t.Fatalf("B held its share %s after A's last heartbeat before B started; want well under A's heartbeat period (10 s)", since.Round(time.Millisecond))
+			}
 			t.Logf("B held its share %s after it started", time.Since(joined).Round(time.Millisecond))
 		})
 	}

@@ -445,10 +445,15 @@ func (o *ownership) balanceLoop(ctx context.Context) {
 			}
 		}
 		// A short relay looks again soon anyway; it does not answer
-		// requests to heartbeat (its own among them) meanwhile.
-		ask := asked
+		// requests to heartbeat (its own among them) meanwhile. A relay
+		// backing off after a failed Balance waits its backoff out: a
+		// Rebalance that says yes would only fail it again sooner.
+		ask, look := asked, watch
 		if wait == soon {
 			ask = nil
+		}
+		if failures > 0 {
+			look = nil
 		}
 		t := time.NewTimer(wait)
 	waiting:
@@ -460,7 +465,7 @@ func (o *ownership) balanceLoop(ctx context.Context) {
 			case <-o.kick:
 			case <-ask:
 			case <-t.C:
-			case <-watch:
+			case <-look:
 				if !o.rebalance(ctx, sessions) {
 					continue
 				}

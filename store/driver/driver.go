@@ -98,7 +98,8 @@ type Sessions interface {
 	// its session has ended (the Balance takes its shards), or, in a
 	// store with no notification to carry a joining relay's request
 	// (MariaDB), owner holds more than its share while another live
-	// relay holds less (the Balance revokes the surplus). It is one
+	// relay holds less than the smallest share (the Balance revokes the
+	// surplus). It is one
 	// cheap read, for a relay to ask often.
 	Rebalance(ctx context.Context, owner string) (bool, error)
 }

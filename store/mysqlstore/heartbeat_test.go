@@ -386,23 +386,24 @@ func TestRebalanceAsksForAJoinersShare(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	_, st, _ := migratedStore(t, "reb_")
-	held := map[string][]int{}
-	beat := func(owner string, release int) {
+	held, revoked := map[string][]int{}, map[string][]int{}
+	// beat runs owner's Balance, giving back the first release of the
+	// shards its last Balance marked Revoke, and returns how many this
+	// one marks.
+	beat := func(owner string, release int) int {
 		t.Helper()
-		var rel []int
-		if release > 0 {
-			h := held[owner]
-			rel = h[len(h)-release:]
-		}
-		own, err := st.Balance(ctx, driver.BalanceParams{Owner: owner, LeaseFor: time.Minute, Release: rel})
+		own, err := st.Balance(ctx, driver.BalanceParams{Owner: owner, LeaseFor: time.Minute, Release: revoked[owner][:release]})
 		if err != nil {
 			t.Fatalf("%s's heartbeat: %v", owner, err)
 		}
-		held[owner] = nil
+		held[owner], revoked[owner] = nil, nil
 		for _, l := range own.Held {
 			held[owner] = append(held[owner], l.Shard)
+			if l.Revoke {
+				revoked[owner] = append(revoked[owner], l.Shard)
+			}
 		}
-		slices.Sort(held[owner])
+		return len(revoked[owner])
 	}
 	want := func(when string, asked ...string) {
 		t.Helper()
@@ -416,15 +417,27 @@ func TestRebalanceAsksForAJoinersShare(t *testing.T) {
 			}
 		}
 	}
+	wantRevoke := func(owner string, n int) {
+		t.Helper()
+		if got := beat(owner, 0); got != n {
+			t.Fatalf("%s's Balance after Rebalance: %d shards marked Revoke, want %d", owner, got, n)
+		}
+	}
+	want("no relay yet")
 	beat("a", 0)
 	want("a alone")
 	beat("b", 0)
 	want("b joined", "a")
+	wantRevoke("a", 32)
 	beat("a", 32)
 	beat("b", 0)
 	want("a and b at 32 each")
 	beat("c", 0)
 	want("c joined", "a", "b")
+	// Shares of 64 over three: 22 for a (first in byte order), 21 each
+	// for b and c.
+	wantRevoke("a", 10)
+	wantRevoke("b", 11)
 	beat("a", 10)
 	beat("b", 10)
 	beat("c", 0)
@@ -432,6 +445,7 @@ func TestRebalanceAsksForAJoinersShare(t *testing.T) {
 		t.Fatalf("c took %d shards of the 20 free", len(held["c"]))
 	}
 	want("a 22 (its share), b 22 (one over), c 20", "b")
+	wantRevoke("b", 1)
 	beat("b", 1)
 	beat("c", 0)
 	want("22, 21, 21")

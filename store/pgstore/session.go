@@ -49,9 +49,9 @@ func sessionAliveSQL(k string) string {
 	AND l.classid = ` + k + `::int::oid AND l.objid = hashtext(r.owner)::oid AND l.objsubid = 2)`
 }
 
-// orphansSQL: the live relays other than $1 whose session is gone, or
-// live claims of a relay whose session is gone (lateClaimsSQL).
-func (s *Store) orphansSQL() string {
+// rebalanceSQL: whether a live relay other than $1 has lost its session,
+// or a relay whose session is gone still has a live claim (lateClaimsSQL).
+func (s *Store) rebalanceSQL() string {
 	return `SELECT EXISTS (SELECT 1 FROM ` + s.relaysTable() + ` r WHERE r.owner <> $1 AND r.lease_until > now() AND r.pid IS NOT NULL
 	AND NOT ` + sessionAliveSQL("$2") + `) OR EXISTS (SELECT 1 FROM ` + s.claimsTable() + ` c WHERE ` + s.lateClaimsSQL("$1", "$2") + `)`
 }
@@ -177,12 +177,13 @@ func (s *Store) closeSessions() {
 }
 
 // Rebalance reports whether a live relay other than owner has lost its
-// session (see driver.Sessions); a relay that joins asks for its share
+// session, or such a relay committed a claim after its memberships were
+// reaped (see lateClaimsSQL and driver.Sessions); a relay that joins asks for its share
 // over a notification (BalanceNotify), not here. It asks over owner's own
 // session when it has one, which also finds that session dead (it is
 // opened again by the next Balance), and over the pool otherwise.
 func (s *Store) Rebalance(ctx context.Context, owner string) (bool, error) {
-	q := s.orphansSQL()
+	q := s.rebalanceSQL()
 	var found bool
 	s.mu.Lock()
 	rs := s.sessions[owner]
@@ -200,5 +201,5 @@ func (s *Store) Rebalance(ctx context.Context, owner string) (bool, error) {
 		rs.mu.Unlock()
 	}
 	err := s.pool.QueryRow(ctx, q, owner, s.sessionKey()).Scan(&found)
-	return found, wrap("orphans", err)
+	return found, wrap("rebalance", err)
 }

@@ -47,10 +47,10 @@ func (s *suite) testOwnedSessionLost(t *testing.T) {
 	// a's session lives (its store is open): b gets nothing of a's.
 	sb, ok := fx.Store.(driver.Sessions)
 	if !ok {
-		t.Fatalf("%s: the store does not implement store.Sessions", s.h.Name)
+		t.Fatalf("%s: the store does not implement driver.Sessions", s.h.Name)
 	}
-	if orphans, err := sb.Rebalance(t.Context(), "b"); err != nil || orphans {
-		t.Fatalf("Rebalance while a's session lives: %v, %v; want false", orphans, err)
+	if moves, err := sb.Rebalance(t.Context(), "b"); err != nil || moves {
+		t.Fatalf("Rebalance while a's session lives: %v, %v; want false", moves, err)
 	}
 	ownB := balance(t, b, driver.BalanceParams{Owner: "b", LeaseFor: shardLease, HoldDeadKeys: true})
 	if len(ownB.Held) != 0 {
@@ -64,11 +64,11 @@ func (s *suite) testOwnedSessionLost(t *testing.T) {
 	}
 	died := time.Now()
 	for {
-		orphans, err := sb.Rebalance(t.Context(), "b")
+		moves, err := sb.Rebalance(t.Context(), "b")
 		if err != nil {
 			t.Fatalf("Rebalance: %v", err)
 		}
-		if orphans {
+		if moves {
 			break
 		}
 		if time.Since(died) > 2*time.Second {
@@ -87,8 +87,8 @@ func (s *suite) testOwnedSessionLost(t *testing.T) {
 			t.Errorf("b holds shard %d at epoch %d; want more than a's %d", l.Shard, l.Epoch, ownA.Held[i].Epoch)
 		}
 	}
-	if orphans, err := sb.Rebalance(t.Context(), "b"); err != nil || orphans {
-		t.Errorf("Rebalance after b's Balance: %v, %v; want false (a's membership ended)", orphans, err)
+	if moves, err := sb.Rebalance(t.Context(), "b"); err != nil || moves {
+		t.Errorf("Rebalance after b's Balance: %v, %v; want false (a's membership ended)", moves, err)
 	}
 	cb := claimOwned(t, b, s.ownedReq("b", claimable(ownB), 10, true))
 	wantLabels(t, "b's claim of a's claimed events", cb.Events, "k1", "k2", "k3", "k4", "k5", "k6")

@@ -19,7 +19,7 @@
 //	outbox_lease_lost_total                       counter   batches whose lease was lost mid-flight
 //	outbox_pending_events                         gauge     events waiting, estimated by id span (store.Backlog)
 //	outbox_oldest_pending_age_seconds             gauge     age of the oldest due event (store.Backlog)
-//	outbox_dead_events                            gauge     DEAD events
+//	outbox_dead_events                            gauge     DEAD events, counted up to store.DeadCap (10,000)
 //	outbox_backlog_up                             gauge     0 when the three gauges above could not be read
 //	outbox_in_flight_events                       gauge     claimed by this relay, not settled
 //	outbox_inflight_bytes                         gauge     payload bytes of those events (relay.Config.MaxInflightBytes)

@@ -15,8 +15,8 @@ var _ store.BacklogReader = (*Store)(nil)
 // key from its end (MIN and MAX over the status range of the hold index
 // read every waiting row: 0.4–0.6 s at 1,000,000), the age of the oldest due one
 // among the first store.DueWindow (SENDING, or NEW, not parked, due by
-// dueSQL and not held by heldSQL, DEAD rows holding), and the DEAD rows of
-// the hold index.
+// dueSQL and not held by heldSQL, DEAD rows holding), and up to
+// store.DeadCap DEAD rows of the hold index.
 func (s *Store) Backlog(ctx context.Context) (store.Backlog, error) {
 	var b store.Backlog
 	var age int64
@@ -26,7 +26,7 @@ func (s *Store) Backlog(ctx context.Context) (store.Backlog, error) {
 	COALESCE(TIMESTAMPDIFF(MICROSECOND, (SELECT MIN(o.created_at)
 		FROM (SELECT id, event_key, status, parked, next_attempt_at, created_at FROM `+s.table+` WHERE status IN ('NEW', 'SENDING') ORDER BY id LIMIT `+strconv.Itoa(store.DueWindow)+`) o
 		WHERE o.status = 'SENDING' OR (o.parked = 0 AND `+dueSQL("o.")+` AND NOT `+s.heldSQL()+`)), CURRENT_TIMESTAMP(6)), 0),
-	(SELECT COUNT(*) FROM `+s.table+` WHERE status = 'DEAD')`, true).Scan(&b.Pending, &age, &b.Dead)
+	(SELECT COUNT(*) FROM (SELECT 1 FROM `+s.table+` WHERE status = 'DEAD' LIMIT `+strconv.Itoa(store.DeadCap)+`) d)`, true).Scan(&b.Pending, &age, &b.Dead)
 	if err != nil {
 		return b, wrap("backlog", err)
 	}

@@ -1,10 +1,12 @@
 package storetest
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
 
+	outbox "github.com/outbox-go/outbox"
 	"github.com/outbox-go/outbox/store"
 	"github.com/outbox-go/outbox/store/driver"
 )
@@ -44,6 +46,36 @@ func (s *suite) testBacklog(t *testing.T) {
 	}
 	if b := backlog(); b.Pending != 0 || b.OldestPendingAge != 0 || b.Dead != 2 {
 		t.Fatalf("Backlog after draining = %+v, want nothing waiting, 2 dead", b)
+	}
+}
+
+// testBacklogDeadCap: Backlog counts DEAD events up to store.DeadCap, so
+// a scrape's cost stays bounded however many there are; Stats counts
+// them all.
+func (s *suite) testBacklogDeadCap(t *testing.T) {
+	fx := s.migrated(t, store.Options{})
+	backlog := backlogOf(t, fx)
+	const n = store.DeadCap + 5
+	msgs := make([]outbox.Message, 0, 1000)
+	for i := range n {
+		msgs = append(msgs, msg("dead", fmt.Sprintf("k%d", i)))
+		if len(msgs) == cap(msgs) || i == n-1 {
+			enqueue(t, fx, msgs...)
+			msgs = msgs[:0]
+		}
+	}
+	if _, err := fx.DB.ExecContext(t.Context(), "UPDATE "+fx.Table+" SET status = 'DEAD'"); err != nil {
+		t.Fatalf("burying every row: %v", err)
+	}
+	if b := backlog(); b.Dead != store.DeadCap || b.Pending != 0 {
+		t.Fatalf("Backlog with %d DEAD events = %+v, want Dead %d (the cap), nothing waiting", n, b, store.DeadCap)
+	}
+	st, err := fx.Store.Stats(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Dead != n {
+		t.Fatalf("Stats with %d DEAD events: Dead %d", n, st.Dead)
 	}
 }
 

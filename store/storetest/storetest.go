@@ -130,6 +130,7 @@ func Run(t *testing.T, h Harness) {
 		{"Stats", s.testStats},
 		{"Backlog", s.testBacklog},
 		{"Backlog/Due", s.testBacklogDue},
+		{"Backlog/DeadCap", s.testBacklogDeadCap},
 		{"Payloads", s.testPayloads},
 		{"PayloadTooLarge", s.testPayloadTooLarge},
 		{"MaxPayloadOption", s.testMaxPayloadOption},

@@ -134,6 +134,9 @@ func (w *watcher) tick(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	if b.Dead >= store.DeadCap { // Backlog counts no further: the exact count is the better reading
+		b.Dead = max(b.Dead, w.exact.Dead)
+	}
 	w.add(reading{at: now, pending: b.Pending, dead: b.Dead, oldest: b.OldestPendingAge})
 	return nil
 }

@@ -16,8 +16,8 @@ import (
 // recover by itself with nothing lost and order intact.
 func TestPostgresBackendsTerminatedMidBatch(t *testing.T) {
 	url := teststores.URL(t, "postgres")
-	const app = "outbox_relay_fault_test"
 	opts := store.Options{Table: teststores.UniqueTable("rt_")}
+	app := "outbox_relay_fault_test_" + opts.Table // this test's backends only
 	ctx := context.Background()
 	st, err := pgstore.Open(ctx, url+"&application_name="+app, pgstore.Config{Options: opts})
 	if err != nil {

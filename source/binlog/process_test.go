@@ -21,9 +21,24 @@ var (
 	buildOnce sync.Once
 	binary    string
 	buildErr  error
+	binDir    string
 )
 
-// outboxBinary builds ./cmd/outbox once per test binary.
+func TestMain(m *testing.M) {
+	code := m.Run()
+	removeBinary()
+	os.Exit(code)
+}
+
+// removeBinary removes what outboxBinary built, once the tests are over.
+func removeBinary() {
+	if binDir != "" {
+		_ = os.RemoveAll(binDir)
+	}
+}
+
+// outboxBinary builds ./cmd/outbox once per test binary (TestMain removes
+// it: removeBinary).
 func outboxBinary(t *testing.T) string {
 	t.Helper()
 	buildOnce.Do(func() {
@@ -32,7 +47,7 @@ func outboxBinary(t *testing.T) string {
 			buildErr = err
 			return
 		}
-		binary = filepath.Join(dir, "outbox")
+		binDir, binary = dir, filepath.Join(dir, "outbox")
 		cmd := exec.Command("go", "build", "-race", "-o", binary, "github.com/outbox-go/outbox/cmd/outbox")
 		var out bytes.Buffer
 		cmd.Stdout, cmd.Stderr = &out, &out

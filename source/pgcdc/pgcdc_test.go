@@ -31,7 +31,12 @@ import (
 	"github.com/outbox-go/outbox/store/pgstore"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m, goleak.IgnoreCurrent()) }
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m, goleak.IgnoreCurrent(), goleak.Cleanup(func(code int) {
+		removeBinary()
+		os.Exit(code)
+	}))
+}
 
 func quietLogger() *slog.Logger {
 	if os.Getenv("PGCDC_TEST_LOG") != "" {

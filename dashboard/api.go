@@ -124,6 +124,9 @@ type backlogJ struct {
 	Pending       int64   `json:"pending"`
 	OldestSeconds float64 `json:"oldest_pending_seconds"`
 	Dead          int64   `json:"dead"`
+	// DeadAtLeast: Dead is store.DeadCap, the most the backlog query
+	// counts; there may be more (outbox status counts them all).
+	DeadAtLeast bool `json:"dead_at_least"`
 }
 
 type relayJ struct {
@@ -150,7 +153,7 @@ func (d *Dashboard) overview(*http.Request, []string) (any, *apiError) {
 		o.LastSample = &at
 		if snap.last.ok {
 			b := snap.last.backlog
-			o.Backlog = &backlogJ{Pending: b.Pending, OldestSeconds: b.OldestPendingAge.Seconds(), Dead: b.Dead}
+			o.Backlog = &backlogJ{Pending: b.Pending, OldestSeconds: b.OldestPendingAge.Seconds(), Dead: b.Dead, DeadAtLeast: snap.last.deadCapped}
 		}
 	}
 	if d.cfg.Relay != nil {

@@ -6,7 +6,8 @@
 // It shows the backlog and the delivery rate over the last half hour (a
 // chart of samples it takes in the background, at a cost that does not grow
 // with the backlog: store.BacklogReader and the relay's counters), the age
-// of the oldest pending event, the keys held by dead events (those of the
+// of the oldest pending event, the number of dead events (counted up to
+// store.DeadCap, shown as "≥ 10,000" beyond), the keys held by dead events (those of the
 // first 50, read every 5 s or when the number of dead events changes), the
 // relay and its health, and the dead letters with a preview of their
 // payload and their last error.

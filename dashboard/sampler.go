@@ -23,6 +23,8 @@ type sample struct {
 	at      time.Time
 	ok      bool // the backlog could be read
 	backlog store.Backlog
+	// deadCapped: backlog.Dead is store.Backlog's cap, not a count
+	deadCapped bool
 	// relay's cumulative counters at that time (zero without a relay)
 	delivered, failed int64
 }
@@ -84,6 +86,7 @@ func (s *sampler) take(ctx context.Context, every time.Duration) {
 	var err error
 	if s.backlog != nil {
 		smp.backlog, err = s.backlog.Backlog(qctx)
+		smp.deadCapped = smp.backlog.Dead >= store.DeadCap
 	} else {
 		var st store.Stats
 		st, err = s.st.Stats(qctx)

@@ -446,10 +446,12 @@ func (o *ownership) balanceLoop(ctx context.Context) {
 		}
 		// A short relay looks again soon anyway; it does not answer
 		// requests to heartbeat (its own among them) meanwhile. A relay
-		// backing off after a failed Balance waits its backoff out: a
-		// Rebalance that says yes would only fail it again sooner.
+		// backing off after a failed Balance answers neither those
+		// requests nor a Rebalance that says yes: another Balance now
+		// would only fail sooner. A drained revoked shard (kick) still
+		// ends the wait, as handing it over is what the Balance is for.
 		ask, look := asked, watch
-		if wait == soon {
+		if wait == soon || failures > 0 {
 			ask = nil
 		}
 		if failures > 0 {

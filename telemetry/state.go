@@ -3,6 +3,7 @@ package telemetry
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"sync"
 	"time"
 
@@ -63,7 +64,7 @@ func NewState(r *relay.Relay, st store.Store) *State {
 	d := func(name, help string) *prometheus.Desc { return prometheus.NewDesc(name, help, nil, nil) }
 	s.pending = d("outbox_pending_events", "Events waiting, estimated by the id span of pending rows (exact without gaps).")
 	s.oldest = d("outbox_oldest_pending_age_seconds", "Age of the oldest due event (in flight, or one a claim may take now; not one held by its next attempt or behind a DEAD event of its key) among the first 1,000 waiting (database clock); 0 when none of them is due.")
-	s.dead = d("outbox_dead_events", "DEAD events, waiting for an operator (counted up to 10,000).")
+	s.dead = d("outbox_dead_events", "DEAD events, waiting for an operator (counted up to "+strconv.Itoa(store.DeadCap)+").")
 	s.backlogUp = d("outbox_backlog_up", "1 when the backlog gauges could be read at this scrape, 0 when the store did not answer.")
 	s.inFlight = d("outbox_in_flight_events", "Events this relay claimed and has not settled yet.")
 	s.inflightBytes = d("outbox_inflight_bytes", "Payload bytes of the events this relay claimed and has not settled yet (bounded by --max-inflight-bytes).")

@@ -137,7 +137,7 @@
     $("pending").textContent = b ? fmtNum(b.pending) : "–";
     $("oldest").textContent = b ? fmtDur(b.oldest_pending_seconds) : "–";
     const dead = $("dead-count");
-    dead.textContent = b ? fmtNum(b.dead) : "–";
+    dead.textContent = b ? (b.dead_at_least ? "≥ " : "") + fmtNum(b.dead) : "–";
     dead.className = "value" + (b && b.dead > 0 ? " bad" : "");
     let eta = " ";
     if (b && b.pending === 0) eta = "drained";

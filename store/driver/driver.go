@@ -99,8 +99,7 @@ type Sessions interface {
 	// store with no notification to carry a joining relay's request
 	// (MariaDB), owner holds more than its share while another live
 	// relay holds less than the smallest share (the Balance revokes the
-	// surplus). It is one
-	// cheap read, for a relay to ask often.
+	// surplus). It is one cheap read, for a relay to ask often.
 	Rebalance(ctx context.Context, owner string) (bool, error)
 }
 

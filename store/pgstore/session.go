@@ -177,11 +177,12 @@ func (s *Store) closeSessions() {
 }
 
 // Rebalance reports whether a live relay other than owner has lost its
-// session, or such a relay committed a claim after its memberships were
-// reaped (see lateClaimsSQL and driver.Sessions); a relay that joins asks for its share
-// over a notification (BalanceNotify), not here. It asks over owner's own
-// session when it has one, which also finds that session dead (it is
-// opened again by the next Balance), and over the pool otherwise.
+// session, or a relay whose session is gone committed a claim after its
+// membership was reaped (lateClaimsSQL; see driver.Sessions); a relay
+// that joins asks for its share over a notification (BalanceNotify), not
+// here. It asks over owner's own session when it has one, which also
+// finds that session dead (it is opened again by the next Balance), and
+// over the pool otherwise.
 func (s *Store) Rebalance(ctx context.Context, owner string) (bool, error) {
 	q := s.rebalanceSQL()
 	var found bool

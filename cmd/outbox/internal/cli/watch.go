@@ -32,6 +32,7 @@ type reading struct {
 	at            time.Time
 	pending, dead int64
 	oldest        time.Duration
+	deadAtLeast   bool // dead is store.DeadCap, the most Backlog counts
 }
 
 // watchJSON is one line of `status --watch --json`; field names are stable.
@@ -41,6 +42,9 @@ type watchJSON struct {
 	Pending              int64     `json:"pending"` // estimated by id span (exact without gaps)
 	OldestPendingSeconds float64   `json:"oldest_pending_seconds"`
 	Dead                 int64     `json:"dead"`
+	// DeadAtLeast: Dead is the most the backlog query counts
+	// (store.DeadCap); Exact.Dead has the last exact count.
+	DeadAtLeast bool `json:"dead_at_least"`
 	// NetDrainPerSecond is how fast the backlog shrinks (delivered minus
 	// enqueued) over the last minute; negative when it grows, null until
 	// two readings exist.
@@ -134,10 +138,7 @@ func (w *watcher) tick(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if b.Dead >= store.DeadCap { // Backlog counts no further: the exact count is the better reading
-		b.Dead = max(b.Dead, w.exact.Dead)
-	}
-	w.add(reading{at: now, pending: b.Pending, dead: b.Dead, oldest: b.OldestPendingAge})
+	w.add(reading{at: now, pending: b.Pending, dead: b.Dead, oldest: b.OldestPendingAge, deadAtLeast: b.Dead >= store.DeadCap})
 	return nil
 }
 
@@ -161,8 +162,10 @@ func (w *watcher) rates() (drain, eta, deadPerMin *float64) {
 	}
 	d := float64(o.pending-n.pending) / dt
 	drain = &d
-	dm := max(float64(n.dead-o.dead), 0) / dt * 60
-	deadPerMin = &dm
+	if !o.deadAtLeast && !n.deadAtLeast { // a capped count has no rate
+		dm := max(float64(n.dead-o.dead), 0) / dt * 60
+		deadPerMin = &dm
+	}
 	switch {
 	case n.pending == 0:
 		z := 0.0
@@ -187,7 +190,7 @@ func (w *watcher) draw(tickErr error) {
 	}
 	if w.asJSON {
 		s := w.exact
-		line := watchJSON{Time: time.Now().UTC(), Table: w.table, Pending: last.pending, OldestPendingSeconds: last.oldest.Seconds(), Dead: last.dead,
+		line := watchJSON{Time: time.Now().UTC(), Table: w.table, Pending: last.pending, OldestPendingSeconds: last.oldest.Seconds(), Dead: last.dead, DeadAtLeast: last.deadAtLeast,
 			NetDrainPerSecond: drain, ETASeconds: eta, DeadPerMinute: deadPerMin, ExactAgeSeconds: time.Since(w.exactAt).Seconds(), Error: errText,
 			Exact: &statusJSON{w.table, s.New, s.Sending, s.Retrying, s.Dead, s.Sent, s.ExpiredLeases, s.BlockedKeys, s.HeldForGood, s.OldestPending.Seconds(), nil, nil}}
 		_ = json.NewEncoder(w.e.stdout).Encode(line) // one object per line
@@ -220,7 +223,12 @@ func (w *watcher) draw(tickErr error) {
 	if deadPerMin != nil && *deadPerMin > 0 {
 		deadRate = fmt.Sprintf("+%s/min", num(*deadPerMin))
 	}
-	fmt.Fprintf(&b, "  dead            %-10d %s\n", last.dead, deadRate)
+	if last.deadAtLeast {
+		deadRate = fmt.Sprintf("(at least; exact count %d from %s ago)", w.exact.Dead, roundDur(time.Since(w.exactAt)))
+		fmt.Fprintf(&b, "  dead            ≥%-9d %s\n", last.dead, deadRate)
+	} else {
+		fmt.Fprintf(&b, "  dead            %-10d %s\n", last.dead, deadRate)
+	}
 	age := roundDur(time.Since(w.exactAt))
 	fmt.Fprintf(&b, "  blocked keys    %-10d (exact counts from %s ago)\n", w.exact.BlockedKeys, age)
 	fmt.Fprintf(&b, "  retrying        %d\n", w.exact.Retrying)

@@ -1,7 +1,8 @@
 // Package testenv finds the real servers the tests run against. Each server's
 // address comes from an environment variable with a loopback default. When a
 // server does not answer, a test fails under CI (CI=true) and skips locally
-// with one line naming the variable to set.
+// with one line naming the variable to set. OutboxBinary builds the outbox
+// command for tests that run it as users do, as a process of its own.
 package testenv
 
 import (

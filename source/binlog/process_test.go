@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"sync"
 	"syscall"
@@ -17,48 +16,10 @@ import (
 	"github.com/outbox-go/outbox/internal/testnats"
 )
 
-var (
-	buildOnce sync.Once
-	binary    string
-	buildErr  error
-	binDir    string
-)
-
 func TestMain(m *testing.M) {
 	code := m.Run()
-	removeBinary()
+	testenv.RemoveOutboxBinary()
 	os.Exit(code)
-}
-
-// removeBinary removes what outboxBinary built, once the tests are over.
-func removeBinary() {
-	if binDir != "" {
-		_ = os.RemoveAll(binDir)
-	}
-}
-
-// outboxBinary builds ./cmd/outbox once per test binary (TestMain removes
-// it: removeBinary).
-func outboxBinary(t *testing.T) string {
-	t.Helper()
-	buildOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "outbox-binlog-bin-")
-		if err != nil {
-			buildErr = err
-			return
-		}
-		binDir, binary = dir, filepath.Join(dir, "outbox")
-		cmd := exec.Command("go", "build", "-race", "-o", binary, "github.com/outbox-go/outbox/cmd/outbox")
-		var out bytes.Buffer
-		cmd.Stdout, cmd.Stderr = &out, &out
-		if err := cmd.Run(); err != nil {
-			buildErr = fmt.Errorf("building the outbox command: %v\n%s", err, out.String())
-		}
-	})
-	if buildErr != nil {
-		t.Fatal(buildErr)
-	}
-	return binary
 }
 
 type syncBuffer struct {
@@ -87,7 +48,7 @@ type relayProc struct {
 func startRelayProc(t *testing.T, args ...string) *relayProc {
 	t.Helper()
 	p := &relayProc{stderr: &syncBuffer{}, done: make(chan error, 1)}
-	p.cmd = exec.Command(outboxBinary(t), append([]string{"relay"}, args...)...)
+	p.cmd = exec.Command(testenv.OutboxBinary(t), append([]string{"relay"}, args...)...)
 	p.cmd.Stderr = p.stderr
 	if err := p.cmd.Start(); err != nil {
 		t.Fatal(err)

@@ -33,7 +33,7 @@ import (
 
 func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m, goleak.IgnoreCurrent(), goleak.Cleanup(func(code int) {
-		removeBinary()
+		testenv.RemoveOutboxBinary()
 		os.Exit(code)
 	}))
 }

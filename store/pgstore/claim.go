@@ -194,15 +194,9 @@ func (s *Store) ackChange(using, which, owner, epoch string) string {
 // archive). Nothing is sent per event, and the claim row is not rewritten.
 func (s *Store) AckClaim(ctx context.Context, p driver.AckClaimParams) error {
 	lease, n := p.Lease, p.N
-	claims := s.claimsTable()
-	// Each range of the claim is one walk along the primary key.
-	change := s.ackChange(" USING (SELECT unnest(ids) AS r FROM c) u", "t.id >= lower(u.r) AND t.id < upper(u.r) AND t.status = 'NEW'", "$1", "$2")
 	b := &pgx.Batch{}
 	b.Queue(ackClaimSettings)
-	// The acked keys' parked rows are unparked (not those of the claim,
-	// which this statement deletes).
-	unpark := s.unparkCTE("unparked", "SELECT event_key FROM changed", "p.id <@ (SELECT ids FROM c)")
-	b.Queue("WITH c AS (DELETE FROM "+claims+" WHERE owner = $1 AND epoch = $2 RETURNING ids), "+change+", "+unpark+" SELECT (SELECT count(*) FROM changed), (SELECT count(*) FROM c)", lease.Owner, lease.Epoch)
+	b.Queue(s.ackClaimSQL(), lease.Owner, lease.Epoch)
 	br := s.pool.SendBatch(ctx, b)
 	var changed, found int64
 	_, err := br.Exec()
@@ -223,6 +217,17 @@ func (s *Store) AckClaim(ctx context.Context, p driver.AckClaimParams) error {
 		return fmt.Errorf("pgstore: ack: %d of %d events: %w", n-int(changed), n, driver.ErrLeaseLost)
 	}
 	return nil
+}
+
+// ackClaimSQL is AckClaim's statement: $1 owner, $2 epoch; it returns
+// the rows deleted (or archived) and the claim rows deleted (0 or 1).
+func (s *Store) ackClaimSQL() string {
+	// Each range of the claim is one walk along the primary key.
+	change := s.ackChange(" USING (SELECT unnest(ids) AS r FROM c) u", "t.id >= lower(u.r) AND t.id < upper(u.r) AND t.status = 'NEW'", "$1", "$2")
+	// The acked keys' parked rows are unparked (not those of the claim,
+	// which this statement deletes).
+	unpark := s.unparkCTE("unparked", "SELECT event_key FROM changed", "p.id <@ (SELECT ids FROM c)")
+	return "WITH c AS (DELETE FROM " + s.claimsTable() + " WHERE owner = $1 AND epoch = $2 RETURNING ids), " + change + ", " + unpark + " SELECT (SELECT count(*) FROM changed), (SELECT count(*) FROM c)"
 }
 
 // Retry gives events back for a later attempt. The lease must still be live.

@@ -274,6 +274,12 @@ SELECT (SELECT lease_until FROM ins), COALESCE((SELECT n FROM ins), 0), (SELECT 
 	return q.(string)
 }
 
+// claimReadSQL reads the events of the claim ($1 owner, $2 epoch), range
+// by range along the primary key.
+func (s *Store) claimReadSQL() string {
+	return "SELECT " + prefixed(eventCols, "o.") + " FROM (SELECT unnest(k.ids) AS r FROM " + s.claimsTable() + " k WHERE k.owner = $1 AND k.epoch = $2) c JOIN " + s.table + " o ON o.id >= lower(c.r) AND o.id < upper(c.r)"
+}
+
 // Claim takes up to req.Limit ready events from the shards of
 // req.Shards that req.Lease.Owner still holds under their epochs and that
 // no live claim of another owner touches, in id order. One round trip and
@@ -399,7 +405,7 @@ func (s *Store) claimOwned(ctx context.Context, req driver.ClaimParams, explain 
 	// The claimed events are read in the claim's own transaction, before
 	// its COMMIT (a second transaction cost the round trip two statements
 	// more): a read that fails rolls the claim back with it.
-	b.Queue("SELECT "+prefixed(eventCols, "o.")+" FROM (SELECT unnest(k.ids) AS r FROM "+claims+" k WHERE k.owner = $1 AND k.epoch = $2) c JOIN "+s.table+" o ON o.id >= lower(c.r) AND o.id < upper(c.r)", req.Lease.Owner, req.Lease.Epoch)
+	b.Queue(s.claimReadSQL(), req.Lease.Owner, req.Lease.Epoch)
 	b.Queue("COMMIT")
 	br := s.pool.SendBatch(ctx, b)
 	defer br.Close()

@@ -9,6 +9,10 @@
 # PATH); the broker is NATS JetStream (a stream BURST capturing burst.>).
 #
 #   scripts/burst-drain.sh --db postgres://… --broker nats://… [--bin PATH] [--rounds 3]
+#
+# The outbox commands get the URLs from OUTBOX_DB and OUTBOX_BROKER, never
+# on their command lines; psql does get the database URL on its own, so
+# keep the password out of it (~/.pgpass or PGPASSWORD).
 set -euo pipefail
 db=${OUTBOX_DB:-} broker=${OUTBOX_BROKER:-} bin="" rounds=3
 while [ $# -gt 0 ]; do
@@ -29,11 +33,12 @@ if [ -z "$bin" ]; then
 	go build -o "$bin" ./cmd/outbox
 fi
 sql() { psql -X -q -At -v ON_ERROR_STOP=1 "$db" -c "$1"; }
-"$bin" broker setup --broker "$broker" --stream BURST --subjects 'burst.>' > /dev/null
+export OUTBOX_DB=$db OUTBOX_BROKER=$broker
+"$bin" broker setup --stream BURST --subjects 'burst.>' > /dev/null
 for round in $(seq "$rounds"); do
 	table=burst_$$_$round
-	"$bin" migrate --db "$db" --table "$table" > /dev/null
-	"$bin" relay --db "$db" --broker "$broker" --table "$table" --log-level error &
+	"$bin" migrate --table "$table" > /dev/null
+	"$bin" relay --table "$table" --log-level error &
 	relay=$!
 	trap 'kill $relay 2> /dev/null || true' EXIT
 	sleep 2

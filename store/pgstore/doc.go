@@ -104,15 +104,19 @@
 // its table in the background after Config.VacuumAfter deleted rows instead
 // of waiting up to a minute for autovacuum (vacuum.go).
 //
-// The claim, the read of its events and AckClaim keep one generic plan per
-// connection. A plan is made from the statistics of its moment, often just
-// after that VACUUM found the table nearly empty, and must stay right once
-// a backlog builds behind it: so these statements reach rows by index
-// conditions and id = ANY(array), never by a join whose order the
-// statistics could turn into a walk of the whole table (measured: an
-// unparking join made AckClaim read every row of the backlog, 46 ms an ack
-// behind 100,000 rows). claimplan_internal_test.go makes the plans after
-// a VACUUM and runs them with 20,000 rows waiting.
+// The claim and the read of its events keep one generic plan per
+// connection, and AckClaim may (plan_cache_mode auto keeps a generic plan
+// once it costs no more than the custom ones). A plan is made from the
+// statistics of its moment, often just after a VACUUM found the tables
+// nearly empty (this one of the outbox and claims tables, autovacuum's of
+// the shards table, which every heartbeat rewrites), and must stay right
+// once a backlog builds behind it: so these statements reach rows by index
+// conditions and id = ANY(array), and join only into a primary-key range
+// per row of a claim, never in an order the statistics could turn into a
+// walk of the whole table (measured: an unparking join made AckClaim read
+// every row of the backlog, 46 ms an ack behind 100,000 rows).
+// claimplan_internal_test.go makes the plans after a VACUUM and runs them
+// with 20,000 rows waiting.
 //
 // The table contract's cheap rules (a known status, a non-empty topic and
 // event_type, a non-negative schema_version, headers a JSON object) are

@@ -175,6 +175,7 @@ type candidate struct {
 	id      int64
 	key     string
 	sending bool // an expired in-flight row, to take over
+	shard   int  // sending: its shard
 	held    bool
 }
 
@@ -380,6 +381,7 @@ func (s *Store) claimOwned(ctx context.Context, req driver.ClaimParams, reads *i
 				rows.Close()
 				return nothing(err)
 			}
+			r.cd.shard = r.shard
 			if !ended {
 				busy[r.shard] = true
 				continue
@@ -408,8 +410,14 @@ func (s *Store) claimOwned(ctx context.Context, req driver.ClaimParams, reads *i
 	// 3. The walk: a page of each shard's lane in id order (one UNION
 	// ALL), then more of the lanes that filled their page while the
 	// claim is short. Each lane's rows read are a prefix of it, so the
-	// lowest Limit ids of them all keep every key's order.
-	need := req.Limit - len(cands)
+	// lowest Limit ids of them all keep every key's order. It reads a
+	// batch's worth whatever the expired rows above took: a key's first
+	// event released by a relay that then died before it settled the
+	// key's later ones is NEW below their expired claims, and comes
+	// first; an expired row above the part of its lane read waits (unread
+	// lanes: below).
+	need := req.Limit
+	unread := map[int]int64{} // lane → the last id read, where more may follow
 	// A relay that keeps up claims often and finds little, and the walk's
 	// one branch per lane costs MariaDB its planning and start-up whether
 	// the lane holds rows or not (at a steady 1,000 plain-SQL events/s,
@@ -486,9 +494,11 @@ func (s *Store) claimOwned(ctx context.Context, req driver.ClaimParams, reads *i
 			return nothing(err)
 		}
 		var full []int
+		clear(unread)
 		for _, lane := range active {
 			if got[lane] == page {
 				full = append(full, lane)
+				unread[lane] = after[lane]
 			}
 		}
 		active = full
@@ -504,6 +514,12 @@ func (s *Store) claimOwned(ctx context.Context, req driver.ClaimParams, reads *i
 	blocked := map[string]bool{}
 	var take, park, parkSending []int64
 	for _, cd := range cands {
+		if last, ok := unread[cd.shard]; ok && cd.sending && cd.key != "" && cd.id > last {
+			// its lane has rows the walk did not read, and one of its
+			// key may come before it: it waits for a later claim
+			leave(cd)
+			continue
+		}
 		switch {
 		case waits(cd):
 			// an earlier row of its key is left: in flight under an

@@ -24,18 +24,21 @@ import (
 // over shards would buy nothing here: every claim, ack and retry takes the
 // same write lock. This is the dialect difference; the rules are the same.
 //
-// A claim runs in one write transaction: it checks that the owner still
-// holds the shard under the epoch it names and that no live claim of
-// another owner is left in the table (the previous holder's, before its
-// lease ran out), then walks the NEW, not parked rows in id order through
-// a partial index. A keyed row behind an earlier row of its key that waits
+// A claim has two phases. First, plain reads (WAL: they wait for no
+// writer): it returns at once while another owner's claim is live (the
+// previous holder's, before its lease ran out), then walks the expired
+// claims and the NEW, not parked rows together in id order, through
+// partial indexes. A keyed row behind an earlier row of its key that waits
 // for a retry or a delayed AvailableAt, is DEAD (HoldDeadKeys) or parked
-// is parked there (at most parkBound per claim); a row behind an earlier
-// row of its key that is still leased elsewhere (an expired claim not
-// taken over yet) is read past; the rest is claimed, also when the owner's
-// own earlier events of the key are still in flight: the relay orders them.
-// Everything happens under the write lock, so nothing can change between
-// the checks and the update.
+// is to be parked (at most parkBound per claim); a NEW row behind an
+// expired claim of its key is read past, and so is every row of a key
+// after one the walk left out; the rest is a candidate, also when the
+// owner's own earlier events of the key are still in flight: the relay
+// orders them. Then one short write transaction checks again that the
+// owner holds the shard and that no other owner's claim is live, and takes
+// the candidates that every rule still allows. Between the phases only the
+// owner's own outcomes and acks can change a row (no other owner's claim
+// can come back to life), and the relay orders its own.
 
 // writeTx runs fn in a transaction under the write gate, with prepared
 // statements from the store's cache (compiling a statement costs SQLite
@@ -248,7 +251,7 @@ func (s *Store) heldSQL(now, deadHolds string) string {
 // TEXT is measured as its bytes too (length() of TEXT counts characters).
 // ?3 (owner) is unused.
 func (s *Store) candidateSQL(from string) string {
-	return `SELECT o.id, o.status = 'SENDING', (o.next_attempt_at <= ?1 OR o.next_attempt_at <= o.created_at),
+	return `SELECT o.id, o.event_key, o.status = 'SENDING', (o.next_attempt_at <= ?1 OR o.next_attempt_at <= o.created_at),
 	` + s.heldSQL("?1", "?2") + `,
 	o.event_key <> '' AND ` + s.expiredBefore("") + `,
 	CASE typeof(o.payload) WHEN 'text' THEN length(CAST(o.payload AS BLOB)) ELSE length(o.payload) END
@@ -282,9 +285,30 @@ func (s *Store) Claim(ctx context.Context, req driver.ClaimParams) (driver.Claim
 	if err != nil {
 		return c, fmt.Errorf("sqlitestore: claim: %w (%w)", err, driver.ErrNothingClaimed)
 	}
+	// First, before the walk: no other owner's claim is live. One that is
+	// could give a key's first event back (Release needs a live lease)
+	// after the walk read past it, and the second phase would then take
+	// the key's later events without it. Once none is live, none comes
+	// back to life (Extend and Release need a live lease, and a claim
+	// needs the shard), so the walk's reads see the other owners' rows as
+	// they stay, but for acks.
+	live, err := s.stmt(ctx, s.otherLiveSQL())
+	if err != nil {
+		return c, fmt.Errorf("sqlitestore: claim: %w (%w)", err, driver.ErrNothingClaimed)
+	}
+	var other int
+	if err := live.QueryRowContext(ctx, readNow, req.Lease.Owner).Scan(&other); err != nil {
+		return c, fmt.Errorf("sqlitestore: claim: %w (%w)", err, driver.ErrNothingClaimed)
+	}
+	if other > 0 {
+		return c, nil // the previous holder's claims are still live
+	}
 	take, park, err := s.scanOwned(ctx, func(q string) (*sql.Stmt, error) { return s.stmt(ctx, q) }, req, readNow)
 	if err != nil {
 		return c, fmt.Errorf("sqlitestore: claim: %w (%w)", err, driver.ErrNothingClaimed)
+	}
+	if afterWalk != nil {
+		afterWalk()
 	}
 	if len(take) == 0 && len(park) == 0 {
 		return c, nil
@@ -312,7 +336,7 @@ func (s *Store) Claim(ctx context.Context, req driver.ClaimParams) (driver.Claim
 		if err != nil {
 			return err
 		}
-		if st, err = q("SELECT count(*) FROM (SELECT 1 FROM " + s.table + " WHERE status = 'SENDING' AND lease_until > ?1 AND lease_owner <> ?2 LIMIT 1)"); err != nil {
+		if st, err = q(s.otherLiveSQL()); err != nil {
 			return err
 		}
 		var other int
@@ -383,75 +407,128 @@ func (s *Store) Claim(ctx context.Context, req driver.ClaimParams) (driver.Claim
 }
 
 // scanOwned reads the candidates of a claim at now, through prepared
-// statements from q: the rows to take (expired claims first, then NEW
-// rows, in id order) and the rows to park. See candidateSQL.
+// statements from q: the rows to take and the rows to park. See
+// candidateSQL.
 //
-// It stops taking at Limit rows, or before the row that would take the
-// payload bytes past MaxBytes (never before the first): in both cases the
-// rows taken are a prefix of the walk, and the rows after the cut are left
-// as those past Limit are. The claim's update takes a keyed NEW row only
-// when no expired claim of its key is left out, and a key's rows after
-// one left out are left out too, so every key keeps its order.
+// It walks the expired claims (to take over) and the NEW rows together,
+// in id order, so that whatever cuts the claim cuts one prefix of each
+// key: a key's first event released by a relay that then died before it
+// settled the key's later ones is NEW below their expired claims, and
+// comes first. Once a keyed row is left out (held, not due, behind an
+// expired claim of its key, or past the cut), every later row of its key
+// is left out too. It stops taking at Limit rows, or before the row that
+// would take the payload bytes past MaxBytes (never before the first).
 func (s *Store) scanOwned(ctx context.Context, q func(string) (*sql.Stmt, error), req driver.ClaimParams, now int64) (take, park []int64, err error) {
 	var bytes int64
 	cut := false // MaxBytes stopped the claim
 	full := func() bool { return cut || len(take) >= req.Limit }
-	for pass, from := range []string{
-		s.table + ` AS o INDEXED BY "` + s.opts.Table + `_sending_idx" WHERE o.status = 'SENDING' AND ` + leaseExpired("o.", "?1"),
-		s.table + ` AS o INDEXED BY "` + s.opts.Table + `_ready_idx" WHERE o.status = 'NEW' AND o.parked = 0`,
-	} {
-		cand, err := q(s.candidateSQL(from))
-		if err != nil {
-			return nil, nil, err
+	left := map[string]bool{} // keys with a row left out
+	decide := func(c candidate) {
+		switch {
+		case full():
+		case c.held && !c.sending:
+			left[c.key] = true
+			if len(park) < parkBound {
+				park = append(park, c.id)
+			}
+		case c.key != "" && left[c.key]:
+		case c.held || !c.due || (c.wait && !c.sending):
+			// a delayed head (read past while not due), an expired
+			// claim whose key is held, or a NEW row behind an expired
+			// claim of its key (the next claim takes it, once that
+			// claim is taken over)
+			if c.key != "" {
+				left[c.key] = true
+			}
+		case req.MaxBytes > 0 && len(take) > 0 && bytes+c.size > req.MaxBytes:
+			cut = true
+		default:
+			take = append(take, c.id)
+			bytes += c.size
 		}
-		after, read := int64(math.MinInt64), 0 // a plain-SQL producer may give an id below 1
-		for !full() && read < req.Limit+parkBound+4*req.Limit {
-			page := req.Limit - len(take) + 64
-			rows, err := cand.QueryContext(ctx, now, req.HoldDeadKeys, req.Lease.Owner, after, page)
-			if err != nil {
-				return nil, nil, err
+	}
+	bound := req.Limit + parkBound + 4*req.Limit // rows read per kind
+	expired, err := s.candidates(ctx, q, s.table+` AS o INDEXED BY "`+s.opts.Table+`_sending_idx" WHERE o.status = 'SENDING' AND `+leaseExpired("o.", "?1"), req, now, bound, nil)
+	if err != nil {
+		return nil, nil, err
+	}
+	next := 0
+	_, err = s.candidates(ctx, q, s.table+` AS o INDEXED BY "`+s.opts.Table+`_ready_idx" WHERE o.status = 'NEW' AND o.parked = 0`, req, now, bound, func(c candidate) bool {
+		for ; next < len(expired) && expired[next].id < c.id; next++ {
+			decide(expired[next])
+		}
+		decide(c)
+		return !full()
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	for ; next < len(expired); next++ {
+		decide(expired[next])
+	}
+	return take, park, nil
+}
+
+// candidate is one row a claim's walk reads (candidateSQL).
+type candidate struct {
+	id                 int64
+	key                string
+	sending, due, held bool
+	wait               bool
+	size               int64
+}
+
+// candidates reads the rows of from in id order, at most bound of them, a
+// page at a time: each to each (which returns false to stop), or, when
+// each is nil, into the result.
+func (s *Store) candidates(ctx context.Context, q func(string) (*sql.Stmt, error), from string, req driver.ClaimParams, now int64, bound int, each func(candidate) bool) ([]candidate, error) {
+	st, err := q(s.candidateSQL(from))
+	if err != nil {
+		return nil, err
+	}
+	var out []candidate
+	after, read := int64(math.MinInt64), 0 // a plain-SQL producer may give an id below 1
+	for read < bound {
+		page := req.Limit + 64
+		rows, err := st.QueryContext(ctx, now, req.HoldDeadKeys, req.Lease.Owner, after, page)
+		if err != nil {
+			return nil, err
+		}
+		n, stop := 0, false
+		for rows.Next() {
+			var c candidate
+			if err := rows.Scan(&c.id, &c.key, &c.sending, &c.due, &c.held, &c.wait, &c.size); err != nil {
+				rows.Close()
+				return nil, err
 			}
-			n := 0
-			for rows.Next() {
-				var id int64
-				var sending, due, held, wait bool
-				var size int64
-				if err := rows.Scan(&id, &sending, &due, &held, &wait, &size); err != nil {
-					rows.Close()
-					return nil, nil, err
-				}
-				n++
-				read++
-				after = id
-				switch {
-				case full():
-				case held && !sending:
-					if len(park) < parkBound {
-						park = append(park, id)
-					}
-				case held || !due:
-					// a delayed head (read past while not due), or an
-					// expired claim whose key is held
-				case wait && pass == 1:
-					// an earlier row of its key is still leased
-					// elsewhere: its turn comes after that one's
-				case req.MaxBytes > 0 && len(take) > 0 && bytes+size > req.MaxBytes:
-					cut = true
-				default:
-					take = append(take, id)
-					bytes += size
-				}
-			}
-			rows.Close()
-			if err := rows.Err(); err != nil {
-				return nil, nil, err
-			}
-			if n < page {
+			n++
+			read++
+			after = c.id
+			if each == nil {
+				out = append(out, c)
+			} else if !each(c) {
+				stop = true
 				break
 			}
 		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return nil, err
+		}
+		if stop || n < page {
+			break
+		}
 	}
-	return take, park, nil
+	return out, nil
+}
+
+// afterWalk, when set (tests only), runs between a claim's two phases.
+var afterWalk func()
+
+// otherLiveSQL counts (0 or 1) the live claims of owners other than ?2 at
+// ?1.
+func (s *Store) otherLiveSQL() string {
+	return "SELECT count(*) FROM (SELECT 1 FROM " + s.table + " WHERE status = 'SENDING' AND lease_until > ?1 AND lease_owner <> ?2 LIMIT 1)"
 }
 
 // takeSQL claims the candidates ?3 (a JSON array) that are still

@@ -93,6 +93,7 @@ func (s *suite) allOwnedTests() []struct {
 		{"Owned/FairShares", s.testOwnedFairShares},
 		{"Owned/TakeoverAfterExpiry", s.testOwnedTakeover},
 		{"Owned/TakeoverOfClaimsOverLimit", s.testOwnedTakeoverOverLimit},
+		{"Owned/TakeoverBehindReleased", s.testOwnedTakeoverBehindReleased},
 		{"Owned/RevokeRelease", s.testOwnedRevokeRelease},
 		{"Owned/StaleClaimFenced", s.testOwnedStaleClaim},
 		{"Owned/SkipsShardOfAnotherLiveClaim", s.testOwnedSkipsBusyShard},
@@ -434,6 +435,56 @@ func (s *suite) testOwnedTakeoverOverLimit(t *testing.T) {
 	if st := stats(t, fx); st.Pending() != 0 {
 		t.Errorf("Stats after b's claims: %+v; want nothing pending", st)
 	}
+}
+
+// testOwnedTakeoverBehindReleased: a relay gave a key's first event back
+// (Release: NEW again, due at once) and died before it settled the claim
+// of the key's later events. The next owner's claims, however small, take
+// the key's events in order: the released one before the expired ones
+// behind it. (A claim that took expired claims over before it looked at
+// NEW rows sent k2 ahead of k1 once its limit was filled by them: a
+// per-key order break the torture saw on SQLite.)
+func (s *suite) testOwnedTakeoverBehindReleased(t *testing.T) {
+	fx, o := s.ownedFixture(t)
+	const short = 4 * time.Second // generous: a loaded machine may stall between two calls
+	enqueue(t, fx, msg("k1", "K"), msg("k2", "K"), msg("k3", "K"))
+	a := balance(t, o, driver.BalanceParams{Owner: "a", LeaseFor: short})
+	if len(a.Held) != a.Shards {
+		t.Fatalf("a alone holds %d of %d shards", len(a.Held), a.Shards)
+	}
+	c1 := claimOwned(t, o, s.ownedReq("a", claimable(a), 1, true))
+	wantLabels(t, "a's first claim", c1.Events, "k1")
+	r := s.ownedReq("a", claimable(a), 10, true)
+	r.LeaseFor = short
+	c2 := claimOwned(t, o, r)
+	wantLabels(t, "a's second claim, k1 in flight", c2.Events, "k2", "k3")
+	if err := o.Release(t.Context(), driver.ReleaseParams{Lease: c1.Lease, IDs: ids(c1.Events)}); err != nil {
+		t.Fatalf("a releases k1: %v", err)
+	}
+	// a dies before it settles c2: c2 and a's shard leases run out.
+	sleepUntil(maxTime(a.Until, c2.Until).Add(200 * time.Millisecond))
+	var b driver.Ownership
+	deadline := time.Now().Add(10 * time.Second)
+	for len(b.Held) < b.Shards || b.Shards == 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("after a's leases expired b holds %d of %d shards; want all", len(b.Held), b.Shards)
+		}
+		b = balance(t, o, driver.BalanceParams{Owner: "b", LeaseFor: shardLease})
+		time.Sleep(50 * time.Millisecond)
+	}
+	var got []outbox.Event
+	for n := 1; len(got) < 3; n++ {
+		if n > 10 {
+			t.Fatalf("after %d claims of one event b has %s", n-1, fmtLabels(labels(got)))
+		}
+		c := claimOwned(t, o, s.ownedReq("b", claimable(b), 1, true))
+		if len(c.Events) == 0 {
+			t.Fatalf("claim %d of b took nothing with %s left (%+v)", n, fmtLabels(labels(got)), stats(t, fx))
+		}
+		got = append(got, c.Events...)
+		ack(t, fx, c)
+	}
+	wantLabels(t, "b's claims of one event each", got, "k1", "k2", "k3")
 }
 
 func maxTime(a, b time.Time) time.Time {

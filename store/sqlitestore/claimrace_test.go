@@ -1,0 +1,78 @@
+package sqlitestore_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/outbox-go/outbox/store/driver"
+	"github.com/outbox-go/outbox/store/sqlitestore"
+)
+
+// TestClaimWalkAndAnotherOwnersRelease: relay a stalled past its shard
+// lease and the lease of its claim of k#2, while its claim of k#1 is still
+// live; b holds the shard now. a gives k#1 back (Release: NEW, due at once)
+// while b's claim is between its walk and its write transaction. b's claim
+// must not take k#2 without k#1: the walk read past k#1, in flight then,
+// and k#1 would come after k#2. (It did: the claim checked for another
+// owner's live claim only in its write transaction, after the walk.)
+func TestClaimWalkAndAnotherOwnersRelease(t *testing.T) {
+	st := openOwned(t)
+	enqueueKeyed(t, st, "k", 2)
+	const short = time.Second
+	a := balance(t, st, driver.BalanceParams{Owner: "a", LeaseFor: short})
+	c1, err := st.Claim(t.Context(), driver.ClaimParams{Lease: driver.Lease{Owner: "a", Epoch: 1}, Limit: 1, LeaseFor: time.Minute, Shards: a.Held})
+	if err != nil || len(c1.Events) != 1 {
+		t.Fatalf("a's first claim: %v, %v; want k#1", payloads(c1.Events), err)
+	}
+	c2, err := st.Claim(t.Context(), driver.ClaimParams{Lease: driver.Lease{Owner: "a", Epoch: 2}, Limit: 10, LeaseFor: short, Shards: a.Held})
+	if err != nil || len(c2.Events) != 1 {
+		t.Fatalf("a's second claim, k#1 in flight: %v, %v; want k#2", payloads(c2.Events), err)
+	}
+	time.Sleep(time.Until(c2.Until.Add(200 * time.Millisecond)))
+	var b driver.Ownership
+	for deadline := time.Now().Add(10 * time.Second); len(b.Held) == 0; time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("b never took the shard over from a, whose shard lease ran out")
+		}
+		b = balance(t, st, driver.BalanceParams{Owner: "b", LeaseFor: time.Minute})
+	}
+	released := false
+	sqlitestore.SetAfterWalk(func() {
+		if !released {
+			released = true
+			if err := st.Release(t.Context(), driver.ReleaseParams{Lease: c1.Lease, IDs: []int64{c1.Events[0].ID}}); err != nil {
+				t.Errorf("a releases k#1: %v", err)
+			}
+		}
+	})
+	t.Cleanup(func() { sqlitestore.SetAfterWalk(nil) })
+	var got []string
+	for n := 0; len(got) < 2; n++ {
+		if n == 10 {
+			t.Fatalf("after %d claims b has %v", n, got)
+		}
+		if n > 0 && !released {
+			// the claim waited for a's live claim and never walked: a
+			// gives k#1 back now
+			if err := st.Release(t.Context(), driver.ReleaseParams{Lease: c1.Lease, IDs: []int64{c1.Events[0].ID}}); err != nil {
+				t.Fatalf("a releases k#1: %v", err)
+			}
+			released = true
+		}
+		c, err := st.Claim(t.Context(), driver.ClaimParams{Lease: driver.Lease{Owner: "b", Epoch: int64(n + 1)}, Limit: 10, LeaseFor: time.Minute, Shards: b.Held})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range c.Events {
+			got = append(got, string(e.Payload))
+		}
+		if len(c.Events) > 0 {
+			if err := st.Ack(t.Context(), driver.AckParams{Lease: c.Lease, IDs: ids(c.Events)}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if got[0] != "k#1" || got[1] != "k#2" {
+		t.Fatalf("b's claims took %v; want [k#1 k#2]", got)
+	}
+}

@@ -69,7 +69,7 @@
 //     still a prefix of its pending rows in id order. Only after a claim
 //     that filled half its batch (a backlog) does the next one walk the
 //     merge. The statements name their shards by parameter (branch k
-//     walks shard $8[k], or the run $8[k] to $9[k]), so a table has at
+//     walks shard $6[k], or the run $9[k] to $10[k]), so a table has at
 //     most fourteen of them (1, 2, 4 … 64 branches, of each shape), each
 //     planned once per connection.
 //   - Parking. A keyed row is not claimable while an earlier row of its

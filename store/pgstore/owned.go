@@ -166,7 +166,7 @@ func ownedBranches(n int) int {
 // earlier one.
 //
 // With runs (a relay that keeps up, see claimOwned), ranged reads first:
-// run k is the shards $8[k] to $9[k] in one range scan of the shard index,
+// run k is the shards $9[k] to $10[k] in one range scan of the shard index,
 // ok shards only, stopped after 4 × $4 rows. A run that stopped short of
 // its cap returned every pending row of its shards; when none reached it,
 // those rows sorted by id are exactly what a walk would return. When one

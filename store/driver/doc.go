@@ -47,8 +47,8 @@
 //	shard column    index expression         VIRTUAL generated columns           none
 //	claim index     partial, per shard,      (lane, id): lane is the shard of    partial (id) of NEW,
 //	                NEW and not parked       a NEW unparked row, else NULL       unparked rows
-//	claim walk      Merge Append in id       a page per shard (UNION ALL), the   one range in id order
-//	                order under the LIMIT    lowest Limit ids of them all
+//	claim walk      Merge Append in id       a page per shard (UNION ALL), the   expired claims and NEW
+//	                order under the LIMIT    lowest Limit ids of them all        rows merged in id order
 //	leases held in  a claims table (ids)     the rows (status, lease_owner,      the rows
 //	                                         lease_epoch, lease_until)
 //	claim locks     shard rows FOR KEY       shard rows FOR UPDATE, expired      the write lock

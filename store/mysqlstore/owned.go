@@ -190,7 +190,8 @@ type candidate struct {
 //  2. read (plainly) the in-flight rows of the shards held under the given
 //     epochs: a shard with a live one of another owner is skipped (the
 //     previous holder's work is not settled); in the others, the expired
-//     ones are read again, locked, and taken over;
+//     ones are read again, locked, and taken over (one above the part of
+//     its lane step 3 read waits: a NEW row of its key may come first);
 //  3. read the pending rows: while the relay keeps up, one range read of
 //     the lanes, up to four batches, sorted by id; otherwise, or when that
 //     read reached its cap, walk the lane index, a page of each shard's
@@ -357,7 +358,8 @@ func (s *Store) claimOwned(ctx context.Context, req driver.ClaimParams, reads *i
 		// and committed after the plain read: its shard is busy after
 		// all, and this claim leaves it (it would otherwise take the
 		// key's later rows while that one is in flight). Of the others,
-		// those past Limit make their keys' later rows wait, and only
+		// those past Limit make their keys' later rows wait (as does one
+		// above the part of its lane step 3 reads, in step 4), and only
 		// those: a key's earlier rows are taken (had they waited too, a
 		// dead relay's claims over Limit would be taken over by no claim
 		// ever). One range per shard (IN, not BETWEEN): a range over

@@ -4,6 +4,8 @@ import (
 	"testing"
 	"time"
 
+	outbox "github.com/outbox-go/outbox"
+
 	"github.com/outbox-go/outbox/store/driver"
 	"github.com/outbox-go/outbox/store/sqlitestore"
 )
@@ -19,7 +21,9 @@ func TestClaimWalkAndAnotherOwnersRelease(t *testing.T) {
 	st := openOwned(t)
 	enqueueKeyed(t, st, "k", 2)
 	const short = time.Second
-	a := balance(t, st, driver.BalanceParams{Owner: "a", LeaseFor: short})
+	// a's shard lease is long enough for its two claims on a loaded
+	// machine; a then leaves, as if its heartbeat had stopped
+	a := balance(t, st, driver.BalanceParams{Owner: "a", LeaseFor: time.Minute})
 	c1, err := st.Claim(t.Context(), driver.ClaimParams{Lease: driver.Lease{Owner: "a", Epoch: 1}, Limit: 1, LeaseFor: time.Minute, Shards: a.Held})
 	if err != nil || len(c1.Events) != 1 {
 		t.Fatalf("a's first claim: %v, %v; want k#1", payloads(c1.Events), err)
@@ -28,6 +32,7 @@ func TestClaimWalkAndAnotherOwnersRelease(t *testing.T) {
 	if err != nil || len(c2.Events) != 1 {
 		t.Fatalf("a's second claim, k#1 in flight: %v, %v; want k#2", payloads(c2.Events), err)
 	}
+	balance(t, st, driver.BalanceParams{Owner: "a", Leave: true})
 	time.Sleep(time.Until(c2.Until.Add(200 * time.Millisecond)))
 	var b driver.Ownership
 	for deadline := time.Now().Add(10 * time.Second); len(b.Held) == 0; time.Sleep(50 * time.Millisecond) {
@@ -74,5 +79,40 @@ func TestClaimWalkAndAnotherOwnersRelease(t *testing.T) {
 	}
 	if got[0] != "k#1" || got[1] != "k#2" {
 		t.Fatalf("b's claims took %v; want [k#1 k#2]", got)
+	}
+}
+
+// TestClaimWalkBoundAndExpiredClaims: more NEW rows than a claim's walk
+// reads (not due, keyless) lie below a key's released first event k#1,
+// and the key's next event k#2 is an expired claim of a relay that died.
+// The walk stops at its bound before it reaches k#1; it must not take k#2
+// (it did: the expired claims left after the NEW read were all taken).
+func TestClaimWalkBoundAndExpiredClaims(t *testing.T) {
+	st := openOwned(t)
+	ctx := t.Context()
+	later := time.Now().Add(time.Hour).UnixMicro()
+	if _, err := st.DB().ExecContext(ctx, "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 1100) INSERT INTO "+st.Table()+" (topic, event_type, payload, next_attempt_at) SELECT 't', 'T', x'00', ?1 FROM n", later); err != nil {
+		t.Fatal(err)
+	}
+	enqueueKeyed(t, st, "k", 2)
+	past := time.Now().Add(-time.Minute).UnixMicro()
+	if _, err := st.DB().ExecContext(ctx, "UPDATE "+st.Table()+" SET status = 'SENDING', lease_owner = 'a', lease_epoch = 1, lease_until = ?1 WHERE id = (SELECT max(id) FROM "+st.Table()+")", past); err != nil {
+		t.Fatal(err)
+	}
+	b := balance(t, st, driver.BalanceParams{Owner: "b", LeaseFor: time.Minute})
+	claim := func(epoch int64, limit int) []outbox.Event {
+		c, err := st.Claim(ctx, driver.ClaimParams{Lease: driver.Lease{Owner: "b", Epoch: epoch}, Limit: limit, LeaseFor: time.Minute, Shards: b.Held})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c.Events
+	}
+	// Limit 1: the walk reads about 1,005 rows, all before k#1
+	if got := claim(1, 1); len(got) > 0 {
+		t.Fatalf("a claim whose walk stopped before k#1 took %s; want nothing", payloads(got))
+	}
+	// Limit 10: the walk reads past the 1,100 rows, to k#1
+	if got := payloads(claim(2, 10)); got != "[k#1 k#2]" {
+		t.Fatalf("a claim whose walk reached k#1 took %s; want [k#1 k#2]", got)
 	}
 }

@@ -61,9 +61,10 @@
 // end (a file lock would be held by every connection of the process, and
 // one process may run several relays), so it does not implement
 // driver.Sessions, and a SIGKILLed relay's shard waits out its lease (a
-// shorter --lease shortens it). The claim runs in one write
-// transaction (shard and epoch checked, the previous holder's live claims
-// waited out, parking, the update); see owned.go for the rules.
+// shorter --lease shortens it). A claim walks its candidates with plain
+// reads (nothing while the previous holder has a live claim), then takes
+// them in one short write transaction (shard and epoch checked again,
+// parking, the update); see owned.go for the rules.
 //
 // Notify wakes relays after this Store's Enqueue at once, and after commits
 // by anyone else (a caller's transaction, another process, a plain INSERT)

@@ -36,9 +36,15 @@ import (
 // owner's own earlier events of the key are still in flight: the relay
 // orders them. Then one short write transaction checks again that the
 // owner holds the shard and that no other owner's claim is live, and takes
-// the candidates that every rule still allows. Between the phases only the
-// owner's own outcomes and acks can change a row (no other owner's claim
-// can come back to life), and the relay orders its own.
+// the candidates that every rule still allows. Between the phases no other
+// owner's claim comes back to life (Extend and Release need a live lease,
+// and a new claim needs the shard), so another owner can only ack (delete)
+// rows; the owner's own outcomes are ordered by the relay. One window is
+// left open: another owner's Extend that checked its lease just before it
+// ran out and commits after the first read revives that claim unseen; if
+// that owner then releases a key's first event before the write
+// transaction, the key's later, expired event goes first. Fencing Extend
+// and Release by the shard's holder would close it.
 
 // writeTx runs fn in a transaction under the write gate, with prepared
 // statements from the store's cache (compiling a statement costs SQLite
@@ -448,12 +454,12 @@ func (s *Store) scanOwned(ctx context.Context, q func(string) (*sql.Stmt, error)
 		}
 	}
 	bound := req.Limit + parkBound + 4*req.Limit // rows read per kind
-	expired, err := s.candidates(ctx, q, s.table+` AS o INDEXED BY "`+s.opts.Table+`_sending_idx" WHERE o.status = 'SENDING' AND `+leaseExpired("o.", "?1"), req, now, bound, nil)
+	expired, err := s.readCandidates(ctx, q, s.table+` AS o INDEXED BY "`+s.opts.Table+`_sending_idx" WHERE o.status = 'SENDING' AND `+leaseExpired("o.", "?1"), req, now, bound)
 	if err != nil {
 		return nil, nil, err
 	}
 	next := 0
-	_, err = s.candidates(ctx, q, s.table+` AS o INDEXED BY "`+s.opts.Table+`_ready_idx" WHERE o.status = 'NEW' AND o.parked = 0`, req, now, bound, func(c candidate) bool {
+	unread, err := s.candidates(ctx, q, s.table+` AS o INDEXED BY "`+s.opts.Table+`_ready_idx" WHERE o.status = 'NEW' AND o.parked = 0`, req, now, bound, func(c candidate) bool {
 		for ; next < len(expired) && expired[next].id < c.id; next++ {
 			decide(expired[next])
 		}
@@ -464,6 +470,12 @@ func (s *Store) scanOwned(ctx context.Context, q func(string) (*sql.Stmt, error)
 		return nil, nil, err
 	}
 	for ; next < len(expired); next++ {
+		if e := expired[next]; unread != nil && e.key != "" && e.id > *unread {
+			// the NEW rows past the bound were not read: one of its
+			// key may come before it, so it waits for a later claim
+			left[e.key] = true
+			continue
+		}
 		decide(expired[next])
 	}
 	return take, park, nil
@@ -478,17 +490,31 @@ type candidate struct {
 	size               int64
 }
 
-// candidates reads the rows of from in id order, at most bound of them, a
-// page at a time: each to each (which returns false to stop), or, when
-// each is nil, into the result.
-func (s *Store) candidates(ctx context.Context, q func(string) (*sql.Stmt, error), from string, req driver.ClaimParams, now int64, bound int, each func(candidate) bool) ([]candidate, error) {
+// readCandidates reads the rows of from in id order, at most bound of
+// them, a page at a time, into the result.
+func (s *Store) readCandidates(ctx context.Context, q func(string) (*sql.Stmt, error), from string, req driver.ClaimParams, now int64, bound int) ([]candidate, error) {
+	var out []candidate
+	_, err := s.candidates(ctx, q, from, req, now, bound, func(c candidate) bool {
+		out = append(out, c)
+		return true
+	})
+	return out, err
+}
+
+// candidates hands the rows of from to each in id order (it returns false
+// to stop), at most about bound of them, a page at a time. unread is the
+// last id read when the bound stopped the read before the rows ran out
+// (nil otherwise).
+func (s *Store) candidates(ctx context.Context, q func(string) (*sql.Stmt, error), from string, req driver.ClaimParams, now int64, bound int, each func(candidate) bool) (unread *int64, err error) {
 	st, err := q(s.candidateSQL(from))
 	if err != nil {
 		return nil, err
 	}
-	var out []candidate
 	after, read := int64(math.MinInt64), 0 // a plain-SQL producer may give an id below 1
-	for read < bound {
+	for {
+		if read >= bound {
+			return &after, nil
+		}
 		page := req.Limit + 64
 		rows, err := st.QueryContext(ctx, now, req.HoldDeadKeys, req.Lease.Owner, after, page)
 		if err != nil {
@@ -504,9 +530,7 @@ func (s *Store) candidates(ctx context.Context, q func(string) (*sql.Stmt, error
 			n++
 			read++
 			after = c.id
-			if each == nil {
-				out = append(out, c)
-			} else if !each(c) {
+			if !each(c) {
 				stop = true
 				break
 			}
@@ -516,10 +540,9 @@ func (s *Store) candidates(ctx context.Context, q func(string) (*sql.Stmt, error
 			return nil, err
 		}
 		if stop || n < page {
-			break
+			return nil, nil
 		}
 	}
-	return out, nil
 }
 
 // afterWalk, when set (tests only), runs between a claim's two phases.

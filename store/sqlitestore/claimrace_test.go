@@ -1,6 +1,7 @@
 package sqlitestore_test
 
 import (
+	"errors"
 	"testing"
 	"time"
 
@@ -10,61 +11,49 @@ import (
 	"github.com/outbox-go/outbox/store/sqlitestore"
 )
 
-// TestClaimWalkAndAnotherOwnersRelease: relay a stalled past its shard
-// lease and the lease of its claim of k#2, while its claim of k#1 is still
-// live; b holds the shard now. a gives k#1 back (Release: NEW, due at once)
-// while b's claim is between its walk and its write transaction. b's claim
-// must not take k#2 without k#1: the walk read past k#1, in flight then,
-// and k#1 would come after k#2. (It did: the claim checked for another
-// owner's live claim only in its write transaction, after the walk.)
+// TestClaimWalkAndAnotherOwnersRelease: relay a stalled, left its shard to
+// b, and the lease of its claim of k#2 ran out while its claim of k#1 is
+// still live. a then tries to give k#1 back (Release: NEW, due at once),
+// at the worst moment when it can: while b's claim is between its walk and
+// its write transaction. b's claims must take k#1 before k#2. (They did
+// not: b's claim checked for another owner's live claim only in its write
+// transaction, after the walk had read past k#1, and a's Release came in
+// between. Now the claim checks before the walk, and a relay can no longer
+// renew or give back an event once another holds the shard.)
 func TestClaimWalkAndAnotherOwnersRelease(t *testing.T) {
 	st := openOwned(t)
 	enqueueKeyed(t, st, "k", 2)
-	const short = time.Second
-	// a's shard lease is long enough for its two claims on a loaded
-	// machine; a then leaves, as if its heartbeat had stopped
 	a := balance(t, st, driver.BalanceParams{Owner: "a", LeaseFor: time.Minute})
-	c1, err := st.Claim(t.Context(), driver.ClaimParams{Lease: driver.Lease{Owner: "a", Epoch: 1}, Limit: 1, LeaseFor: time.Minute, Shards: a.Held})
+	c1, err := st.Claim(t.Context(), driver.ClaimParams{Lease: driver.Lease{Owner: "a", Epoch: 1}, Limit: 1, LeaseFor: 4 * time.Second, Shards: a.Held})
 	if err != nil || len(c1.Events) != 1 {
 		t.Fatalf("a's first claim: %v, %v; want k#1", payloads(c1.Events), err)
 	}
-	c2, err := st.Claim(t.Context(), driver.ClaimParams{Lease: driver.Lease{Owner: "a", Epoch: 2}, Limit: 10, LeaseFor: short, Shards: a.Held})
+	c2, err := st.Claim(t.Context(), driver.ClaimParams{Lease: driver.Lease{Owner: "a", Epoch: 2}, Limit: 10, LeaseFor: time.Second, Shards: a.Held})
 	if err != nil || len(c2.Events) != 1 {
 		t.Fatalf("a's second claim, k#1 in flight: %v, %v; want k#2", payloads(c2.Events), err)
 	}
 	balance(t, st, driver.BalanceParams{Owner: "a", Leave: true})
 	time.Sleep(time.Until(c2.Until.Add(200 * time.Millisecond)))
-	var b driver.Ownership
-	for deadline := time.Now().Add(10 * time.Second); len(b.Held) == 0; time.Sleep(50 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("b never took the shard over from a, whose shard lease ran out")
-		}
-		b = balance(t, st, driver.BalanceParams{Owner: "b", LeaseFor: time.Minute})
+	b := balance(t, st, driver.BalanceParams{Owner: "b", LeaseFor: time.Minute})
+	if len(b.Held) == 0 {
+		t.Fatal("b did not take the shard a left")
 	}
-	released := false
-	sqlitestore.SetAfterWalk(func() {
-		if !released {
-			released = true
-			if err := st.Release(t.Context(), driver.ReleaseParams{Lease: c1.Lease, IDs: []int64{c1.Events[0].ID}}); err != nil {
-				t.Errorf("a releases k#1: %v", err)
-			}
+	release := func() {
+		err := st.Release(t.Context(), driver.ReleaseParams{Lease: c1.Lease, IDs: []int64{c1.Events[0].ID}})
+		if !errors.Is(err, driver.ErrLeaseLost) {
+			t.Errorf("a gives k#1 back while b holds the shard: %v; want ErrLeaseLost", err)
 		}
-	})
+	}
+	sqlitestore.SetAfterWalk(release)
 	t.Cleanup(func() { sqlitestore.SetAfterWalk(nil) })
+	release()
 	var got []string
-	for n := 0; len(got) < 2; n++ {
-		if n == 10 {
-			t.Fatalf("after %d claims b has %v", n, got)
+	deadline := time.Now().Add(30 * time.Second)
+	for n := int64(1); len(got) < 2; n++ {
+		if time.Now().After(deadline) {
+			t.Fatalf("b's claims took %v in 30 s", got)
 		}
-		if n > 0 && !released {
-			// the claim waited for a's live claim and never walked: a
-			// gives k#1 back now
-			if err := st.Release(t.Context(), driver.ReleaseParams{Lease: c1.Lease, IDs: []int64{c1.Events[0].ID}}); err != nil {
-				t.Fatalf("a releases k#1: %v", err)
-			}
-			released = true
-		}
-		c, err := st.Claim(t.Context(), driver.ClaimParams{Lease: driver.Lease{Owner: "b", Epoch: int64(n + 1)}, Limit: 10, LeaseFor: time.Minute, Shards: b.Held})
+		c, err := st.Claim(t.Context(), driver.ClaimParams{Lease: driver.Lease{Owner: "b", Epoch: n}, Limit: 10, LeaseFor: time.Minute, Shards: b.Held})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -76,6 +65,7 @@ func TestClaimWalkAndAnotherOwnersRelease(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
+		time.Sleep(100 * time.Millisecond)
 	}
 	if got[0] != "k#1" || got[1] != "k#2" {
 		t.Fatalf("b's claims took %v; want [k#1 k#2]", got)

@@ -37,14 +37,12 @@ import (
 // orders them. Then one short write transaction checks again that the
 // owner holds the shard and that no other owner's claim is live, and takes
 // the candidates that every rule still allows. Between the phases no other
-// owner's claim comes back to life (Extend and Release need a live lease,
-// and a new claim needs the shard), so another owner can only ack (delete)
-// rows; the owner's own outcomes are ordered by the relay. One window is
-// left open: another owner's Extend that checked its lease just before it
-// ran out and commits after the first read revives that claim unseen; if
-// that owner then releases a key's first event before the write
-// transaction, the key's later, expired event goes first. Fencing Extend
-// and Release by the shard's holder would close it.
+// owner's claim comes back to life and no other owner gives an event back:
+// Extend, Retry, Bury and Release need a live lease and no other relay
+// holding the shard, and a new claim needs the shard. (An Extend that
+// committed before this owner took the shard is seen by the first read.)
+// So another owner can only ack (delete) rows; the owner's own outcomes
+// are ordered by the relay.
 
 // writeTx runs fn in a transaction under the write gate, with prepared
 // statements from the store's cache (compiling a statement costs SQLite

@@ -478,8 +478,16 @@ func (s *Store) now(ctx context.Context) (int64, error) {
 // leaseCheck is the compare-and-swap every state change does.
 const leaseCheck = " AND status = 'SENDING' AND lease_owner = ?2 AND lease_epoch = ?3"
 
-// liveLease adds that the lease has not run out (all but Ack).
-const liveLease = leaseCheck + " AND lease_until > " + nowUS
+// liveLease adds that the lease has not run out and that no other relay
+// holds the shard (all but Ack): once another relay took the shard over, a
+// stalled holder can neither renew nor give back an event. Its claims run
+// out as they are, and the new holder, which never claims while one of
+// them is live, takes them over in each key's order (otherwise the old
+// holder could give a key's first event back after the new one's claim
+// had read past it, and the key's later, expired event would go first).
+func (s *Store) liveLease() string {
+	return leaseCheck + " AND lease_until > " + nowUS + " AND NOT EXISTS (SELECT 1 FROM " + s.shardsTable() + " WHERE shard = 0 AND owner <> '' AND owner <> ?2)"
+}
 
 const inIDs = "id IN (SELECT value FROM json_each(?1))"
 
@@ -506,7 +514,7 @@ func (s *Store) Extend(ctx context.Context, p driver.ExtendParams) (time.Time, e
 		return time.Time{}, nil
 	}
 	var until []int64
-	err := s.query(ctx, "UPDATE "+s.table+" SET lease_until = "+nowUS+" + ?4 WHERE "+inIDs+liveLease+" RETURNING lease_until", func(rows *sql.Rows) error {
+	err := s.query(ctx, "UPDATE "+s.table+" SET lease_until = "+nowUS+" + ?4 WHERE "+inIDs+s.liveLease()+" RETURNING lease_until", func(rows *sql.Rows) error {
 		var u int64
 		err := rows.Scan(&u)
 		until = append(until, u)
@@ -663,7 +671,7 @@ func (s *Store) Retry(ctx context.Context, p driver.RetryParams) error {
 	}
 	query := "UPDATE " + s.table + " SET status = 'NEW', attempts = min(attempts, 2147483646) + 1, next_attempt_at = " + nowUS + " + u.delay_us, last_error = u.err, lease_owner = '', lease_until = NULL " +
 		"FROM (SELECT json_extract(value, '$[0]') AS id, json_extract(value, '$[1]') AS delay_us, json_extract(value, '$[2]') AS err FROM json_each(?1)) AS u " +
-		"WHERE " + s.table + ".id = u.id" + liveLease
+		"WHERE " + s.table + ".id = u.id" + s.liveLease()
 	res, err := s.exec(ctx, query, string(js), lease.Owner, lease.Epoch)
 	return s.leased("retry", res, err, len(retries))
 }
@@ -687,7 +695,7 @@ func (s *Store) Bury(ctx context.Context, p driver.BuryParams) error {
 	// parks them again if the relay holds dead keys.
 	query := "UPDATE " + s.table + " SET status = 'DEAD', attempts = min(attempts, 2147483646) + 1, last_error = u.err, lease_owner = '', lease_until = NULL " +
 		"FROM (SELECT json_extract(value, '$[0]') AS id, json_extract(value, '$[1]') AS err FROM json_each(?1)) AS u " +
-		"WHERE " + s.table + ".id = u.id" + liveLease + " RETURNING event_key"
+		"WHERE " + s.table + ".id = u.id" + s.liveLease() + " RETURNING event_key"
 	var k keyed
 	if err := s.query(ctx, query, k.scan, string(js), lease.Owner, lease.Epoch); err != nil {
 		return wrap("bury", err)
@@ -705,7 +713,7 @@ func (s *Store) Release(ctx context.Context, p driver.ReleaseParams) error {
 	if len(ids) == 0 {
 		return nil
 	}
-	query := "UPDATE " + s.table + " SET status = 'NEW', lease_owner = '', lease_until = NULL, parked = 0 WHERE " + inIDs + liveLease
+	query := "UPDATE " + s.table + " SET status = 'NEW', lease_owner = '', lease_until = NULL, parked = 0 WHERE " + inIDs + s.liveLease()
 	res, err := s.exec(ctx, query, idsJSON(ids), lease.Owner, lease.Epoch)
 	return s.leased("release", res, err, len(ids))
 }

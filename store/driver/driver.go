@@ -228,10 +228,12 @@ type BalanceParams struct {
 	// from now (database clock); default DefaultLeaseFor.
 	LeaseFor time.Duration
 	// Release lists shards the relay gives up now; it must have settled
-	// (or released) every event it claimed from them.
+	// (or released) every event it claimed from them, and have no claim
+	// of them in flight: another relay may claim them at once.
 	Release []int
 	// Leave: the relay is stopping; give up every shard and the membership
-	// (after its work is settled). Other relays take the shards at once.
+	// (after its work is settled and with no claim in flight). Other
+	// relays take the shards at once.
 	Leave bool
 	// HoldDeadKeys is the relay's ClaimParams.HoldDeadKeys: Balance also
 	// unparks rows whose key no longer holds them (a bounded sweep), and a

@@ -83,9 +83,8 @@
 // owner, under its epoch, and the owner's row in <table>_relays is live;
 // the heartbeat (Balance) renews that one row. A claim locks its shard
 // rows FOR UPDATE and only reads the relay row, so a heartbeat never waits
-// for its own relay's claims (InnoDB has no pair of lock modes like
-// PostgreSQL's FOR KEY SHARE and FOR NO KEY UPDATE that would let it renew
-// a row a claim holds), while another relay's takeover, FOR UPDATE SKIP
+// for its own relay's claims (InnoDB has no lock mode that would let it
+// renew a row a claim holds), while another relay's takeover, FOR UPDATE SKIP
 // LOCKED on the shard rows, still passes over a shard a claim works in and
 // then sees that claim's in-flight rows. (<table>_shards.lease_until is
 // only the lease at the time a shard was taken.)

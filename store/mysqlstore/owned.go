@@ -717,7 +717,7 @@ func fmtShards(ls []driver.ShardLease) string {
 //
 // It waits for no lock a claim holds. A claim locks its owner's shard rows
 // FOR UPDATE (InnoDB has no lock mode that a renewal could take beside
-// it, as pgstore's FOR NO KEY UPDATE beside FOR KEY SHARE), so the lease
+// it), so the lease
 // lives elsewhere: a shard is held while its row names the owner and the
 // owner's row in <table>_relays is live, and the renewal is one UPDATE of
 // that row, which claims only read. Releasing and taking shards lock

@@ -44,11 +44,13 @@
 //     cooperative-sticky balancer. Every time is the database's clock.
 //     Balance is one round trip and waits for no claim (see Balance), so
 //     a heartbeat stays fast on a loaded database.
-//   - Claims. Claim locks the caller's shard rows FOR KEY SHARE (a
-//     takeover, FOR UPDATE SKIP LOCKED, skips them; the owner's renewal
-//     and release, FOR NO KEY UPDATE, do not wait for them), runs one
-//     claim of an owner at a time (an advisory lock on the owner's name),
-//     takes over expired claims touching them, then in one
+//   - Claims. Claim runs one claim of an owner at a time (an advisory
+//     lock on the owner's name, held to its commit; a takeover of an
+//     expired shard tries the old owner's lock and passes over the shard
+//     while a claim holds it, so a claim that began under a live lease
+//     commits before the shard changes hands, and a claim locks no shard
+//     row a heartbeat could wait for), takes over expired claims touching
+//     its shards, then in one
 //     statement checks each shard is still the caller's under its epoch,
 //     skips the shards a live claim of another owner touches (a claim row
 //     records its shard list), and merges one walk per shard of the shard

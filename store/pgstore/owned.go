@@ -381,15 +381,16 @@ func (s *Store) claimOwned(ctx context.Context, req driver.ClaimParams, explain 
 	// The settings, and one claim of an owner at a time (a relay
 	// serializes its claims; the lock keeps two processes misnamed alike
 	// from claiming the same rows): one statement, as every statement of
-	// the pipeline costs the claim's round trip some of its time.
+	// the pipeline costs the claim's round trip some of its time. The
+	// same lock fences a takeover: Balance takes an expired shard only
+	// when it can take its old owner's claim lock (so no claim of that
+	// owner is in flight, and one that starts after waits for the
+	// takeover's commit, then sees the shard's new epoch), and the claim
+	// statement below takes only shards this owner holds under their
+	// epochs. A claim that began before its lease ran out therefore
+	// commits before any other relay takes its shards, and the next
+	// owner's claims see its claim rows.
 	b.Queue(claimSettings+", pg_advisory_xact_lock($1::int, hashtext($2::text))", int32(s.claimLock), req.Lease.Owner)
-	// Lock the owner's shard rows FOR KEY SHARE, in shard order: a
-	// takeover (Balance locks the rows it takes FOR UPDATE, SKIP LOCKED)
-	// skips them until this claim commits, so a shard's next owner sees
-	// this claim; the owner's own heartbeat (renewal and release, plain
-	// UPDATEs of non-key columns: FOR NO KEY UPDATE) does not wait for it.
-	// The claim statement below then sees the shard rows as locked.
-	b.Queue("SELECT shard FROM "+s.shardsTable()+" WHERE shard = ANY($1::int[]) AND owner = $2 ORDER BY shard FOR KEY SHARE", shards, req.Lease.Owner)
 	// Take over the expired claims touching these shards (rows locked in
 	// one order, so two claimers cannot deadlock); deleting one waits for
 	// a stale holder's state change in progress, as in Claim.
@@ -410,7 +411,7 @@ func (s *Store) claimOwned(ctx context.Context, req driver.ClaimParams, explain 
 	b.Queue("COMMIT")
 	br := s.pool.SendBatch(ctx, b)
 	defer br.Close()
-	for range 4 {
+	for range 3 { // BEGIN, the settings and lock, the DELETE
 		if _, err := br.Exec(); err != nil {
 			return driver.Claim{}, 0, 0, wrap("claim", err)
 		}
@@ -534,16 +535,20 @@ func fmtShards(ls []driver.ShardLease) string {
 // short and no free shard is left for it. The database clock throughout.
 //
 // It is one round trip (a pipeline: the transaction, then the orphan
-// sweep), and it waits for no lock a claim holds: a claim locks its
-// owner's shard rows FOR KEY SHARE, which the renewal and the release
-// (FOR NO KEY UPDATE) do not conflict with, while a takeover (FOR UPDATE
-// SKIP LOCKED) passes over them; the renewal itself skips rows another
-// relay's takeover has locked (their lease has run out: they are that
-// relay's now). A heartbeat that waited behind its own relay's claims (a
-// claim stuck behind a stale relay's lock, or just slow on a loaded
-// database) let the leases run out and left the relay holding nothing;
-// one that took a round trip per statement held its locks across ten
-// round trips of a loaded machine, or of a process stopped mid-way.
+// sweep), and it waits for no lock a claim holds: a claim locks no shard
+// row, and a takeover of an expired shard passes over the shards whose
+// old owner has a claim in flight (it tries that owner's claim lock, see
+// claimOwned) and over the shard rows another heartbeat has locked (FOR
+// UPDATE SKIP LOCKED); the renewal itself skips rows another relay's
+// takeover has locked (their lease has run out: they are that relay's
+// now). A heartbeat that waited behind its own relay's claims (a claim
+// stuck behind a stale relay's lock, or just slow on a loaded database)
+// let the leases run out and left the relay holding nothing; one that
+// took a round trip per statement held its locks across ten round trips
+// of a loaded machine, or of a process stopped mid-way.
+//
+// A released shard (owner ”) is taken at once: the relay releases a
+// shard only when no claim of its is in flight (driver.BalanceParams).
 //
 // It also unparks orphans: parked rows whose key no longer has an earlier
 // row holding it (a requeue or purge that raced a claim), a bounded number
@@ -606,12 +611,15 @@ func (s *Store) Balance(ctx context.Context, req driver.BalanceParams) (driver.O
 	// owner's fair share: the live relays in byte order (not the
 	// database's collation: every relay computes the same ranks), the
 	// first S mod n of them get one shard more, so the shares sum to S.
+	// An expired shard whose old owner has a claim in flight (its claim
+	// lock, only tried: never waited for) is left to a later heartbeat.
 	b.Queue(`WITH live AS (SELECT owner FROM `+relays+` WHERE lease_until > now()),
 me AS (SELECT count(*) AS n, count(*) FILTER (WHERE owner::text COLLATE "C" < $1::text COLLATE "C") AS rank FROM live),
 held AS (SELECT count(*) FILTER (WHERE owner = $1) AS mine FROM `+shards+` WHERE owner <> '' AND lease_until > now())
 UPDATE `+shards+` SET owner = $1, epoch = epoch + 1, lease_until = now() + $2 * interval '1 microsecond'
-WHERE shard IN (SELECT shard FROM `+shards+` WHERE (owner = '' OR lease_until <= now()) AND owner <> $1 ORDER BY owner <> '', shard
-	LIMIT (SELECT GREATEST(0, `+S+` / me.n + CASE WHEN me.rank < `+S+` % me.n THEN 1 ELSE 0 END - held.mine) FROM me, held) FOR UPDATE SKIP LOCKED)`, req.Owner, lease)
+WHERE shard IN (SELECT shard FROM `+shards+` WHERE CASE WHEN owner = '' THEN true WHEN owner = $1 OR lease_until > now() THEN false
+	ELSE pg_try_advisory_xact_lock($3::int, hashtext(owner)) END ORDER BY owner <> '', shard
+	LIMIT (SELECT GREATEST(0, `+S+` / me.n + CASE WHEN me.rank < `+S+` % me.n THEN 1 ELSE 0 END - held.mine) FROM me, held) FOR UPDATE SKIP LOCKED)`, req.Owner, lease, int32(s.claimLock))
 	b.Queue("SELECT shard, epoch FROM "+shards+" WHERE owner = $1 AND lease_until > now() ORDER BY shard", req.Owner)
 	// Who holds how many live leases: the live relays (with 0) and any
 	// other owner still holding some (a relay whose heartbeat lapsed).

@@ -70,7 +70,7 @@ func TestBalanceNotBehindLocks(t *testing.T) {
 		return own
 	}
 
-	// 1. The owner's own claim holds its shard rows and waits behind an
+	// 1. The owner's own claim holds its claim lock and waits behind an
 	// expired claim locked by a stale holder.
 	if _, err := pool.Exec(ctx, "INSERT INTO "+table+"_claims (owner, epoch, lease_until, ids, n, keys) VALUES ('stale', 1, now() - interval '1 hour', '{}', 0, '{}')"); err != nil {
 		t.Fatal(err)
@@ -89,7 +89,7 @@ func TestBalanceNotBehindLocks(t *testing.T) {
 		claimed <- err
 	}()
 	waitLocked(t, pool, table)
-	time.Sleep(50 * time.Millisecond) // the claim holds the owner's shard rows
+	time.Sleep(50 * time.Millisecond) // the claim holds the owner's claim lock
 	time.Sleep(10 * time.Millisecond) // a later lease end is visible to now()
 	renewed := balanceWithin("while its own claim is stuck", driver.BalanceParams{Owner: "a", LeaseFor: lease})
 	if len(renewed.Held) != 64 || !renewed.Until.After(first.Until) {

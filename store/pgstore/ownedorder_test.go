@@ -12,8 +12,8 @@ import (
 	"github.com/outbox-go/outbox/store/pgstore"
 )
 
-// A claim's now() is its transaction's start, and the claim waits for the
-// shard rows' locks (a Balance of its owner holds them) before its
+// A claim's now() is its transaction's start, and the claim may wait for
+// a lock (an expired claim a stale holder has locked) before its
 // statement takes a snapshot. A key's later row can then be visible and due
 // (its writer began before the claim) while the key's earlier row, whose
 // writer began after the claim but committed first, is visible and not
@@ -67,14 +67,18 @@ func TestClaimOwnedKeyOrderAcrossClaimStart(t *testing.T) {
 	}
 	time.Sleep(20 * time.Millisecond)
 
-	// Something holds the claim back after its transaction began: a
-	// lock on the shard rows (a Balance holds them).
+	// Something holds the claim back after its transaction began: an
+	// expired claim that a stale holder still has locked (the claim
+	// deletes the expired claims of its shards before it reads them).
+	if _, err := pool.Exec(ctx, "INSERT INTO "+table+"_claims (owner, epoch, lease_until, ids, n, keys) VALUES ('stale', 1, now() - interval '1 hour', '{}', 0, '{}')"); err != nil {
+		t.Fatal(err)
+	}
 	blocker, err := pool.Begin(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer blocker.Rollback(ctx) //nolint:errcheck // released below
-	if _, err := blocker.Exec(ctx, "SELECT shard FROM "+table+"_shards FOR UPDATE"); err != nil {
+	if _, err := blocker.Exec(ctx, "SELECT 1 FROM "+table+"_claims WHERE owner = 'stale' FOR UPDATE"); err != nil {
 		t.Fatal(err)
 	}
 	type result struct {

@@ -1,0 +1,96 @@
+package pgstore_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	outbox "github.com/outbox-go/outbox"
+	"github.com/outbox-go/outbox/store/driver"
+	"github.com/outbox-go/outbox/store/pgstore"
+)
+
+// A claim that began under a live lease may still be running when the
+// lease runs out (here it waits behind an expired claim a stale holder has
+// locked). Another relay's heartbeat must not take its shards until that
+// claim has committed: the new owner's claims would not see the rows it
+// takes, and would hand them out a second time, ahead of or beside it.
+// Once it committed, the shards change hands and the new owner's claim
+// leaves the old owner's claimed rows alone while that claim is live.
+func TestTakeoverWaitsForTheOldOwnersClaim(t *testing.T) {
+	pool, _ := openPool(t)
+	ctx := context.Background()
+	st, table := migratedStore(t, pool, "takeclaim_", pgstore.Config{})
+	const short = 1500 * time.Millisecond
+	first, err := st.Balance(ctx, driver.BalanceParams{Owner: "a", LeaseFor: short})
+	if err != nil || len(first.Held) != 64 {
+		t.Fatalf("Balance: %d shards, %v; want 64", len(first.Held), err)
+	}
+	var batch []outbox.Message
+	for i := range 10 {
+		batch = append(batch, outbox.Message{Topic: "t", Key: fmt.Sprint("k", i), Type: "T", Payload: []byte("{}")})
+	}
+	if err := st.Enqueue(ctx, batch...); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, "INSERT INTO "+table+"_claims (owner, epoch, lease_until, ids, n, keys) VALUES ('stale', 1, now() - interval '1 hour', '{}', 0, '{}')"); err != nil {
+		t.Fatal(err)
+	}
+	stale, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stale.Rollback(ctx) //nolint:errcheck // released below
+	if _, err := stale.Exec(ctx, "SELECT 1 FROM "+table+"_claims WHERE owner = 'stale' FOR UPDATE"); err != nil {
+		t.Fatal(err)
+	}
+	type result struct {
+		c   driver.Claim
+		err error
+	}
+	claimed := make(chan result, 1)
+	go func() {
+		c, err := st.Claim(ctx, driver.ClaimParams{Lease: driver.Lease{Owner: "a", Epoch: 1}, Limit: 100, LeaseFor: time.Minute, Shards: first.Held})
+		claimed <- result{c, err}
+	}()
+	waitLocked(t, pool, table)
+	time.Sleep(time.Until(first.Until) + 200*time.Millisecond) // a's leases run out
+
+	own, err := st.Balance(ctx, driver.BalanceParams{Owner: "b", LeaseFor: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(own.Held) != 0 {
+		t.Fatalf("b took %d of a's expired shards while a's claim was in flight", len(own.Held))
+	}
+	if err := stale.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	r := <-claimed
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	if len(r.c.Events) != 10 {
+		t.Fatalf("a's claim took %d events, want 10", len(r.c.Events))
+	}
+
+	own, err = st.Balance(ctx, driver.BalanceParams{Owner: "b", LeaseFor: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(own.Held) != 64 {
+		t.Fatalf("after a's claim committed, b took %d shards; want 64", len(own.Held))
+	}
+	c, err := st.Claim(ctx, driver.ClaimParams{Lease: driver.Lease{Owner: "b", Epoch: 1}, Limit: 100, LeaseFor: time.Minute, Shards: own.Held})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(c.Events) != 0 {
+		t.Fatalf("b claimed %d events a's live claim holds", len(c.Events))
+	}
+	// a's claim is fenced: its shards have new epochs.
+	if _, err := st.Claim(ctx, driver.ClaimParams{Lease: driver.Lease{Owner: "a", Epoch: 2}, Limit: 100, LeaseFor: time.Minute, Shards: first.Held}); err == nil {
+		t.Fatal("a claimed again from shards b holds now")
+	}
+}

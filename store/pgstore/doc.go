@@ -45,11 +45,12 @@
 //     Balance is one round trip and waits for no claim (see Balance), so
 //     a heartbeat stays fast on a loaded database.
 //   - Claims. Claim runs one claim of an owner at a time (an advisory
-//     lock on the owner's name, held to its commit; a takeover of an
-//     expired shard tries the old owner's lock and passes over the shard
-//     while a claim holds it, so a claim that began under a live lease
-//     commits before the shard changes hands, and a claim locks no shard
-//     row a heartbeat could wait for), takes over expired claims touching
+//     lock on the owner's name, held to its commit; a takeover of a free
+//     or expired shard tries its last owner's lock (a released shard
+//     keeps its owner's name) and passes over the shard while a claim
+//     holds it, so a claim that began under a live lease commits before
+//     the shard changes hands, and a claim locks no shard row a heartbeat
+//     could wait for), takes over expired claims touching
 //     its shards, then in one
 //     statement checks each shard is still the caller's under its epoch,
 //     skips the shards a live claim of another owner touches (a claim row

@@ -138,8 +138,9 @@ func ownedBranches(n int) int {
 // for), $8 the most payload bytes (MaxBytes, or the largest bigint);
 // with runs, $9 and $10 the first and last shard of each run.
 //
-// held: the shards the owner still holds under those epochs (locked by
-// the statement before, so no takeover runs in between). Each shard row
+// held: the shards the owner still holds under those epochs (no takeover
+// of them commits before this claim does: it holds the owner's claim
+// lock, see claimOwned). Each shard row
 // finds its epoch by its number: a join of the shards to the unnested
 // arrays got, once the shards table had been vacuumed (autovacuum: every
 // heartbeat rewrites it), a generic plan that rescanned the arrays for
@@ -536,8 +537,8 @@ func fmtShards(ls []driver.ShardLease) string {
 //
 // It is one round trip (a pipeline: the transaction, then the orphan
 // sweep), and it waits for no lock a claim holds: a claim locks no shard
-// row, and a takeover of an expired shard passes over the shards whose
-// old owner has a claim in flight (it tries that owner's claim lock, see
+// row, and a takeover of a free or expired shard passes over the shards
+// whose last owner has a claim in flight (it tries that owner's claim lock, see
 // claimOwned) and over the shard rows another heartbeat has locked (FOR
 // UPDATE SKIP LOCKED); the renewal itself skips rows another relay's
 // takeover has locked (their lease has run out: they are that relay's
@@ -546,9 +547,6 @@ func fmtShards(ls []driver.ShardLease) string {
 // let the leases run out and left the relay holding nothing; one that
 // took a round trip per statement held its locks across ten round trips
 // of a loaded machine, or of a process stopped mid-way.
-//
-// A released shard (owner ”) is taken at once: the relay releases a
-// shard only when no claim of its is in flight (driver.BalanceParams).
 //
 // It also unparks orphans: parked rows whose key no longer has an earlier
 // row holding it (a requeue or purge that raced a claim), a bounded number
@@ -575,7 +573,7 @@ func (s *Store) Balance(ctx context.Context, req driver.BalanceParams) (driver.O
 		// a relay that left claims no more: its flag would hold the
 		// commit probe back (draining) for the life of the process
 		s.busyOwners.Delete(req.Owner)
-		b.Queue("UPDATE "+shards+" SET owner = '', lease_until = '-infinity' WHERE owner = $1", req.Owner)
+		b.Queue("UPDATE "+shards+" SET lease_until = '-infinity' WHERE owner = $1", req.Owner)
 		b.Queue("DELETE FROM "+relays+" WHERE owner = $1", req.Owner)
 		b.Queue("SELECT count(*) FROM " + relays + " WHERE lease_until > now()")
 		b.Queue("COMMIT")
@@ -601,24 +599,30 @@ func (s *Store) Balance(ctx context.Context, req driver.BalanceParams) (driver.O
 	// Relays whose session is gone (session.go) lose their leases now,
 	// so the take below moves their shards on at once.
 	b.Queue(s.reapSQL(), req.Owner, s.sessionKey())
-	// Release and renew. A shard whose lease ran out but that nobody took
-	// is still this owner's (same epoch: nobody held it in between).
-	b.Queue("UPDATE "+shards+" s SET owner = CASE WHEN s.shard = ANY($3::int[]) THEN '' ELSE s.owner END, "+
-		"lease_until = CASE WHEN s.shard = ANY($3::int[]) THEN '-infinity' ELSE now() + $2 * interval '1 microsecond' END "+
-		"WHERE s.shard IN (SELECT shard FROM "+shards+" WHERE owner = $1 FOR NO KEY UPDATE SKIP LOCKED)", req.Owner, lease, release)
+	// Release and renew. A released shard keeps its owner's name with a
+	// lease of '-infinity' (free), so a takeover can try that owner's
+	// claim lock (below). A shard whose lease ran out but that nobody
+	// took is still this owner's (same epoch: nobody held it in between).
+	b.Queue("UPDATE "+shards+" s SET lease_until = CASE WHEN s.shard = ANY($3::int[]) THEN '-infinity' ELSE now() + $2 * interval '1 microsecond' END "+
+		"WHERE s.shard IN (SELECT shard FROM "+shards+" WHERE owner = $1 AND lease_until > '-infinity' FOR NO KEY UPDATE SKIP LOCKED)", req.Owner, lease, release)
 	// Take free shards (released, never held) before expired ones, whose
 	// dead owner's claims may still hold events for a while, up to the
 	// owner's fair share: the live relays in byte order (not the
 	// database's collation: every relay computes the same ranks), the
 	// first S mod n of them get one shard more, so the shares sum to S.
-	// An expired shard whose old owner has a claim in flight (its claim
-	// lock, only tried: never waited for) is left to a later heartbeat.
+	// A shard is taken only when its last owner has no claim in flight
+	// (that owner's claim lock, only tried, never waited for: a shard
+	// whose lock is held is left to a later heartbeat). A released shard
+	// needs the check too: a claim the relay gave up on (its context
+	// ended) may still be running on the server, and a claim that has not
+	// committed is invisible to the next owner's claims.
 	b.Queue(`WITH live AS (SELECT owner FROM `+relays+` WHERE lease_until > now()),
 me AS (SELECT count(*) AS n, count(*) FILTER (WHERE owner::text COLLATE "C" < $1::text COLLATE "C") AS rank FROM live),
 held AS (SELECT count(*) FILTER (WHERE owner = $1) AS mine FROM `+shards+` WHERE owner <> '' AND lease_until > now())
 UPDATE `+shards+` SET owner = $1, epoch = epoch + 1, lease_until = now() + $2 * interval '1 microsecond'
-WHERE shard IN (SELECT shard FROM `+shards+` WHERE CASE WHEN owner = '' THEN true WHEN owner = $1 OR lease_until > now() THEN false
-	ELSE pg_try_advisory_xact_lock($3::int, hashtext(owner)) END ORDER BY owner <> '', shard
+WHERE shard IN (SELECT shard FROM `+shards+` WHERE CASE WHEN lease_until > now() THEN false WHEN owner = '' THEN true
+	WHEN owner = $1 AND lease_until > '-infinity' THEN false ELSE pg_try_advisory_xact_lock($3::int, hashtext(owner)) END
+	ORDER BY lease_until > '-infinity', shard
 	LIMIT (SELECT GREATEST(0, `+S+` / me.n + CASE WHEN me.rank < `+S+` % me.n THEN 1 ELSE 0 END - held.mine) FROM me, held) FOR UPDATE SKIP LOCKED)`, req.Owner, lease, int32(s.claimLock))
 	b.Queue("SELECT shard, epoch FROM "+shards+" WHERE owner = $1 AND lease_until > now() ORDER BY shard", req.Owner)
 	// Who holds how many live leases: the live relays (with 0) and any

@@ -2,6 +2,7 @@ package pgstore_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"testing"
 	"time"
@@ -13,16 +14,26 @@ import (
 
 // A claim that began under a live lease may still be running when the
 // lease runs out (here it waits behind an expired claim a stale holder has
-// locked). Another relay's heartbeat must not take its shards until that
-// claim has committed: the new owner's claims would not see the rows it
-// takes, and would hand them out a second time, ahead of or beside it.
-// Once it committed, the shards change hands and the new owner's claim
-// leaves the old owner's claimed rows alone while that claim is live.
+// locked), or when its relay has released the shards (a relay that gave
+// up on a claim, its context ended, and left: the server still runs it).
+// Another relay's heartbeat must not take the shards until that claim has
+// committed: the new owner's claims would not see the rows it takes, and
+// would hand them out a second time, ahead of or beside it. Once it
+// committed, the shards change hands and the new owner's claim leaves the
+// old owner's claimed rows alone while that claim is live.
 func TestTakeoverWaitsForTheOldOwnersClaim(t *testing.T) {
+	t.Run("expired", func(t *testing.T) { testTakeoverWaits(t, false) })
+	t.Run("released", func(t *testing.T) { testTakeoverWaits(t, true) })
+}
+
+func testTakeoverWaits(t *testing.T, leave bool) {
 	pool, _ := openPool(t)
 	ctx := context.Background()
 	st, table := migratedStore(t, pool, "takeclaim_", pgstore.Config{})
-	const short = 1500 * time.Millisecond
+	short := 1500 * time.Millisecond
+	if leave {
+		short = time.Minute
+	}
 	first, err := st.Balance(ctx, driver.BalanceParams{Owner: "a", LeaseFor: short})
 	if err != nil || len(first.Held) != 64 {
 		t.Fatalf("Balance: %d shards, %v; want 64", len(first.Held), err)
@@ -55,24 +66,39 @@ func TestTakeoverWaitsForTheOldOwnersClaim(t *testing.T) {
 		claimed <- result{c, err}
 	}()
 	waitLocked(t, pool, table)
-	time.Sleep(time.Until(first.Until) + 200*time.Millisecond) // a's leases run out
+	if leave {
+		if _, err := st.Balance(ctx, driver.BalanceParams{Owner: "a", Leave: true}); err != nil {
+			t.Fatal(err)
+		}
+	} else {
+		time.Sleep(time.Until(first.Until) + 200*time.Millisecond) // a's leases run out
+	}
 
 	own, err := st.Balance(ctx, driver.BalanceParams{Owner: "b", LeaseFor: time.Minute})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(own.Held) != 0 {
-		t.Fatalf("b took %d of a's expired shards while a's claim was in flight", len(own.Held))
+		t.Fatalf("b took %d of a's shards while a's claim was in flight", len(own.Held))
 	}
 	if err := stale.Rollback(ctx); err != nil {
 		t.Fatal(err)
 	}
+	// An expired lease that nobody took is still a's: its claim takes
+	// the events. A released shard is not: the claim statement, which
+	// runs after the wait, takes nothing.
+	want := 10
 	r := <-claimed
-	if r.err != nil {
+	switch {
+	case leave && !errors.Is(r.err, driver.ErrLeaseLost):
+		t.Fatalf("a's claim after its relay left: %v; want ErrLeaseLost", r.err)
+	case leave:
+		want = 0
+	case r.err != nil:
 		t.Fatal(r.err)
 	}
-	if len(r.c.Events) != 10 {
-		t.Fatalf("a's claim took %d events, want 10", len(r.c.Events))
+	if len(r.c.Events) != want {
+		t.Fatalf("a's claim took %d events, want %d", len(r.c.Events), want)
 	}
 
 	own, err = st.Balance(ctx, driver.BalanceParams{Owner: "b", LeaseFor: time.Minute})
@@ -86,8 +112,8 @@ func TestTakeoverWaitsForTheOldOwnersClaim(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(c.Events) != 0 {
-		t.Fatalf("b claimed %d events a's live claim holds", len(c.Events))
+	if len(c.Events) != 10-want {
+		t.Fatalf("b claimed %d events, want %d (a's live claim holds the others)", len(c.Events), 10-want)
 	}
 	// a's claim is fenced: its shards have new epochs.
 	if _, err := st.Claim(ctx, driver.ClaimParams{Lease: driver.Lease{Owner: "a", Epoch: 2}, Limit: 100, LeaseFor: time.Minute, Shards: first.Held}); err == nil {

@@ -383,8 +383,8 @@ func (s *Store) claimOwned(ctx context.Context, req driver.ClaimParams, explain 
 	// serializes its claims; the lock keeps two processes misnamed alike
 	// from claiming the same rows): one statement, as every statement of
 	// the pipeline costs the claim's round trip some of its time. The
-	// same lock fences a takeover: Balance takes an expired shard only
-	// when it can take its old owner's claim lock (so no claim of that
+	// same lock fences a takeover: Balance takes a free or expired shard
+	// only when it can take its last owner's claim lock (so no claim of that
 	// owner is in flight, and one that starts after waits for the
 	// takeover's commit, then sees the shard's new epoch), and the claim
 	// statement below takes only shards this owner holds under their

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	outbox "github.com/outbox-go/outbox"
@@ -33,6 +34,27 @@ func waitLocked(t *testing.T, pool *pgxpool.Pool, table string) {
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
+}
+
+// lockExpiredClaim writes an expired claim of owner "stale" and returns a
+// transaction holding it locked, as a stale relay stopped mid-write would:
+// a claim of the table waits behind it (it deletes the expired claims of
+// its shards first) until the transaction ends (rolled back at t's end).
+func lockExpiredClaim(t *testing.T, pool *pgxpool.Pool, table string) pgx.Tx {
+	t.Helper()
+	ctx := context.Background()
+	if _, err := pool.Exec(ctx, "INSERT INTO "+table+"_claims (owner, epoch, lease_until, ids, n, keys) VALUES ('stale', 1, now() - interval '1 hour', '{}', 0, '{}')"); err != nil {
+		t.Fatal(err)
+	}
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = tx.Rollback(context.Background()) })
+	if _, err := tx.Exec(ctx, "SELECT 1 FROM "+table+"_claims WHERE owner = 'stale' FOR UPDATE"); err != nil {
+		t.Fatal(err)
+	}
+	return tx
 }
 
 // Balance is a heartbeat: it must renew an owner's leases while that
@@ -72,17 +94,7 @@ func TestBalanceNotBehindLocks(t *testing.T) {
 
 	// 1. The owner's own claim holds its claim lock and waits behind an
 	// expired claim locked by a stale holder.
-	if _, err := pool.Exec(ctx, "INSERT INTO "+table+"_claims (owner, epoch, lease_until, ids, n, keys) VALUES ('stale', 1, now() - interval '1 hour', '{}', 0, '{}')"); err != nil {
-		t.Fatal(err)
-	}
-	stale, err := pool.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer stale.Rollback(ctx) //nolint:errcheck // released below
-	if _, err := stale.Exec(ctx, "SELECT 1 FROM "+table+"_claims WHERE owner = 'stale' FOR UPDATE"); err != nil {
-		t.Fatal(err)
-	}
+	stale := lockExpiredClaim(t, pool, table)
 	claimed := make(chan error, 1)
 	go func() {
 		_, err := st.Claim(ctx, driver.ClaimParams{Lease: driver.Lease{Owner: "a", Epoch: 1}, Limit: 5, LeaseFor: lease, Shards: first.Held})

@@ -45,17 +45,7 @@ func testTakeoverWaits(t *testing.T, leave bool) {
 	if err := st.Enqueue(ctx, batch...); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := pool.Exec(ctx, "INSERT INTO "+table+"_claims (owner, epoch, lease_until, ids, n, keys) VALUES ('stale', 1, now() - interval '1 hour', '{}', 0, '{}')"); err != nil {
-		t.Fatal(err)
-	}
-	stale, err := pool.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer stale.Rollback(ctx) //nolint:errcheck // released below
-	if _, err := stale.Exec(ctx, "SELECT 1 FROM "+table+"_claims WHERE owner = 'stale' FOR UPDATE"); err != nil {
-		t.Fatal(err)
-	}
+	stale := lockExpiredClaim(t, pool, table)
 	type result struct {
 		c   driver.Claim
 		err error

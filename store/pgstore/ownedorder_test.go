@@ -70,17 +70,7 @@ func TestClaimOwnedKeyOrderAcrossClaimStart(t *testing.T) {
 	// Something holds the claim back after its transaction began: an
 	// expired claim that a stale holder still has locked (the claim
 	// deletes the expired claims of its shards before it reads them).
-	if _, err := pool.Exec(ctx, "INSERT INTO "+table+"_claims (owner, epoch, lease_until, ids, n, keys) VALUES ('stale', 1, now() - interval '1 hour', '{}', 0, '{}')"); err != nil {
-		t.Fatal(err)
-	}
-	blocker, err := pool.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer blocker.Rollback(ctx) //nolint:errcheck // released below
-	if _, err := blocker.Exec(ctx, "SELECT 1 FROM "+table+"_claims WHERE owner = 'stale' FOR UPDATE"); err != nil {
-		t.Fatal(err)
-	}
+	blocker := lockExpiredClaim(t, pool, table)
 	type result struct {
 		c   driver.Claim
 		err error

@@ -14,7 +14,10 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	outbox "github.com/outbox-go/outbox"
+	"github.com/outbox-go/outbox/broker"
 	"github.com/outbox-go/outbox/broker/membroker"
+	"github.com/outbox-go/outbox/broker/natsbroker"
+	"github.com/outbox-go/outbox/internal/testnats"
 	"github.com/outbox-go/outbox/relay"
 	"github.com/outbox-go/outbox/store"
 	"github.com/outbox-go/outbox/store/driver"
@@ -29,7 +32,8 @@ import (
 // relay's store signalled (commit probe) → the relay's round that claimed
 // it started → the store's claim call started (after the dispatcher's
 // lock) → the claim returned → the publish call started → the broker
-// confirmed → the batch settled. Run it so:
+// confirmed → the batch settled. STAGES_BROKER=nats publishes to the local
+// NATS JetStream instead of membroker. Run it so:
 //
 //	go test -run '^$' -bench CommitToAckStages -benchtime 1x -timeout 5m ./relay/
 //
@@ -169,9 +173,27 @@ func stageRun(b *testing.B, rate int, dur time.Duration, keys int) {
 	ctx := context.Background()
 	o := teststores.Open(b, "postgres", store.Options{})
 	tr := &stageTrace{ev: map[int64]*stageEvent{}, leases: map[driver.Lease][]int64{}}
-	mb, err := membroker.New(membroker.Config{})
-	if err != nil {
-		b.Fatal(err)
+	// STAGES_BROKER=nats publishes to the local NATS JetStream instead
+	// (each relay with its own connection, as two processes would)
+	topic := "t"
+	var brokers [2]broker.Broker
+	if os.Getenv("STAGES_BROKER") == "nats" {
+		url := testnats.Shared(b)
+		topic = testnats.NewStream(b, url).Topic("t")
+		for i := range brokers {
+			nb, err := natsbroker.Dial(url, natsbroker.Config{})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer nb.Close(ctx)
+			brokers[i] = nb
+		}
+	} else {
+		mb, err := membroker.New(membroker.Config{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		brokers[0], brokers[1] = mb, mb
 	}
 	var stops []func()
 	for i := range 2 {
@@ -201,7 +223,7 @@ func stageRun(b *testing.B, rate int, dur time.Duration, keys int) {
 		}()
 		cfg := relay.Config{Owner: fmt.Sprintf("stage-%d", i), Logger: quiet, PollInterval: 500 * time.Millisecond,
 			Hooks: []relay.Hook{&stageHook{tr: tr, id: i}}}
-		r, err := relay.New(st, mb, cfg)
+		r, err := relay.New(st, brokers[i], cfg)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -221,7 +243,7 @@ func stageRun(b *testing.B, rate int, dur time.Duration, keys int) {
 		b.Fatal(err)
 	}
 	defer pool.Close()
-	insert := "INSERT INTO " + o.Opts.Table + " (topic, event_key, event_type, payload) VALUES ('t', $1, 'Plain', '{}') RETURNING id"
+	insert := "INSERT INTO " + o.Opts.Table + " (topic, event_key, event_type, payload) VALUES ('" + topic + "', $1, 'Plain', '{}') RETURNING id"
 	// producers: 4 connections, each at rate/4
 	var pw sync.WaitGroup
 	every := time.Duration(4 * int64(time.Second) / int64(rate))

@@ -305,3 +305,118 @@ func BenchmarkClaimOwnedDrainCPU(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkClaimKeepUp measures a relay that keeps up: each round, 4 new
+// events of the relay's shards are inserted, then claimed (and acked) by a relay
+// holding half the shards, as one of two relays does at a steady rate. It
+// reports the wall time of the Claim call and, in the same rounds, of the
+// raw SQL claim-and-delete of 4 rows (DELETE … WHERE id IN (SELECT … ORDER
+// BY id LIMIT 4 FOR UPDATE SKIP LOCKED) RETURNING …: no order, no
+// fencing, committed without waiting for the flush as the claim is) on a
+// table of the same shape: the floor of one claim's round
+// trip on this database.
+func BenchmarkClaimKeepUp(b *testing.B) {
+	pool, _ := openPool(b)
+	ctx := context.Background()
+	st, table := migratedStore(b, pool, "bench_", pgstore.Config{VacuumAfter: -1})
+	_, raw := migratedStore(b, pool, "bench_", pgstore.Config{VacuumAfter: -1})
+	other, err := st.Balance(ctx, driver.BalanceParams{Owner: "other", LeaseFor: time.Hour})
+	if err != nil {
+		b.Fatal(err)
+	}
+	own, err := st.Balance(ctx, driver.BalanceParams{Owner: "bench", LeaseFor: time.Hour})
+	if err != nil {
+		b.Fatal(err)
+	}
+	for range 10 { // the other relay hands over the shards over its share
+		var keep []int
+		for _, l := range other.Held {
+			if l.Revoke {
+				keep = append(keep, l.Shard)
+			}
+		}
+		if other, err = st.Balance(ctx, driver.BalanceParams{Owner: "other", LeaseFor: time.Hour, Release: keep}); err != nil {
+			b.Fatal(err)
+		}
+		if own, err = st.Balance(ctx, driver.BalanceParams{Owner: "bench", LeaseFor: time.Hour}); err != nil {
+			b.Fatal(err)
+		}
+		if len(own.Held) == 32 {
+			break
+		}
+	}
+	if len(own.Held) != 32 {
+		b.Fatalf("the relay holds %d shards; want 32", len(own.Held))
+	}
+	// keys of the relay's own shards, so that each claim takes its 4 events
+	mine := map[int]bool{}
+	for _, l := range own.Held {
+		mine[l.Shard] = true
+	}
+	var keys []string
+	for n := 0; len(keys) < 25; n++ {
+		k := fmt.Sprintf("order-%d", n)
+		shard, err := st.ShardOf(ctx, k, 0)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if mine[shard] {
+			keys = append(keys, k)
+		}
+	}
+	next := 0
+	insert := func(t string, n int) {
+		for range n {
+			next++
+			if _, err := pool.Exec(ctx, "INSERT INTO "+t+" (topic, event_key, event_type, payload) VALUES ('orders', $1, 'OrderPaid', '\\x7b7d')", keys[next%len(keys)]); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	rawClaim := "DELETE FROM " + raw + " WHERE id IN (SELECT id FROM " + raw + " WHERE status = 'NEW' ORDER BY id LIMIT 4 FOR UPDATE SKIP LOCKED) RETURNING id, event_id, topic, event_key, event_type, payload, headers"
+	// the raw claim commits as the relay's claims do: without waiting
+	// for the WAL flush (synchronous_commit off)
+	cfg := pool.Config().Copy()
+	cfg.ConnConfig.RuntimeParams["synchronous_commit"] = "off"
+	rawPool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer rawPool.Close()
+	var owned, floor time.Duration
+	claimed := 0
+	b.ResetTimer()
+	for i := range b.N {
+		b.StopTimer()
+		insert(table, 4)
+		insert(raw, 4)
+		b.StartTimer()
+		start := time.Now()
+		l := driver.Lease{Owner: "bench", Epoch: int64(i + 1)}
+		c, err := st.Claim(ctx, driver.ClaimParams{Lease: l, Limit: 1000, LeaseFor: time.Minute, Shards: own.Held})
+		if err != nil {
+			b.Fatal(err)
+		}
+		owned += time.Since(start)
+		claimed += len(c.Events)
+		start = time.Now()
+		rows, err := rawPool.Query(ctx, rawClaim)
+		if err != nil {
+			b.Fatal(err)
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			b.Fatal(err)
+		}
+		floor += time.Since(start)
+		b.StopTimer()
+		if err := st.AckClaim(ctx, driver.AckClaimParams{Lease: l, N: len(c.Events)}); err != nil {
+			b.Fatal(err)
+		}
+		b.StartTimer()
+	}
+	b.StopTimer()
+	b.ReportMetric(float64(owned.Microseconds())/float64(b.N), "µs/claim")
+	b.ReportMetric(float64(floor.Microseconds())/float64(b.N), "µs/raw-claim")
+	b.ReportMetric(float64(claimed)/float64(b.N), "events/claim")
+}

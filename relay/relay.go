@@ -344,12 +344,7 @@ func backoff(base, max time.Duration, attempt int) time.Duration {
 // jitter returns a random duration in [0, d] (full jitter).
 func jitter(d time.Duration) time.Duration { return retry.Jitter(d) }
 
-// RetryDelay is the delay before attempt n+1 after n failures (full jitter).
-func (r *Relay) RetryDelay(failures int) time.Duration {
-	return jitter(backoff(r.cfg.BackoffBase, r.cfg.BackoffMax, failures))
-}
-
-// Events is a helper for tests and tools: the ids of events.
+// ids returns the ids of events.
 func ids(events []outbox.Event) []int64 {
 	out := make([]int64, len(events))
 	for i, e := range events {

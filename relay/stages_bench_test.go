@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	outbox "github.com/outbox-go/outbox"
@@ -32,8 +33,10 @@ import (
 // relay's store signalled (commit probe) → the relay's round that claimed
 // it started → the store's claim call started (after the dispatcher's
 // lock) → the claim returned → the publish call started → the broker
-// confirmed → the batch settled. STAGES_BROKER=nats publishes to the local
-// NATS JetStream instead of membroker. Run it so:
+// confirmed → the batch settled; and, from each relay's pool, the waits
+// for a connection and the claims' batch round trips (poolTrace).
+// STAGES_BROKER=nats publishes to the local NATS JetStream instead of
+// membroker. Run it so:
 //
 //	go test -run '^$' -bench CommitToAckStages -benchtime 1x -timeout 5m ./relay/
 //
@@ -79,6 +82,7 @@ type stageTrace struct {
 	leases   map[driver.Lease][]int64
 	shards   [2]string
 	released [2]int
+	pools    [2]poolTrace // each relay's pool
 	beats    [2]int
 }
 
@@ -197,7 +201,18 @@ func stageRun(b *testing.B, rate int, dur time.Duration, keys int) {
 	}
 	var stops []func()
 	for i := range 2 {
-		ps, err := pgstore.Open(ctx, o.URL, pgstore.Config{Options: o.Opts})
+		pc, err := pgxpool.ParseConfig(o.URL)
+		if err != nil {
+			b.Fatal(err)
+		}
+		pc.MaxConns = 10 // as pgstore.Open sets it
+		pc.ConnConfig.Tracer = &tr.pools[i]
+		relayPool, err := pgxpool.NewWithConfig(ctx, pc)
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer relayPool.Close()
+		ps, err := pgstore.New(relayPool, pgstore.Config{Options: o.Opts})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -345,7 +360,76 @@ func (tr *stageTrace) report(b *testing.B) {
 		q := func(p float64) time.Duration { return v[min(len(v)-1, int(p*float64(len(v))))] }
 		fmt.Fprintf(&sb, "%-18s %9v %9v %9v %9v\n", n, q(.5).Round(10*time.Microsecond), q(.9).Round(10*time.Microsecond), q(.99).Round(10*time.Microsecond), v[len(v)-1].Round(10*time.Microsecond))
 	}
+	var acquire, batches []time.Duration
+	for i := range tr.pools {
+		acquire = append(acquire, tr.pools[i].acquire...)
+		batches = append(batches, tr.pools[i].claims...)
+	}
+	for _, x := range []struct {
+		name string
+		v    []time.Duration
+	}{{"pool acquire", acquire}, {"claim batch", batches}} {
+		if len(x.v) == 0 {
+			continue
+		}
+		slices.Sort(x.v)
+		q := func(p float64) time.Duration { return x.v[min(len(x.v)-1, int(p*float64(len(x.v))))] }
+		fmt.Fprintf(&sb, "%-18s %9v %9v %9v %9v\n", x.name, q(.5).Round(10*time.Microsecond), q(.9).Round(10*time.Microsecond), q(.99).Round(10*time.Microsecond), x.v[len(x.v)-1].Round(10*time.Microsecond))
+	}
 	slices.Sort(misses)
 	fmt.Fprintf(&sb, "claims of the owning relay between commit and the claim that took it: p50 %d p90 %d p99 %d max %d\n", misses[len(misses)/2], misses[len(misses)*9/10], misses[len(misses)*99/100], misses[len(misses)-1])
 	fmt.Print(sb.String())
+}
+
+// poolTrace times, in one relay's pool (pgx's tracer hooks), every wait
+// for a connection (pool acquire: any statement's) and every claim's
+// batch from its sending to its results' close (claim batch: the round
+// trip of the claim's six statements), so that a slow claim call can be
+// told apart: a wait for a connection, or the database's round trip.
+type poolTrace struct {
+	mu      sync.Mutex
+	acquire []time.Duration
+	claims  []time.Duration
+}
+
+type (
+	acquireStarted struct{}
+	claimSent      struct{}
+)
+
+func (p *poolTrace) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
+	return ctx
+}
+
+func (p *poolTrace) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+
+func (p *poolTrace) TraceBatchStart(ctx context.Context, _ *pgx.Conn, d pgx.TraceBatchStartData) context.Context {
+	// a claim's batch: BEGIN, its settings, the expired claims' DELETE,
+	// then the claim statement
+	if d.Batch != nil && len(d.Batch.QueuedQueries) > 3 && strings.HasPrefix(d.Batch.QueuedQueries[3].SQL, "WITH held AS") {
+		return context.WithValue(ctx, claimSent{}, time.Now())
+	}
+	return ctx
+}
+
+func (p *poolTrace) TraceBatchQuery(context.Context, *pgx.Conn, pgx.TraceBatchQueryData) {}
+
+func (p *poolTrace) TraceBatchEnd(ctx context.Context, _ *pgx.Conn, _ pgx.TraceBatchEndData) {
+	if at, ok := ctx.Value(claimSent{}).(time.Time); ok {
+		p.mu.Lock()
+		p.claims = append(p.claims, time.Since(at))
+		p.mu.Unlock()
+	}
+}
+
+func (p *poolTrace) TraceAcquireStart(ctx context.Context, _ *pgxpool.Pool, _ pgxpool.TraceAcquireStartData) context.Context {
+	return context.WithValue(ctx, acquireStarted{}, time.Now())
+}
+
+func (p *poolTrace) TraceAcquireEnd(ctx context.Context, _ *pgxpool.Pool, _ pgxpool.TraceAcquireEndData) {
+	if at, ok := ctx.Value(acquireStarted{}).(time.Time); ok {
+		p.mu.Lock()
+		p.acquire = append(p.acquire, time.Since(at))
+		p.mu.Unlock()
+	}
 }

@@ -410,7 +410,12 @@ func (s *Store) claimOwned(ctx context.Context, req driver.ClaimParams, explain 
 	// more): a read that fails rolls the claim back with it.
 	b.Queue(s.claimReadSQL(), req.Lease.Owner, req.Lease.Epoch)
 	b.Queue("COMMIT")
-	br := s.pool.SendBatch(ctx, b)
+	cc, err := s.claimConn(ctx, req.Lease.Owner)
+	if err != nil {
+		return driver.Claim{}, 0, 0, wrap("claim", err)
+	}
+	defer cc.done()
+	br := cc.conn.SendBatch(ctx, b)
 	defer br.Close()
 	for range 3 { // BEGIN, the settings and lock, the DELETE
 		if _, err := br.Exec(); err != nil {
@@ -591,6 +596,7 @@ func (s *Store) Balance(ctx context.Context, req driver.BalanceParams) (driver.O
 			return driver.Ownership{Shards: numShards}, wrap("balance", err)
 		}
 		s.endSession(req.Owner)
+		s.endClaimConn(req.Owner)
 		return own, nil
 	}
 	pid := s.session(ctx, req.Owner)

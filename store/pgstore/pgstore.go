@@ -126,6 +126,7 @@ type Store struct {
 	listenDone chan struct{}
 	closed     bool
 	sessions   map[string]*relaySession // each owner's own session (session.go)
+	claimConns map[string]*claimConn    // each owner's claim connection (claimconn.go)
 }
 
 var _ store.Store = (*Store)(nil)
@@ -296,6 +297,7 @@ func (s *Store) Close() error {
 	s.cancelBackground()
 	s.background.Wait()
 	s.closeSessions()
+	s.closeClaimConns()
 	if s.ownPool {
 		s.pool.Close()
 	}

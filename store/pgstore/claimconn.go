@@ -25,7 +25,7 @@ import (
 // broke or was left inside a transaction (a failed claim, a cancelled
 // context) is closed, and the next claim opens another.
 
-// claimConn is one owner's claim connection.
+// claimConn is one owner's claim connection (in its relaySession).
 type claimConn struct {
 	mu   sync.Mutex // a pgx.Conn is used by one goroutine at a time
 	conn *pgx.Conn  // nil before the first claim and after a failure
@@ -40,20 +40,11 @@ var errStoreClosed = errors.New("pgstore: the store is closed")
 // claimConn returns owner's claim connection, locked; call done when the
 // claim's batch is closed.
 func (s *Store) claimConn(ctx context.Context, owner string) (*claimConn, error) {
-	s.mu.Lock()
-	if s.closed {
-		s.mu.Unlock()
+	rs := s.relaySession(owner)
+	if rs == nil {
 		return nil, errStoreClosed
 	}
-	if s.claimConns == nil {
-		s.claimConns = map[string]*claimConn{}
-	}
-	cc := s.claimConns[owner]
-	if cc == nil {
-		cc = &claimConn{}
-		s.claimConns[owner] = cc
-	}
-	s.mu.Unlock()
+	cc := &rs.claim
 	cc.mu.Lock()
 	if cc.conn == nil {
 		conn, err := pgx.ConnectConfig(ctx, s.pool.Config().ConnConfig.Copy())
@@ -83,33 +74,10 @@ func (cc *claimConn) drop() {
 	}
 }
 
-// endClaimConn closes owner's claim connection (after Leave). A claim the
-// relay gave up on may still run on it (its context ended; the server
-// finishes the statement): that claim closes it when done, and nothing
-// here waits for it.
-func (s *Store) endClaimConn(owner string) {
-	s.mu.Lock()
-	cc := s.claimConns[owner]
-	delete(s.claimConns, owner)
-	s.mu.Unlock()
-	if cc != nil {
-		cc.end()
-	}
-}
-
-// closeClaimConns closes every claim connection (Close), as endClaimConn.
-func (s *Store) closeClaimConns() {
-	s.mu.Lock()
-	all := s.claimConns
-	s.claimConns = nil
-	s.mu.Unlock()
-	for _, cc := range all {
-		cc.end()
-	}
-}
-
-// end closes the connection now if no claim runs on it, or has the
-// running claim close it when done.
+// end closes the connection now if no claim runs on it; otherwise the
+// running claim closes it when done. Nothing here waits for that claim:
+// one the relay gave up on (its context ended) may still be running on
+// the server when the relay leaves.
 func (cc *claimConn) end() {
 	cc.ended.Store(true)
 	if cc.mu.TryLock() {

@@ -596,7 +596,6 @@ func (s *Store) Balance(ctx context.Context, req driver.BalanceParams) (driver.O
 			return driver.Ownership{Shards: numShards}, wrap("balance", err)
 		}
 		s.endSession(req.Owner)
-		s.endClaimConn(req.Owner)
 		return own, nil
 	}
 	pid := s.session(ctx, req.Owner)

@@ -125,8 +125,7 @@ type Store struct {
 	stopListen context.CancelFunc
 	listenDone chan struct{}
 	closed     bool
-	sessions   map[string]*relaySession // each owner's own session (session.go)
-	claimConns map[string]*claimConn    // each owner's claim connection (claimconn.go)
+	sessions   map[string]*relaySession // each owner's own session and claim connection (session.go)
 }
 
 var _ store.Store = (*Store)(nil)
@@ -194,8 +193,10 @@ func Open(ctx context.Context, url string, cfg Config) (*Store, error) {
 	}
 	if !strings.Contains(url, "pool_max_conns") {
 		// pgxpool's default, max(4, CPUs), is short for a relay: each
-		// worker may hold two connections (the claim of one batch, the
-		// settle of the previous one), besides the listener and a VACUUM.
+		// worker may hold one for the settle of its previous batch while
+		// it publishes the next, besides the listener, the probe, the
+		// heartbeat and a VACUUM (the session and the claims have
+		// connections of their own).
 		pc.MaxConns = max(pc.MaxConns, 10)
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, pc)
@@ -297,7 +298,6 @@ func (s *Store) Close() error {
 	s.cancelBackground()
 	s.background.Wait()
 	s.closeSessions()
-	s.closeClaimConns()
 	if s.ownPool {
 		s.pool.Close()
 	}

@@ -31,11 +31,31 @@ import (
 // an orphan: its lease is the bound, as it is for a process that is
 // stopped or cut off while its backend lives.
 
-// relaySession is one owner's own connection, holding its lock.
+// relaySession is one owner's own connection, holding its lock, and the
+// connection its claims run on (claimconn.go).
 type relaySession struct {
-	mu   sync.Mutex // a pgx.Conn is used by one goroutine at a time
-	conn *pgx.Conn  // nil once closed or lost
-	pid  int32
+	mu    sync.Mutex // a pgx.Conn is used by one goroutine at a time
+	conn  *pgx.Conn  // nil once closed or lost
+	pid   int32
+	claim claimConn
+}
+
+// relaySession returns owner's entry, made on first use; nil after Close.
+func (s *Store) relaySession(owner string) *relaySession {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil
+	}
+	if s.sessions == nil {
+		s.sessions = map[string]*relaySession{}
+	}
+	rs := s.sessions[owner]
+	if rs == nil {
+		rs = &relaySession{}
+		s.sessions[owner] = rs
+	}
+	return rs
 }
 
 var _ driver.Sessions = (*Store)(nil)
@@ -99,20 +119,10 @@ func (s *Store) sessionKey() int32 { return int32(driver.LockKey(s.opts, "sessio
 // the owner's lease is then the only bound. A session that died while
 // idle is found by a ping: one round trip per heartbeat, off the pool.
 func (s *Store) session(ctx context.Context, owner string) *int32 {
-	s.mu.Lock()
-	if s.closed {
-		s.mu.Unlock()
+	rs := s.relaySession(owner)
+	if rs == nil {
 		return nil
 	}
-	if s.sessions == nil {
-		s.sessions = map[string]*relaySession{}
-	}
-	rs := s.sessions[owner]
-	if rs == nil {
-		rs = &relaySession{}
-		s.sessions[owner] = rs
-	}
-	s.mu.Unlock()
 	rs.mu.Lock()
 	defer rs.mu.Unlock()
 	if rs.conn != nil {
@@ -150,30 +160,35 @@ func (rs *relaySession) drop() {
 	}
 }
 
-// endSession closes owner's session (after Leave): its lock goes with it.
+// endSession closes owner's session (after Leave): its lock goes with it,
+// and its claim connection.
 func (s *Store) endSession(owner string) {
 	s.mu.Lock()
 	rs := s.sessions[owner]
 	delete(s.sessions, owner)
 	s.mu.Unlock()
 	if rs != nil {
-		rs.mu.Lock()
-		rs.drop()
-		rs.mu.Unlock()
+		rs.end()
 	}
 }
 
-// closeSessions closes every session (Close).
+// closeSessions closes every session and claim connection (Close).
 func (s *Store) closeSessions() {
 	s.mu.Lock()
 	all := s.sessions
 	s.sessions = nil
 	s.mu.Unlock()
 	for _, rs := range all {
-		rs.mu.Lock()
-		rs.drop()
-		rs.mu.Unlock()
+		rs.end()
 	}
+}
+
+// end closes the session and its claim connection.
+func (rs *relaySession) end() {
+	rs.mu.Lock()
+	rs.drop()
+	rs.mu.Unlock()
+	rs.claim.end()
 }
 
 // Rebalance reports whether a live relay other than owner has lost its

@@ -71,6 +71,15 @@ func step(t *testing.T, ctx context.Context, what string, d time.Duration, actio
 	}
 }
 
+// click clicks the first element matching the CSS selector sel, finding
+// and clicking it in one evaluation, and waits until there is one. The
+// dashboard redraws its tables several times a second, so a click given a
+// node found in an earlier round trip can land on a node already replaced.
+func click(sel string) chromedp.Action[chromedp.Void] {
+	return chromedp.Poll[chromedp.Void](fmt.Sprintf(`(() => { const e = document.querySelector(%q); if (!e) return false; e.click(); return true })()`, sel),
+		chromedp.WithPollingInterval(50*time.Millisecond))
+}
+
 func evalString(t *testing.T, ctx context.Context, js string) string {
 	t.Helper()
 	sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
@@ -136,7 +145,7 @@ func TestBrowserRetryDeadLetter(t *testing.T) {
 
 	// Without the token the click is refused, and says why.
 	step(t, ctx, "retry without the token", 10*time.Second,
-		chromedp.Click(chromedp.CSS(row(ids[0])+" button.retry")),
+		click(row(ids[0])+" button.retry"),
 		chromedp.Poll[chromedp.Void](`document.getElementById('action-msg').textContent.includes('token')`),
 	)
 	if n := len(g.mb.Events("orders.paid")); g.deadIDs(t)[0] != ids[0] {
@@ -146,7 +155,7 @@ func TestBrowserRetryDeadLetter(t *testing.T) {
 	// The operator enters the token, fixes the broker and retries.
 	step(t, ctx, "enter the token", 15*time.Second,
 		chromedp.SendKeys(chromedp.CSS("#token"), testToken),
-		chromedp.Click(chromedp.CSS("#token-use")),
+		click("#token-use"),
 		chromedp.Poll[chromedp.Void](`document.getElementById('token-state').textContent.includes('token set')`),
 	)
 	if os.Getenv("OUTBOX_SCREENSHOT") == "1" {
@@ -169,7 +178,7 @@ func TestBrowserRetryDeadLetter(t *testing.T) {
 	poison(g.mb, "scan-42")
 	before := len(g.mb.Events("orders.paid"))
 	step(t, ctx, "retry", 15*time.Second,
-		chromedp.Click(chromedp.CSS(row(ids[0])+" button.retry")),
+		click(row(ids[0])+" button.retry"),
 		chromedp.Poll[chromedp.Void](`document.getElementById('action-msg').textContent.includes('requeued')`),
 		chromedp.Poll[chromedp.Void](`!document.querySelector('`+row(ids[0])+`')`, chromedp.WithPollingInterval(100*time.Millisecond)),
 	)
@@ -188,9 +197,9 @@ func TestBrowserRetryDeadLetter(t *testing.T) {
 	)
 	// Skip takes two clicks (the first turns the button into a confirmation).
 	step(t, ctx, "skip the binary dead event", 15*time.Second,
-		chromedp.Click(chromedp.CSS(row(ids[1])+" button.skip")),
+		click(row(ids[1])+" button.skip"),
 		chromedp.Poll[chromedp.Void](`document.querySelector('`+row(ids[1])+` button.skip').textContent.includes('delete')`),
-		chromedp.Click(chromedp.CSS(row(ids[1])+" button.skip")),
+		click(row(ids[1])+" button.skip"),
 		chromedp.Poll[chromedp.Void](`document.getElementById('action-msg').textContent.includes('skipped')`),
 		chromedp.Poll[chromedp.Void](`!document.getElementById('dead-empty').hidden`, chromedp.WithPollingInterval(100*time.Millisecond)),
 	)

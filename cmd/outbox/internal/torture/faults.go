@@ -10,10 +10,11 @@ import (
 	"time"
 )
 
-// inject runs the plan, one fault after another, each not before its time.
+// inject runs the plan, one fault after another, each not before its time
+// (counted from r.faultsFrom).
 func (r *run) inject(ctx context.Context, plan []Fault) {
 	for _, f := range plan {
-		if wait := f.At - time.Since(r.start); wait > 0 {
+		if wait := r.faultsFrom + f.At - time.Since(r.start); wait > 0 {
 			sleep(ctx, wait)
 		}
 		if ctx.Err() != nil {

@@ -41,9 +41,9 @@ type Config struct {
 	// Seed makes the fault schedule and the workload's choices
 	// reproducible; 0 picks a random one (printed in the summary).
 	Seed uint64
-	// Duration is how long the writers write; default 20s. Faults happen
-	// from 2 s in; the writers go on until 2 s after the last one healed
-	// if that is later.
+	// Duration is how long the writers write, counted from the first
+	// event's delivery; default 20s. Faults happen from 2 s after it; the
+	// writers go on until 2 s after the last one healed if that is later.
 	Duration time.Duration
 	// Writers, Keys and Relays: concurrent writers (default 3), aggregates
 	// (default 16) and relay processes (default 3).
@@ -177,21 +177,24 @@ func (r *Result) Passed() bool { return len(r.Failures) == 0 }
 
 // run is the state of one torture run.
 type run struct {
-	cfg     Config
-	kind    string // postgres, mysql, sqlite
-	t       tables
-	start   time.Time
-	st      store.Store
-	admin   *sql.DB
-	tr      transport
-	relays  *relaySet
-	brokerP *faultproxy.Proxy
-	dbP     *faultproxy.Proxy // relays ↔ database
-	writerP *faultproxy.Proxy // writers ↔ database
-	writers *writers
-	in      *inbox.Inbox
-	consDB  *sql.DB
-	tmpDir  string // the embedded broker's storage
+	cfg   Config
+	kind  string // postgres, mysql, sqlite
+	t     tables
+	start time.Time
+	// faultsFrom is when the first event reached the consumer, after
+	// start: the plan's times count from it.
+	faultsFrom time.Duration
+	st         store.Store
+	admin      *sql.DB
+	tr         transport
+	relays     *relaySet
+	brokerP    *faultproxy.Proxy
+	dbP        *faultproxy.Proxy // relays ↔ database
+	writerP    *faultproxy.Proxy // writers ↔ database
+	writers    *writers
+	in         *inbox.Inbox
+	consDB     *sql.DB
+	tmpDir     string // the embedded broker's storage
 
 	delivered atomic.Int64
 	n         atomic.Int64
@@ -420,12 +423,22 @@ func (r *run) execute(ctx context.Context) (*Result, error) {
 	}
 	defer stopConsumer()
 
-	wctx, stopWriters := context.WithTimeout(ctx, cfg.Duration)
+	wctx, stopWriters := context.WithCancel(ctx)
 	defer stopWriters()
 	writersDone := make(chan struct{})
 	go func() {
 		r.writers.run(wctx, cfg.Writers, cfg.Seed)
 		close(writersDone)
+	}()
+	// The clocks of the writers and of the plan start once the first event
+	// has gone through a relay and the broker to the consumer: a fault
+	// scheduled at 2 s hits relays that are publishing, not relay
+	// processes still starting (which on a busy machine takes seconds).
+	r.faultsFrom = r.waitFlowing(ctx, 30*time.Second)
+	r.logf("events flowing; the faults' times count from here")
+	go func() {
+		sleep(wctx, cfg.Duration)
+		stopWriters()
 	}()
 	faultsDone := make(chan struct{})
 	go func() {
@@ -604,6 +617,17 @@ func (r *run) handle(ctx context.Context) func(received) bool {
 		r.delivered.Add(1)
 		return ok
 	}
+}
+
+// waitFlowing waits until the consumer has received an event, or up to
+// limit (a run whose relays never deliver fails its checks later, with the
+// relays' errors), and returns the time since start.
+func (r *run) waitFlowing(ctx context.Context, limit time.Duration) time.Duration {
+	until := time.Now().Add(limit)
+	for r.n.Load() == 0 && time.Now().Before(until) && ctx.Err() == nil {
+		sleep(ctx, 20*time.Millisecond)
+	}
+	return time.Since(r.start)
 }
 
 func (r *run) faultRecords() []FaultRecord {

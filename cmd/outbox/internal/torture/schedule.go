@@ -91,7 +91,7 @@ func kindList(ks []Kind) string {
 
 // Fault is one scheduled fault.
 type Fault struct {
-	At      time.Duration `json:"at_ns"`                // from the start of the run; not before
+	At      time.Duration `json:"at_ns"`                // from when events first flow; not before
 	Kind    Kind          `json:"kind"`                 //
 	Relay   int           `json:"relay"`                // target relay for Kill and Stop
 	For     time.Duration `json:"for_ns"`               // how long it lasts before it heals

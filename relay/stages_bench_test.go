@@ -33,8 +33,8 @@ import (
 // relay's store signalled (commit probe) → the relay's round that claimed
 // it started → the store's claim call started (after the dispatcher's
 // lock) → the claim returned → the publish call started → the broker
-// confirmed → the batch settled; and, from each relay's connections, the
-// waits for a pooled one and the claims' batch round trips (poolTrace).
+// confirmed → the batch settled; and, from each relay's pool, the waits
+// for a connection and the claims' batch round trips (poolTrace).
 // STAGES_BROKER=nats publishes to the local NATS JetStream instead of
 // membroker. Run it so:
 //

@@ -74,8 +74,9 @@
 //     merge. The statements name their shards by parameter (branch k
 //     walks shard $6[k], or the run $9[k] to $10[k]), so a table has at
 //     most fourteen of them (1, 2, 4 … 64 branches, of each shape), each
-//     planned once per connection. An owner's claims run on a connection
-//     of their own (claimconn.go), so each is planned once per relay.
+//     planned once per connection. Claims run on the pool: a connection of
+//     their own per relay planned each statement only once, but with two
+//     relay processes it doubled the commit → receipt p50 (BENCHMARKS.md).
 //   - Parking. A keyed row is not claimable while an earlier row of its
 //     key waits for a retry or a delayed AvailableAt, is DEAD (with
 //     HoldDeadKeys), or is parked. The claim that meets such a row sets its

@@ -410,12 +410,7 @@ func (s *Store) claimOwned(ctx context.Context, req driver.ClaimParams, explain 
 	// more): a read that fails rolls the claim back with it.
 	b.Queue(s.claimReadSQL(), req.Lease.Owner, req.Lease.Epoch)
 	b.Queue("COMMIT")
-	cc, err := s.claimConn(ctx, req.Lease.Owner)
-	if err != nil {
-		return driver.Claim{}, 0, 0, wrap("claim", err)
-	}
-	defer cc.done()
-	br := cc.conn.SendBatch(ctx, b)
+	br := s.pool.SendBatch(ctx, b)
 	defer br.Close()
 	for range 3 { // BEGIN, the settings and lock, the DELETE
 		if _, err := br.Exec(); err != nil {

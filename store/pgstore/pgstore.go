@@ -125,7 +125,7 @@ type Store struct {
 	stopListen context.CancelFunc
 	listenDone chan struct{}
 	closed     bool
-	sessions   map[string]*relaySession // each owner's own session and claim connection (session.go)
+	sessions   map[string]*relaySession // each owner's own session (session.go)
 }
 
 var _ store.Store = (*Store)(nil)
@@ -193,10 +193,10 @@ func Open(ctx context.Context, url string, cfg Config) (*Store, error) {
 	}
 	if !strings.Contains(url, "pool_max_conns") {
 		// pgxpool's default, max(4, CPUs), is short for a relay: each
-		// worker may hold one for the settle of its previous batch while
-		// it publishes the next, besides the listener, the probe, the
-		// heartbeat and a VACUUM (the session and the claims have
-		// connections of their own).
+		// worker may hold two connections (the claim of one batch, the
+		// settle of the previous one), besides the listener, the probe,
+		// the heartbeat and a VACUUM (the session has a connection of
+		// its own).
 		pc.MaxConns = max(pc.MaxConns, 10)
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, pc)

@@ -31,13 +31,11 @@ import (
 // an orphan: its lease is the bound, as it is for a process that is
 // stopped or cut off while its backend lives.
 
-// relaySession is one owner's own connection, holding its lock, and the
-// connection its claims run on (claimconn.go).
+// relaySession is one owner's own connection, holding its lock.
 type relaySession struct {
-	mu    sync.Mutex // a pgx.Conn is used by one goroutine at a time
-	conn  *pgx.Conn  // nil once closed or lost
-	pid   int32
-	claim claimConn
+	mu   sync.Mutex // a pgx.Conn is used by one goroutine at a time
+	conn *pgx.Conn  // nil once closed or lost
+	pid  int32
 }
 
 // relaySession returns owner's entry, made on first use; nil after Close.
@@ -160,8 +158,7 @@ func (rs *relaySession) drop() {
 	}
 }
 
-// endSession closes owner's session (after Leave): its lock goes with it,
-// and its claim connection.
+// endSession closes owner's session (after Leave): its lock goes with it.
 func (s *Store) endSession(owner string) {
 	s.mu.Lock()
 	rs := s.sessions[owner]
@@ -172,7 +169,7 @@ func (s *Store) endSession(owner string) {
 	}
 }
 
-// closeSessions closes every session and claim connection (Close).
+// closeSessions closes every session (Close).
 func (s *Store) closeSessions() {
 	s.mu.Lock()
 	all := s.sessions
@@ -183,12 +180,11 @@ func (s *Store) closeSessions() {
 	}
 }
 
-// end closes the session and its claim connection.
+// end closes the session.
 func (rs *relaySession) end() {
 	rs.mu.Lock()
 	rs.drop()
 	rs.mu.Unlock()
-	rs.claim.end()
 }
 
 // Rebalance reports whether a live relay other than owner has lost its

@@ -38,24 +38,6 @@ type relaySession struct {
 	pid  int32
 }
 
-// relaySession returns owner's entry, made on first use; nil after Close.
-func (s *Store) relaySession(owner string) *relaySession {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed {
-		return nil
-	}
-	if s.sessions == nil {
-		s.sessions = map[string]*relaySession{}
-	}
-	rs := s.sessions[owner]
-	if rs == nil {
-		rs = &relaySession{}
-		s.sessions[owner] = rs
-	}
-	return rs
-}
-
 var _ driver.Sessions = (*Store)(nil)
 
 // sessionAliveSQL is the condition that the relays row aliased r is held
@@ -117,10 +99,20 @@ func (s *Store) sessionKey() int32 { return int32(driver.LockKey(s.opts, "sessio
 // the owner's lease is then the only bound. A session that died while
 // idle is found by a ping: one round trip per heartbeat, off the pool.
 func (s *Store) session(ctx context.Context, owner string) *int32 {
-	rs := s.relaySession(owner)
-	if rs == nil {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
 		return nil
 	}
+	if s.sessions == nil {
+		s.sessions = map[string]*relaySession{}
+	}
+	rs := s.sessions[owner]
+	if rs == nil {
+		rs = &relaySession{}
+		s.sessions[owner] = rs
+	}
+	s.mu.Unlock()
 	rs.mu.Lock()
 	defer rs.mu.Unlock()
 	if rs.conn != nil {
@@ -165,7 +157,9 @@ func (s *Store) endSession(owner string) {
 	delete(s.sessions, owner)
 	s.mu.Unlock()
 	if rs != nil {
-		rs.end()
+		rs.mu.Lock()
+		rs.drop()
+		rs.mu.Unlock()
 	}
 }
 
@@ -176,15 +170,10 @@ func (s *Store) closeSessions() {
 	s.sessions = nil
 	s.mu.Unlock()
 	for _, rs := range all {
-		rs.end()
+		rs.mu.Lock()
+		rs.drop()
+		rs.mu.Unlock()
 	}
-}
-
-// end closes the session.
-func (rs *relaySession) end() {
-	rs.mu.Lock()
-	rs.drop()
-	rs.mu.Unlock()
 }
 
 // Rebalance reports whether a live relay other than owner has lost its

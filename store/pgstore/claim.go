@@ -13,9 +13,9 @@ import (
 // How claims are recorded.
 //
 // A claim is one row of <table>_claims: (owner, epoch, lease_until, ids, n,
-// keys), the batch's event ids as ranges (an int8multirange: a claim walks
+// shards), the batch's event ids as ranges (an int8multirange: a claim walks
 // the primary key, so they are nearly always one range), their count, and
-// the keys of its keyed events. The claimed
+// the shards it read. The claimed
 // outbox rows themselves are not written: their status column keeps NEW
 // while they are in flight, and Get, Stats and `outbox status` report them
 // as SENDING from the claim. Rewriting every claimed row (the first design)
@@ -56,10 +56,10 @@ const claimSettings = "SELECT set_config('enable_seqscan', 'off', true), set_con
 // id arrays are then constants to the planner, which hashes `= ANY` over
 // them instead of comparing every pair. statement_timeout: a state change
 // holds its claim's lock, and a claimer taking over an expired lease waits
-// for it; 2 s bounds that wait. enable_seqscan = off: settle joins the
-// claim's ranges to the table to find the keys left in a claim, and a
-// queue table's statistics could make that join a scan of the whole table
-// (see claimSettings and ackClaimSettings).
+// for it; 2 s bounds that wait. enable_seqscan = off: settle reads the
+// events it changes by id, and the unpark their keys' parked rows, and a
+// queue table's statistics could make such a read a scan of the whole
+// table (see claimSettings and ackClaimSettings).
 const relaySettings = "SELECT set_config('synchronous_commit', 'off', true), set_config('plan_cache_mode', 'force_custom_plan', true), set_config('jit', 'off', true), set_config('statement_timeout', '2000', true), set_config('enable_seqscan', 'off', true)"
 
 // ackClaimSettings are relaySettings for AckClaim, which binds no array:
@@ -71,10 +71,8 @@ const ackClaimSettings = "SELECT set_config('synchronous_commit', 'off', true), 
 
 // settle runs one state change of a claim in one round trip: it locks the
 // claim row of lease (which must be live when live is set), runs change
-// over the claimed ids among $1, takes $1 out of the claim (and the keys
-// no remaining event of the claim has, so a released or retried event's
-// key is free at once, as far as the claim goes) and drops the claim once
-// it is empty. change is one or more CTEs, the last named "changed", that
+// over the claimed ids among $1, takes $1 out of the claim and drops
+// the claim once it is empty. change is one or more CTEs, the last named "changed", that
 // read the ids to change from the CTE "mine" and return one row per event
 // changed. Its arguments start at $4. With unpark, the keys of the events
 // changed get their lowest parked rows unparked (see unparkCTE): their
@@ -100,8 +98,7 @@ func (s *Store) settle(ctx context.Context, op string, lease driver.Lease, ids [
 	SELECT (SELECT ids FROM c) - (SELECT COALESCE(range_agg(int8range(x, x, '[]')), '{}') FROM unnest($1::bigint[]) x) AS ids
 ), rest AS (
 	UPDATE ` + claims + ` k SET ids = r.ids,
-		n = (SELECT COALESCE(sum(upper(x) - lower(x)), 0) FROM unnest(r.ids) x),
-		keys = ARRAY(SELECT DISTINCT o.event_key FROM unnest(r.ids) x JOIN ` + s.table + ` o ON o.id >= lower(x) AND o.id < upper(x) WHERE o.event_key <> '')
+		n = (SELECT COALESCE(sum(upper(x) - lower(x)), 0) FROM unnest(r.ids) x)
 	FROM remaining r
 	WHERE k.owner = $2 AND k.epoch = $3 AND EXISTS (SELECT 1 FROM c)
 	RETURNING 1

@@ -7,7 +7,7 @@
 // A claim (Claim, below) is one round trip: the takeover of expired
 // claims, and one statement that reads the next free rows of the caller's
 // shards in id order and records them as one row of <table>_claims (owner,
-// fencing epoch, lease expiry, the ids as ranges, the keys, the shards);
+// fencing epoch, lease expiry, the ids as ranges, the shards);
 // that transaction commits before the claimed events are read back by the
 // claim's ranges in the same round trip. The outbox rows
 // are not written by a claim: their status column stays NEW while in flight,

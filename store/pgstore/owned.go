@@ -265,9 +265,8 @@ func (s *Store) ownedClaimSQL(walk, runs int) string {
 	UPDATE ` + s.table + ` t SET status = 'DEAD', parked = false, last_error = '` + maxIDReason + `'
 	WHERE t.id = ANY(ARRAY(SELECT id FROM taken WHERE id = ` + maxID + `)) AND t.status = 'NEW' RETURNING 1
 ), ins AS (
-	INSERT INTO ` + s.claimsTable() + ` (owner, epoch, lease_until, ids, n, keys, shards)
-	SELECT $1, $2, now() + $5 * interval '1 microsecond', range_agg(int8range(id, id, '[]')), count(*),
-		COALESCE(array_agg(event_key) FILTER (WHERE event_key <> ''), '{}'), array_agg(DISTINCT shard)
+	INSERT INTO ` + s.claimsTable() + ` (owner, epoch, lease_until, ids, n, shards)
+	SELECT $1, $2, now() + $5 * interval '1 microsecond', range_agg(int8range(id, id, '[]')), count(*), array_agg(DISTINCT shard)
 	FROM taken WHERE id < ` + maxID + ` HAVING count(*) > 0
 	RETURNING lease_until, n
 )

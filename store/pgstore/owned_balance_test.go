@@ -43,7 +43,7 @@ func waitLocked(t *testing.T, pool *pgxpool.Pool, table string) {
 func lockExpiredClaim(t *testing.T, pool *pgxpool.Pool, table string) pgx.Tx {
 	t.Helper()
 	ctx := context.Background()
-	if _, err := pool.Exec(ctx, "INSERT INTO "+table+"_claims (owner, epoch, lease_until, ids, n, keys) VALUES ('stale', 1, now() - interval '1 hour', '{}', 0, '{}')"); err != nil {
+	if _, err := pool.Exec(ctx, "INSERT INTO "+table+"_claims (owner, epoch, lease_until, ids, n) VALUES ('stale', 1, now() - interval '1 hour', '{}', 0)"); err != nil {
 		t.Fatal(err)
 	}
 	tx, err := pool.Begin(ctx)

@@ -53,9 +53,10 @@ const migrationVersion = 1
 //
 // A claim is one row of the claims table per claimed batch (claim.go): its
 // ids as ranges (int8multirange: a claim walks the primary key, so its
-// ids are nearly always one range) and their count, its keys stored out of
-// line without compression, and the shards it touched (NULL: every
-// shard). An id array would be 8 KB per 1,000 events, TOASTed and
+// ids are nearly always one range) and their count, and the shards it
+// touched (NULL: every shard). It records no keys: a shard is one relay's,
+// so a key's order needs no other claim's keys, and the relay orders its
+// own claims' events itself. An id array would be 8 KB per 1,000 events, TOASTed and
 // compressed on every claim, unnested and hashed by every later claim and
 // probed id by id by the ack; the ranges stay inline, one containment test
 // replaces the hashing, and the ack walks each range of the primary key
@@ -126,13 +127,11 @@ CREATE TABLE IF NOT EXISTS %[3]s (
 	owner       VARCHAR(64)    NOT NULL,
 	epoch       BIGINT         NOT NULL,
 	lease_until TIMESTAMPTZ    NOT NULL,
-	keys        TEXT[]         NOT NULL,
 	ids         INT8MULTIRANGE NOT NULL,
 	n           INTEGER        NOT NULL,
 	shards      INTEGER[],
 	PRIMARY KEY (owner, epoch)
 );
-ALTER TABLE %[3]s ALTER COLUMN keys SET STORAGE EXTERNAL;
 CREATE TABLE IF NOT EXISTS %[21]s (
 	shard       INTEGER     PRIMARY KEY,
 	owner       VARCHAR(64) NOT NULL DEFAULT '',

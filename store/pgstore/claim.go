@@ -15,16 +15,15 @@ import (
 // A claim is one row of <table>_claims: (owner, epoch, lease_until, ids, n,
 // shards), the batch's event ids as ranges (an int8multirange: a claim walks
 // the primary key, so they are nearly always one range), their count, and
-// the shards it read. The claimed
-// outbox rows themselves are not written: their status column keeps NEW
-// while they are in flight, and Get, Stats and `outbox status` report them
-// as SENDING from the claim. Rewriting every claimed row (the first design)
-// made the claim a non-HOT UPDATE of 1,000 rows, each touching the primary
-// key, the event_id index and the in-flight index: measured here with
-// EXPLAIN ANALYZE, 12.7 ms for a 1,000-row claim against 2.5 ms for this
-// one, and the claim was two thirds of the relay's database time. The row
-// is written once by the producer and once by the ack (DELETE), as in a
-// hand-written claim-and-delete.
+// the shards it read. The claimed outbox rows themselves are not written:
+// their status column keeps NEW while they are in flight, and Get, Stats and
+// `outbox status` report them as SENDING from the claim. Rewriting every
+// claimed row (the first design) made the claim a non-HOT UPDATE of 1,000
+// rows, each touching the primary key, the event_id index and the in-flight
+// index: measured here with EXPLAIN ANALYZE, 12.7 ms for a 1,000-row claim
+// against 2.5 ms for this one, and the claim was two thirds of the relay's
+// database time. The row is written once by the producer and once by the ack
+// (DELETE), as in a hand-written claim-and-delete.
 //
 // Every state change takes the claim row's lock (FOR UPDATE) and checks
 // (owner, epoch), and a claim takes over an expired lease by deleting its
@@ -56,8 +55,8 @@ const claimSettings = "SELECT set_config('enable_seqscan', 'off', true), set_con
 // id arrays are then constants to the planner, which hashes `= ANY` over
 // them instead of comparing every pair. statement_timeout: a state change
 // holds its claim's lock, and a claimer taking over an expired lease waits
-// for it; 2 s bounds that wait. enable_seqscan = off: settle reads the
-// events it changes by id, and the unpark their keys' parked rows, and a
+// for it; 2 s bounds that wait. enable_seqscan = off: settle reads by id
+// the events it changes, and its unpark reads their keys' parked rows; a
 // queue table's statistics could make such a read a scan of the whole
 // table (see claimSettings and ackClaimSettings).
 const relaySettings = "SELECT set_config('synchronous_commit', 'off', true), set_config('plan_cache_mode', 'force_custom_plan', true), set_config('jit', 'off', true), set_config('statement_timeout', '2000', true), set_config('enable_seqscan', 'off', true)"
@@ -71,10 +70,10 @@ const ackClaimSettings = "SELECT set_config('synchronous_commit', 'off', true), 
 
 // settle runs one state change of a claim in one round trip: it locks the
 // claim row of lease (which must be live when live is set), runs change
-// over the claimed ids among $1, takes $1 out of the claim and drops
-// the claim once it is empty. change is one or more CTEs, the last named "changed", that
-// read the ids to change from the CTE "mine" and return one row per event
-// changed. Its arguments start at $4. With unpark, the keys of the events
+// over the claimed ids among $1, takes $1 out of the claim and drops the
+// claim once it is empty. change is one or more CTEs, the last named
+// "changed", that read the ids to change from the CTE "mine" and return
+// one row per event changed. Its arguments start at $4. With unpark, the keys of the events
 // changed get their lowest parked rows unparked (see unparkCTE): their
 // next claim decides again whether the key still holds them.
 func (s *Store) settle(ctx context.Context, op string, lease driver.Lease, ids []int64, live, unpark bool, change string, args ...any) error {

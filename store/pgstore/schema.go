@@ -56,11 +56,11 @@ const migrationVersion = 1
 // ids are nearly always one range) and their count, and the shards it
 // touched (NULL: every shard). It records no keys: a shard is one relay's,
 // so a key's order needs no other claim's keys, and the relay orders its
-// own claims' events itself. An id array would be 8 KB per 1,000 events, TOASTed and
-// compressed on every claim, unnested and hashed by every later claim and
-// probed id by id by the ack; the ranges stay inline, one containment test
-// replaces the hashing, and the ack walks each range of the primary key
-// once.
+// own claims' events itself. An id array would be 8 KB per 1,000 events,
+// TOASTed and compressed on every claim, unnested and hashed by every
+// later claim and probed id by id by the ack; the ranges stay inline, one
+// containment test replaces the hashing, and the ack walks each range of
+// the primary key once.
 //
 // The shard leases are one row per shard, made here; each relay's
 // heartbeat row records the pid of its own session, which holds the

@@ -44,8 +44,10 @@ func (s *Store) claimsTable() string { return s.qualified(s.opts.Table + "_claim
 // statistics, generic or not. So the claim uses the generic plan, made once
 // per connection: planning it anew took 0.6 ms, most of a small claim's
 // cost, and a relay at 1,000 events/s claims a few hundred times a second.
-// synchronous_commit: see relaySettings.
-const claimSettings = "SELECT set_config('enable_seqscan', 'off', true), set_config('enable_sort', 'off', true), set_config('plan_cache_mode', 'force_generic_plan', true), set_config('jit', 'off', true), set_config('synchronous_commit', 'off', true)"
+// Bitmap scans off: the claim reads a few rows of the shards and claims
+// tables by key, where a bitmap scan costs each execution more set-up
+// than the index scan it replaces. synchronous_commit: see relaySettings.
+const claimSettings = "SELECT set_config('enable_seqscan', 'off', true), set_config('enable_bitmapscan', 'off', true), set_config('enable_sort', 'off', true), set_config('plan_cache_mode', 'force_generic_plan', true), set_config('jit', 'off', true), set_config('synchronous_commit', 'off', true)"
 
 // relaySettings are transaction-local settings for the relay's own writes.
 // synchronous_commit = off: these writes need no flush before the reply,

@@ -130,8 +130,8 @@ func TestClaimPlanAfterVacuum(t *testing.T) {
 		sql  string
 		args string
 	}{
-		{"ranged", s.ownedClaimSQL(0, 1), ", ARRAY[0], ARRAY[" + strconv.Itoa(numShards-1) + "]"},
-		{"walk", s.ownedClaimSQL(numShards, 0), ""},
+		{"ranged", s.ownedClaimSQL(0, 1, false), ", ARRAY[0], ARRAY[" + strconv.Itoa(numShards-1) + "]"},
+		{"walk", s.ownedClaimSQL(numShards, 0, false), ""},
 	}
 	exec := func(name, args string, limit int) string {
 		return "EXECUTE claim_plan_" + name + " ('a', 1000, false, " + strconv.Itoa(limit) + ", 60000000, ARRAY[" + strings.Join(shards, ",") + "], ARRAY[" + strings.Join(epochs, ",") + "]::bigint[], 9223372036854775807" + args + ")"

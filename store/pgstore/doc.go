@@ -91,7 +91,9 @@
 //     the claim decides holds from the rows as they are, so a row unparked
 //     too early is parked again, and Balance sweeps a bounded number of
 //     keys per call for parked rows with nothing holding them any more (a
-//     requeue or purge that committed while a claim was parking).
+//     requeue, purge or ack that committed while a claim was parking:
+//     a claim parks the rows it found held right after it commits,
+//     rechecking each).
 //   - Fencing is unchanged: every state change checks the claim's (owner,
 //     epoch) under its row lock, and a takeover deletes the expired claim
 //     row, which waits for that lock. A stopped relay that wakes finds its

@@ -171,17 +171,25 @@ func ownedBranches(n int) int {
 // ok shards only, stopped after 4 × $4 rows. A run that stopped short of
 // its cap returned every pending row of its shards; when none reached it,
 // those rows sorted by id are exactly what a walk would return. When one
-// did (a backlog), the ranged rows are dropped and a walk runs instead (a
-// lateral scan per ok shard, cut off by a one-time filter otherwise): a
-// claim always takes the oldest ready events of its shards, in id order.
+// did (a backlog), the claim takes nothing and says so (capped), and
+// claimOwned walks the branches at once: a claim always takes the oldest
+// ready events of its shards, in id order.
 //
-// edge: a claim's ids are ranges, and a range cannot end past the largest
-// bigint, so a row a producer wrote with that id is buried by the claim
-// that takes it (it is the last of its key: every later row gets a smaller
-// id from the sequence) rather than failing every claim.
+// The statement holds only what every claim needs, since PostgreSQL sets
+// up every node of a plan for each execution, whether it runs or not: a
+// claim that finds one event or none costs mostly that set-up. So what
+// few claims need is done after the claim by claimOwned, each rechecked
+// there: the walk after a capped run (above), the parking of held rows
+// (the statement returns their ids; with parkHeld, for ClaimOwnedReads,
+// it parks them itself so that EXPLAIN counts those reads too), and the
+// burial of a row whose id is the largest bigint: a claim's ids are
+// ranges, and a range cannot end past it, so such a row is never claimed
+// but buried once a claim finds it ready (it is the last of its key: every
+// later row gets a smaller id from the sequence) rather than failing
+// every claim.
 //
-// judged: each candidate held or not by an earlier row of its key; held
-// ones are parked. taken: the others up to $8 payload bytes, by a running
+// judged: each candidate held or not by an earlier row of its key.
+// taken: the others up to $8 payload bytes, by a running
 // sum in id order (the first always: an event over the bound goes alone).
 // The cut is a prefix in id order of the rows not held, which are, for
 // each key, a prefix of its ready rows (a key's rows after a held one are
@@ -190,8 +198,8 @@ func ownedBranches(n int) int {
 // of a bytea reads the stored length, never a TOASTed payload, and the
 // candidates' heap rows are read anyway (status, next_attempt_at), so the
 // bound costs the claim a sort of its candidates and nothing per byte.
-func (s *Store) ownedClaimSQL(walk, runs int) string {
-	key := s.table + "#" + strconv.Itoa(walk) + "#" + strconv.Itoa(runs)
+func (s *Store) ownedClaimSQL(walk, runs int, parkHeld bool) string {
+	key := s.table + "#" + strconv.Itoa(walk) + "#" + strconv.Itoa(runs) + "#" + strconv.FormatBool(parkHeld)
 	if q, ok := ownedSQL.Load(key); ok {
 		return q.(string)
 	}
@@ -227,14 +235,10 @@ func (s *Store) ownedClaimSQL(walk, runs int) string {
 	}
 	b.WriteString(`, cand AS (`)
 	if runs > 0 {
-		// The walk after a capped run: one index scan run once per ok
-		// shard (a plan of a few nodes, where a branch per shard would
-		// cost every claim their start-up even when cut off), reading at
-		// most $4 rows of each; it runs only for the first claim of a
-		// backlog, the next one walks the branches.
+		// A capped run means a backlog: this claim takes nothing and says
+		// so, and claimOwned walks the branches at once.
 		b.WriteString(`
-	(SELECT r.id, r.event_key, r.shard, r.size FROM ranged r WHERE NOT (SELECT c FROM capped) ORDER BY r.id LIMIT $4)
-	UNION ALL (SELECT w.id, w.event_key, w.shard, w.size FROM unnest((SELECT a FROM ok)::int[]) AS k(shard), LATERAL (SELECT o.id, o.event_key, k.shard, octet_length(o.payload) AS size FROM ` + s.table + ` o WHERE ` + expr + ` = k.shard` + rest + ` ORDER BY o.id LIMIT $4) w WHERE (SELECT c FROM capped) ORDER BY w.id LIMIT $4)`)
+	SELECT r.id, r.event_key, r.shard, r.size FROM ranged r WHERE NOT (SELECT c FROM capped) ORDER BY r.id LIMIT $4`)
 		walk = 0
 	}
 	if walk > 0 {
@@ -259,18 +263,24 @@ func (s *Store) ownedClaimSQL(walk, runs int) string {
 		SELECT j.id, j.event_key, j.shard, row_number() OVER w AS n, sum(j.size) OVER w AS bytes
 		FROM judged j WHERE NOT j.held WINDOW w AS (ORDER BY j.id)) t
 	WHERE t.n = 1 OR t.bytes <= $8
-), parking AS (
-	UPDATE ` + s.table + ` t SET parked = true WHERE t.id = ANY(ARRAY(SELECT id FROM judged WHERE held)) AND NOT t.parked RETURNING 1
-), edge AS (
-	UPDATE ` + s.table + ` t SET status = 'DEAD', parked = false, last_error = '` + maxIDReason + `'
-	WHERE t.id = ANY(ARRAY(SELECT id FROM taken WHERE id = ` + maxID + `)) AND t.status = 'NEW' RETURNING 1
-), ins AS (
+`)
+	if parkHeld {
+		b.WriteString(`), parking AS (
+	UPDATE ` + s.table + ` t SET parked = true WHERE t.id = ANY(ARRAY(SELECT id FROM judged WHERE held)) AND NOT t.parked RETURNING 1`)
+	}
+	b.WriteString(`), ins AS (
 	INSERT INTO ` + s.claimsTable() + ` (owner, epoch, lease_until, ids, n, shards)
 	SELECT $1, $2, now() + $5 * interval '1 microsecond', range_agg(int8range(id, id, '[]')), count(*), array_agg(DISTINCT shard)
 	FROM taken WHERE id < ` + maxID + ` HAVING count(*) > 0
 	RETURNING lease_until, n
 )
-SELECT (SELECT lease_until FROM ins), COALESCE((SELECT n FROM ins), 0), (SELECT count(*) FROM held), (SELECT count(*) FROM parking), (SELECT count(*) FROM judged WHERE NOT held)`)
+SELECT (SELECT lease_until FROM ins), COALESCE((SELECT n FROM ins), 0), (SELECT count(*) FROM held), ARRAY(SELECT id FROM judged WHERE held), (SELECT count(*) FROM judged WHERE NOT held), `)
+	if runs > 0 {
+		b.WriteString(`(SELECT c FROM capped)`)
+	} else {
+		b.WriteString(`false`)
+	}
+	b.WriteString(`, EXISTS (SELECT 1 FROM taken WHERE id = ` + maxID + `)`)
 	q, _ := ownedSQL.LoadOrStore(key, b.String())
 	return q.(string)
 }
@@ -350,9 +360,9 @@ func (s *Store) claimOwned(ctx context.Context, req driver.ClaimParams, explain 
 	// what it read by id (see ownedClaimSQL): one round trip, where a
 	// probe for the shards with pending rows and then a claim over those
 	// took two, and little read when little is pending. A run that
-	// reached its cap means a backlog: the same statement then walks the
-	// branches instead, and after a claim that filled at least half its
-	// batch the next one walks them at once.
+	// reached its cap means a backlog: that claim takes nothing and the
+	// branches are walked at once, and after a claim that filled at least
+	// half its batch the next one walks them from the start.
 	_, busy := s.busyOwners.Load(req.Lease.Owner)
 	var lows, highs []int
 	if !explain && !busy {
@@ -370,9 +380,9 @@ func (s *Store) claimOwned(ctx context.Context, req driver.ClaimParams, explain 
 	}
 	walk := ownedBranches(len(shards))
 	if runs > 0 {
-		walk = 0 // the ranged statement walks by a lateral scan
+		walk = 0 // a capped run claims nothing and walks next
 	}
-	sql := s.ownedClaimSQL(walk, runs)
+	sql := s.ownedClaimSQL(walk, runs, explain)
 	if explain {
 		sql = "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + sql
 	}
@@ -419,6 +429,8 @@ func (s *Store) claimOwned(ctx context.Context, req driver.ClaimParams, explain 
 	// ready: the candidates not held, before MaxBytes cut them
 	var n, held, parked, ready int64
 	var reads int64
+	var holdIDs []int64
+	var capped, edge bool
 	if explain {
 		var plan []byte
 		if err := br.QueryRow().Scan(&plan); err != nil {
@@ -432,7 +444,7 @@ func (s *Store) claimOwned(ctx context.Context, req driver.ClaimParams, explain 
 		held = int64(len(shards))
 	} else {
 		var until *time.Time
-		if err := br.QueryRow().Scan(&until, &n, &held, &parked, &ready); err != nil {
+		if err := br.QueryRow().Scan(&until, &n, &held, &holdIDs, &ready, &capped, &edge); err != nil {
 			return driver.Claim{}, 0, 0, wrap("claim", err)
 		}
 		if until != nil {
@@ -488,10 +500,25 @@ func (s *Store) claimOwned(ctx context.Context, req driver.ClaimParams, explain 
 		}
 	}
 	if held == 0 {
-		return driver.Claim{}, reads, parked, fmt.Errorf("pgstore: claim: owner %q holds none of the %d shards asked for (%s) under their epochs any more: %w", req.Lease.Owner, len(shards), fmtShards(leases), driver.ErrLeaseLost)
+		return driver.Claim{}, reads, 0, fmt.Errorf("pgstore: claim: owner %q holds none of the %d shards asked for (%s) under their epochs any more: %w", req.Lease.Owner, len(shards), fmtShards(leases), driver.ErrLeaseLost)
 	}
 	if len(c.Events) != int(n) {
-		return driver.Claim{}, reads, parked, fmt.Errorf("pgstore: claim: read %d of the %d events claimed", len(c.Events), n)
+		return driver.Claim{}, reads, 0, fmt.Errorf("pgstore: claim: read %d of the %d events claimed", len(c.Events), n)
+	}
+	if capped {
+		// a backlog behind a run: walk the branches now
+		s.busyOwners.Store(req.Lease.Owner, struct{}{})
+		return s.claimOwned(ctx, req, explain)
+	}
+	if len(holdIDs) > 0 {
+		if parked, err = s.park(ctx, holdIDs, req.HoldDeadKeys); err != nil {
+			return driver.Claim{}, reads, 0, err
+		}
+	}
+	if edge {
+		if err := s.buryEdge(ctx); err != nil {
+			return driver.Claim{}, reads, parked, err
+		}
 	}
 	if n == 0 {
 		c.Events = nil
@@ -514,6 +541,29 @@ func (s *Store) claimOwned(ctx context.Context, req driver.ClaimParams, explain 
 		return driver.Claim{}, reads, parked, fmt.Errorf("pgstore: claim: %w", err)
 	}
 	return c, reads, parked, nil
+}
+
+// park marks parked the rows of ids that an earlier row of their key
+// still holds (rechecked: it may have been settled since the claim judged
+// them), after the claim that found them held: each later claim then skips
+// them (the shard index holds no parked row) until their key's earlier
+// row is settled, which unparks them. Parking is only that shortcut: a
+// row left unparked is judged held again by the next claim, and a row
+// parked whose key nothing holds any more is unparked by the sweep. It
+// returns the rows parked.
+func (s *Store) park(ctx context.Context, ids []int64, hold bool) (int64, error) {
+	tag, err := s.pool.Exec(ctx, "UPDATE "+s.table+" c SET parked = true WHERE c.id = ANY($1::bigint[]) AND NOT c.parked AND c.status = 'NEW' AND ("+s.holdSQL("$2::bool")+")", ids, hold)
+	if err != nil {
+		return 0, wrap("claim: park", err)
+	}
+	return tag.RowsAffected(), nil
+}
+
+// buryEdge buries a ready row whose id is maxID (see ownedClaimSQL's
+// edge): a claim found it among the rows it would take.
+func (s *Store) buryEdge(ctx context.Context) error {
+	_, err := s.pool.Exec(ctx, "UPDATE "+s.table+" SET status = 'DEAD', parked = false, last_error = '"+maxIDReason+"' WHERE id = "+maxID+" AND status = 'NEW'")
+	return wrap("claim: bury", err)
 }
 
 // fmtShards lists shard leases as shard@epoch, for error messages.

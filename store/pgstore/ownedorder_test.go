@@ -177,3 +177,50 @@ func TestClaimOwnedLeaseLostOnlyWhenNoShardIsHeld(t *testing.T) {
 		t.Fatalf("claim over the one lost shard: %v, want ErrLeaseLost", err)
 	}
 }
+
+// A relay that kept up claims by ranged reads of its runs of shards; when
+// a backlog has built up meanwhile, a run reaches its cap, that claim
+// takes nothing and the branches are walked at once, in the same Claim:
+// the claim returns a full batch, the oldest events, in id order.
+func TestClaimOwnedBacklogAfterKeepingUp(t *testing.T) {
+	ctx := context.Background()
+	pool, _ := openPool(t)
+	st, table := migratedStore(t, pool, "capped_", pgstore.Config{})
+	own, err := st.Balance(ctx, driver.BalanceParams{Owner: "a", LeaseFor: 30 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lease := driver.Lease{Owner: "a", Epoch: 1}
+	// keeping up: a claim that finds little
+	if err := st.Enqueue(ctx, outbox.Message{Topic: "t", Key: "k", Type: "T"}); err != nil {
+		t.Fatal(err)
+	}
+	c, err := st.Claim(ctx, driver.ClaimParams{Lease: lease, Limit: 10, LeaseFor: time.Minute, Shards: own.Held})
+	if err != nil || len(c.Events) != 1 {
+		t.Fatalf("claim while keeping up: %d events, %v; want 1", len(c.Events), err)
+	}
+	if err := st.AckClaim(ctx, driver.AckClaimParams{Lease: lease, N: 1}); err != nil {
+		t.Fatal(err)
+	}
+	// then a backlog of more than four batches in one shard
+	if _, err := pool.Exec(ctx, "INSERT INTO "+table+" (topic, event_key, event_type) SELECT 't', 'hot', 'T' FROM generate_series(1, 100)"); err != nil {
+		t.Fatal(err)
+	}
+	var first int64
+	if err := pool.QueryRow(ctx, "SELECT min(id) FROM "+table).Scan(&first); err != nil {
+		t.Fatal(err)
+	}
+	lease.Epoch++
+	c, err = st.Claim(ctx, driver.ClaimParams{Lease: lease, Limit: 10, LeaseFor: time.Minute, Shards: own.Held})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(c.Events) != 10 {
+		t.Fatalf("the claim behind a backlog of 100 returned %d events; want a batch of 10", len(c.Events))
+	}
+	for i, e := range c.Events {
+		if e.ID != first+int64(i) {
+			t.Fatalf("event %d of the claim has id %d; want %d (the oldest, in id order)", i, e.ID, first+int64(i))
+		}
+	}
+}

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
 
 	outbox "github.com/outbox-go/outbox"
@@ -552,18 +553,36 @@ func (s *Store) claimOwned(ctx context.Context, req driver.ClaimParams, explain 
 // parked whose key nothing holds any more is unparked by the sweep. It
 // returns the rows parked.
 func (s *Store) park(ctx context.Context, ids []int64, hold bool) (int64, error) {
-	tag, err := s.pool.Exec(ctx, "UPDATE "+s.table+" c SET parked = true WHERE c.id = ANY($1::bigint[]) AND NOT c.parked AND c.status = 'NEW' AND ("+s.holdSQL("$2::bool")+")", ids, hold)
-	if err != nil {
-		return 0, wrap("claim: park", err)
-	}
-	return tag.RowsAffected(), nil
+	return s.afterClaim(ctx, "claim: park", "UPDATE "+s.table+" c SET parked = true WHERE c.id = ANY($1::bigint[]) AND NOT c.parked AND c.status = 'NEW' AND ("+s.holdSQL("$2::bool")+")", ids, hold)
 }
 
-// buryEdge buries a ready row whose id is maxID (see ownedClaimSQL's
-// edge): a claim found it among the rows it would take.
+// buryEdge buries a ready row whose id is maxID (see ownedClaimSQL): a
+// claim found it among the rows it would take.
 func (s *Store) buryEdge(ctx context.Context) error {
-	_, err := s.pool.Exec(ctx, "UPDATE "+s.table+" SET status = 'DEAD', parked = false, last_error = '"+maxIDReason+"' WHERE id = "+maxID+" AND status = 'NEW'")
-	return wrap("claim: bury", err)
+	_, err := s.afterClaim(ctx, "claim: bury", "UPDATE "+s.table+" SET status = 'DEAD', parked = false, last_error = '"+maxIDReason+"' WHERE id = "+maxID+" AND status = 'NEW'")
+	return err
+}
+
+// afterClaim runs one of the claim's follow-up writes under relaySettings
+// (by id, whatever the table's statistics say) and returns the rows it
+// changed.
+func (s *Store) afterClaim(ctx context.Context, op, sql string, args ...any) (int64, error) {
+	b := &pgx.Batch{}
+	b.Queue(relaySettings)
+	b.Queue(sql, args...)
+	br := s.pool.SendBatch(ctx, b)
+	_, err := br.Exec()
+	var tag pgconn.CommandTag
+	if err == nil {
+		tag, err = br.Exec()
+	}
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return 0, wrap(op, err)
+	}
+	return tag.RowsAffected(), nil
 }
 
 // fmtShards lists shard leases as shard@epoch, for error messages.

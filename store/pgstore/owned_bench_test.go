@@ -420,3 +420,37 @@ func BenchmarkClaimKeepUp(b *testing.B) {
 	b.ReportMetric(float64(floor.Microseconds())/float64(b.N), "µs/raw-claim")
 	b.ReportMetric(float64(claimed)/float64(b.N), "events/claim")
 }
+
+// BenchmarkClaimEmptyCPU measures what a claim costs the database when it
+// finds nothing, as most claims of a relay that keeps up find one event or
+// none: the database backend's CPU per Claim call (see oneBackend), a relay
+// holding half the shards, against a `SELECT 1` round trip on the same
+// connection. Its cost is the set-up of the claim's statements, which
+// PostgreSQL does for every execution whatever the rows.
+func BenchmarkClaimEmptyCPU(b *testing.B) {
+	pool, _ := openPool(b)
+	ctx := context.Background()
+	one, _, backendCPU := oneBackend(b, pool)
+	st, _ := migratedStore(b, one, "bench_", pgstore.Config{VacuumAfter: -1, DisableNotify: true})
+	own, err := st.Balance(ctx, driver.BalanceParams{Owner: "bench", LeaseFor: time.Hour})
+	if err != nil {
+		b.Fatal(err)
+	}
+	held := own.Held[:len(own.Held)/2]
+	var claim, floor time.Duration
+	b.ResetTimer()
+	for i := range b.N {
+		before := backendCPU()
+		if _, err := st.Claim(ctx, driver.ClaimParams{Lease: driver.Lease{Owner: "bench", Epoch: int64(i + 1)}, Limit: 500, LeaseFor: time.Minute, Shards: held}); err != nil {
+			b.Fatal(err)
+		}
+		mid := backendCPU()
+		if _, err := one.Exec(ctx, "SELECT 1"); err != nil {
+			b.Fatal(err)
+		}
+		claim += mid - before
+		floor += backendCPU() - mid
+	}
+	b.ReportMetric(float64(claim.Microseconds())/float64(b.N), "µs-cpu/claim")
+	b.ReportMetric(float64(floor.Microseconds())/float64(b.N), "µs-cpu/select1")
+}

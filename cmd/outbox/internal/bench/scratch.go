@@ -35,6 +35,12 @@ func openScratch(ctx context.Context, url string, opts store.Options,
 		st.Close()
 		return nil, err
 	}
+	// The bench's writers, floor sampler and naive relay share this
+	// handle; database/sql keeps 2 idle connections by default and closes
+	// the others after each use, so 8 writers at 1,000 events/s opened a
+	// new PostgreSQL session (a process) about 10 times a second, CPU the
+	// relays measured beside them lost. A producer keeps its sessions.
+	db.SetMaxIdleConns(scratchConns)
 	s := &scratch{st: st, db: db, dialect: dialect, table: opts.Table, extra: extra}
 	if err := st.Migrate(ctx); err != nil {
 		s.close()
@@ -42,6 +48,11 @@ func openScratch(ctx context.Context, url string, opts store.Options,
 	}
 	return s, nil
 }
+
+// scratchConns is the most sessions the bench's own work holds at once
+// (steadyLoad's writers and the floor sampler, or the naive relay's
+// transactions), kept open between uses.
+const scratchConns = 16
 
 // close drops the tables, then closes the handles.
 func (s *scratch) close() {

@@ -74,7 +74,8 @@
 //     merge. The statements name their shards by parameter (branch k
 //     walks shard $6[k], or the run $9[k] to $10[k]), so a table has at
 //     most fourteen of them (1, 2, 4 … 64 branches, of each shape), each
-//     planned once per connection. Claims run on the pool (BENCHMARKS.md,
+//     planned once per connection (and as many more for
+//     ClaimOwnedReads, which parks inside the statement). Claims run on the pool (BENCHMARKS.md,
 //     "Tried, and undone", says why not on a connection of their own).
 //   - Parking. A keyed row is not claimable while an earlier row of its
 //     key waits for a retry or a delayed AvailableAt, is DEAD (with
@@ -93,9 +94,10 @@
 //     keys per call for parked rows with nothing holding them any more (a
 //     requeue, purge or ack that committed while a claim was parking:
 //     a claim parks the rows it found held right after it commits,
-//     rechecking each).
-//   - Fencing is unchanged: every state change checks the claim's (owner,
-//     epoch) under its row lock, and a takeover deletes the expired claim
+//     rechecking each, and unfenced, so a relay that lost its shards
+//     meanwhile may park one too).
+//   - Fencing is unchanged: every state change of an event checks the
+//     claim's (owner, epoch) under its row lock, and a takeover deletes the expired claim
 //     row, which waits for that lock. A stopped relay that wakes finds its
 //     claims taken over (ErrLeaseLost), its Claim refused with
 //     ErrLeaseLost when it holds none of the shards it names, and its

@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
 
 	outbox "github.com/outbox-go/outbox"
@@ -114,14 +113,15 @@ const maxID = "9223372036854775807"
 
 var maxIDReason = strings.ReplaceAll(driver.BadRow("id is "+maxID+", the largest bigint, which the relay's id ranges cannot hold: insert the event again without an id, so the table's sequence gives it one").Error(), "'", "''")
 
-// ownedSQL caches the claim statements per table and number of branches.
-var ownedSQL sync.Map // key: table + "#" + walk + "#" + runs → string
+// ownedSQL caches the claim statements per table, number of branches and
+// parkHeld.
+var ownedSQL sync.Map // key: table + "#" + walk + "#" + runs + "#" + parkHeld → string
 
 // ownedBranches is the number of shard branches of the claim statement for
 // n shards: the next power of two (at most numShards). The statement names
 // its shards by parameter, not in its text, so a table has at most seven
-// claim statements (1, 2, 4, … 64 branches), each prepared and planned once
-// per connection, whatever subsets of shards the relays claim from; the
+// claim statements of each shape (1, 2, 4, … 64 branches), each prepared
+// and planned once per connection, whatever subsets of shards the relays claim from; the
 // branches beyond the shards given read nothing.
 func ownedBranches(n int) int {
 	b := 1
@@ -179,15 +179,16 @@ func ownedBranches(n int) int {
 // The statement holds only what every claim needs, since PostgreSQL sets
 // up every node of a plan for each execution, whether it runs or not: a
 // claim that finds one event or none costs mostly that set-up. So what
-// few claims need is done after the claim by claimOwned, each rechecked
-// there: the walk after a capped run (above), the parking of held rows
-// (the statement returns their ids; with parkHeld, for ClaimOwnedReads,
-// it parks them itself so that EXPLAIN counts those reads too), and the
-// burial of a row whose id is the largest bigint: a claim's ids are
-// ranges, and a range cannot end past it, so such a row is never claimed
-// but buried once a claim finds it ready (it is the last of its key: every
-// later row gets a smaller id from the sequence) rather than failing
-// every claim.
+// few claims need is done after the claim by claimOwned: the walk after a
+// capped run (above), the parking of held rows (the statement returns
+// their ids, and park rechecks that each is still held), and the burial
+// of a row whose id is the largest bigint: a claim's ids are ranges, and
+// a range cannot end past it, so such a row is never claimed but buried
+// once a claim finds it ready (it is the last of its key: every later row
+// gets a smaller id from the sequence) rather than failing every claim.
+// With parkHeld (for ClaimOwnedReads, whose EXPLAIN returns no result
+// row) the statement parks and buries them itself, so that EXPLAIN counts
+// those reads too.
 //
 // judged: each candidate held or not by an earlier row of its key.
 // taken: the others up to $8 payload bytes, by a running
@@ -267,7 +268,10 @@ func (s *Store) ownedClaimSQL(walk, runs int, parkHeld bool) string {
 `)
 	if parkHeld {
 		b.WriteString(`), parking AS (
-	UPDATE ` + s.table + ` t SET parked = true WHERE t.id = ANY(ARRAY(SELECT id FROM judged WHERE held)) AND NOT t.parked RETURNING 1`)
+	UPDATE ` + s.table + ` t SET parked = true WHERE t.id = ANY(ARRAY(SELECT id FROM judged WHERE held)) AND NOT t.parked RETURNING 1
+), edge AS (
+	UPDATE ` + s.table + ` t SET status = 'DEAD', parked = false, last_error = '` + maxIDReason + `'
+	WHERE t.id = ANY(ARRAY(SELECT id FROM taken WHERE id = ` + maxID + `)) AND t.status = 'NEW' RETURNING 1`)
 	}
 	b.WriteString(`), ins AS (
 	INSERT INTO ` + s.claimsTable() + ` (owner, epoch, lease_until, ids, n, shards)
@@ -295,7 +299,9 @@ func (s *Store) claimReadSQL() string {
 // Claim takes up to req.Limit ready events from the shards of
 // req.Shards that req.Lease.Owner still holds under their epochs and that
 // no live claim of another owner touches, in id order. One round trip and
-// one transaction: the claim, then the read of its events, then COMMIT.
+// one transaction: the claim, then the read of its events, then COMMIT;
+// rarely more (see ownedClaimSQL): the walk after a capped run, and after
+// the claim's COMMIT the parking of held rows or a burial.
 // ErrLeaseLost when the owner holds none of the shards any more
 // (its view is stale: Balance again).
 //
@@ -305,7 +311,7 @@ func (s *Store) claimReadSQL() string {
 // up" while other keys wait.
 func (s *Store) Claim(ctx context.Context, req driver.ClaimParams) (driver.Claim, error) {
 	for round := 1; ; round++ {
-		c, _, parked, err := s.claimOwned(ctx, req, false)
+		c, _, parked, err := s.claimOwned(ctx, req, false, false)
 		if err != nil || len(c.Events) > 0 || parked == 0 || round == maxParkingRounds {
 			return c, err
 		}
@@ -322,13 +328,16 @@ const maxParkingRounds = 8
 // diagnosis: a claim should read about as many rows as it claims and
 // parks, whatever the backlog behind it.
 func (s *Store) ClaimOwnedReads(ctx context.Context, req driver.ClaimParams) (driver.Claim, int64, error) {
-	c, reads, _, err := s.claimOwned(ctx, req, true)
+	c, reads, _, err := s.claimOwned(ctx, req, true, false)
 	return c, reads, err
 }
 
-// claimOwned runs one claim; it also returns the rows of the table its
-// statement read (with explain) and how many rows it parked (without).
-func (s *Store) claimOwned(ctx context.Context, req driver.ClaimParams, explain bool) (driver.Claim, int64, int64, error) {
+// claimOwned runs one claim (walking the branches whatever the owner's last
+// claim found, with walk); it also returns the rows of the table its
+// statement read (with explain) and how many rows it found held (without):
+// parked, or claimable again by the next claim if their key's earlier row
+// was settled meanwhile.
+func (s *Store) claimOwned(ctx context.Context, req driver.ClaimParams, explain, walk bool) (driver.Claim, int64, int64, error) {
 	req = req.WithDefaults()
 	c := driver.Claim{Lease: req.Lease}
 	if len(req.Shards) == 0 {
@@ -366,7 +375,7 @@ func (s *Store) claimOwned(ctx context.Context, req driver.ClaimParams, explain 
 	// half its batch the next one walks them from the start.
 	_, busy := s.busyOwners.Load(req.Lease.Owner)
 	var lows, highs []int
-	if !explain && !busy {
+	if !explain && !busy && !walk {
 		for i, sh := range shards {
 			if i > 0 && sh == shards[i-1]+1 {
 				highs[len(highs)-1] = sh
@@ -379,11 +388,11 @@ func (s *Store) claimOwned(ctx context.Context, req driver.ClaimParams, explain 
 	if len(lows) > 0 {
 		runs = ownedBranches(len(lows))
 	}
-	walk := ownedBranches(len(shards))
+	branches := ownedBranches(len(shards))
 	if runs > 0 {
-		walk = 0 // a capped run claims nothing and walks next
+		branches = 0 // a capped run claims nothing and walks next
 	}
-	sql := s.ownedClaimSQL(walk, runs, explain)
+	sql := s.ownedClaimSQL(branches, runs, explain)
 	if explain {
 		sql = "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + sql
 	}
@@ -508,18 +517,17 @@ func (s *Store) claimOwned(ctx context.Context, req driver.ClaimParams, explain 
 	}
 	if capped {
 		// a backlog behind a run: walk the branches now
-		s.busyOwners.Store(req.Lease.Owner, struct{}{})
-		return s.claimOwned(ctx, req, explain)
+		return s.claimOwned(ctx, req, explain, true)
 	}
+	// The claim has committed: what follows only saves later claims work,
+	// so a failure of it leaves the claim as it is (the next claim judges
+	// those rows again, and finds a largest-bigint row again).
 	if len(holdIDs) > 0 {
-		if parked, err = s.park(ctx, holdIDs, req.HoldDeadKeys); err != nil {
-			return driver.Claim{}, reads, 0, err
-		}
+		_ = s.park(ctx, holdIDs, req.HoldDeadKeys)
+		parked = int64(len(holdIDs))
 	}
 	if edge {
-		if err := s.buryEdge(ctx); err != nil {
-			return driver.Claim{}, reads, parked, err
-		}
+		_ = s.buryEdge(ctx)
 	}
 	if n == 0 {
 		c.Events = nil
@@ -548,41 +556,36 @@ func (s *Store) claimOwned(ctx context.Context, req driver.ClaimParams, explain 
 // still holds (rechecked: it may have been settled since the claim judged
 // them), after the claim that found them held: each later claim then skips
 // them (the shard index holds no parked row) until their key's earlier
-// row is settled, which unparks them. Parking is only that shortcut: a
-// row left unparked is judged held again by the next claim, and a row
-// parked whose key nothing holds any more is unparked by the sweep. It
-// returns the rows parked.
-func (s *Store) park(ctx context.Context, ids []int64, hold bool) (int64, error) {
+// row is settled, which unparks them. Parking is only that shortcut, and
+// is not fenced: a row left unparked is judged held again by the next
+// claim, and a row parked whose key nothing holds any more (its earlier
+// row settled between the recheck and this commit, or a relay that lost
+// its shards parked it) is unparked by the sweep.
+func (s *Store) park(ctx context.Context, ids []int64, hold bool) error {
 	return s.afterClaim(ctx, "claim: park", "UPDATE "+s.table+" c SET parked = true WHERE c.id = ANY($1::bigint[]) AND NOT c.parked AND c.status = 'NEW' AND ("+s.holdSQL("$2::bool")+")", ids, hold)
 }
 
 // buryEdge buries a ready row whose id is maxID (see ownedClaimSQL): a
 // claim found it among the rows it would take.
 func (s *Store) buryEdge(ctx context.Context) error {
-	_, err := s.afterClaim(ctx, "claim: bury", "UPDATE "+s.table+" SET status = 'DEAD', parked = false, last_error = '"+maxIDReason+"' WHERE id = "+maxID+" AND status = 'NEW'")
-	return err
+	return s.afterClaim(ctx, "claim: bury", "UPDATE "+s.table+" SET status = 'DEAD', parked = false, last_error = '"+maxIDReason+"' WHERE id = "+maxID+" AND status = 'NEW'")
 }
 
 // afterClaim runs one of the claim's follow-up writes under relaySettings
-// (by id, whatever the table's statistics say) and returns the rows it
-// changed.
-func (s *Store) afterClaim(ctx context.Context, op, sql string, args ...any) (int64, error) {
+// (by id, whatever the table's statistics say).
+func (s *Store) afterClaim(ctx context.Context, op, sql string, args ...any) error {
 	b := &pgx.Batch{}
 	b.Queue(relaySettings)
 	b.Queue(sql, args...)
 	br := s.pool.SendBatch(ctx, b)
 	_, err := br.Exec()
-	var tag pgconn.CommandTag
 	if err == nil {
-		tag, err = br.Exec()
+		_, err = br.Exec()
 	}
 	if cerr := br.Close(); err == nil {
 		err = cerr
 	}
-	if err != nil {
-		return 0, wrap(op, err)
-	}
-	return tag.RowsAffected(), nil
+	return wrap(op, err)
 }
 
 // fmtShards lists shard leases as shard@epoch, for error messages.
@@ -617,8 +620,9 @@ func fmtShards(ls []driver.ShardLease) string {
 // of a loaded machine, or of a process stopped mid-way.
 //
 // It also unparks orphans: parked rows whose key no longer has an earlier
-// row holding it (a requeue or purge that raced a claim), a bounded number
-// of keys per call, after the commit and under a short lock timeout: the
+// row holding it (a requeue, purge or ack that raced a claim's parking,
+// or a parking by a relay that had lost the shard), a bounded number of
+// keys per call, after the commit and under a short lock timeout: the
 // sweep is a repair that the next heartbeat retries, never a reason for a
 // heartbeat to fail.
 func (s *Store) Balance(ctx context.Context, req driver.BalanceParams) (driver.Ownership, error) {
@@ -840,8 +844,8 @@ const sweepSettings = "SELECT set_config('statement_timeout', '2000', true), set
 // Store's last sweep stopped, wrapping around), and unparks the lowest
 // parked rows of each key that no earlier row holds any more (retrying or
 // delayed, or DEAD when $3). Parking is a cache of the claim's hold rule;
-// a requeue or purge that commits while a claim parks a row of its key can
-// leave the row parked behind nothing, and this is what finds it. It
+// a requeue, purge or ack that commits while a claim parks a row of its
+// key can leave the row parked behind nothing, and this is what finds it. It
 // returns the last key visited, the keys visited and the rows unparked.
 func (s *Store) sweepSQL() string {
 	t := s.table

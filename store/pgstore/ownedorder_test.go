@@ -181,7 +181,9 @@ func TestClaimOwnedLeaseLostOnlyWhenNoShardIsHeld(t *testing.T) {
 // A relay that kept up claims by ranged reads of its runs of shards; when
 // a backlog has built up meanwhile, a run reaches its cap, that claim
 // takes nothing and the branches are walked at once, in the same Claim:
-// the claim returns a full batch, the oldest events, in id order.
+// the claim returns a full batch, the oldest events, in id order. The
+// oldest sit in a higher shard of the run than the 100 newer ones, so the
+// capped ranged read (shard by shard, 40 rows) never reaches them.
 func TestClaimOwnedBacklogAfterKeepingUp(t *testing.T) {
 	ctx := context.Background()
 	pool, _ := openPool(t)
@@ -202,9 +204,32 @@ func TestClaimOwnedBacklogAfterKeepingUp(t *testing.T) {
 	if err := st.AckClaim(ctx, driver.AckClaimParams{Lease: lease, N: 1}); err != nil {
 		t.Fatal(err)
 	}
-	// then a backlog of more than four batches in one shard
-	if _, err := pool.Exec(ctx, "INSERT INTO "+table+" (topic, event_key, event_type) SELECT 't', 'hot', 'T' FROM generate_series(1, 100)"); err != nil {
-		t.Fatal(err)
+	// two keys, low in a lower shard than high
+	var low, high string
+	var lowShard, highShard int
+	for i := 0; high == ""; i++ {
+		key := fmt.Sprintf("k%d", i)
+		sh, err := st.ShardOf(ctx, key, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		switch {
+		case low == "" && sh < 32:
+			low, lowShard = key, sh
+		case sh > lowShard+1 && low != "":
+			high, highShard = key, sh
+		}
+	}
+	t.Logf("low key %s in shard %d, high key %s in shard %d", low, lowShard, high, highShard)
+	// then a backlog: the 5 oldest in the higher shard, 100 newer ones in
+	// the lower
+	for _, b := range []struct {
+		key string
+		n   int
+	}{{high, 5}, {low, 100}} {
+		if _, err := pool.Exec(ctx, "INSERT INTO "+table+" (topic, event_key, event_type) SELECT 't', $1, 'T' FROM generate_series(1, $2::int)", b.key, b.n); err != nil {
+			t.Fatal(err)
+		}
 	}
 	var first int64
 	if err := pool.QueryRow(ctx, "SELECT min(id) FROM "+table).Scan(&first); err != nil {
@@ -216,11 +241,15 @@ func TestClaimOwnedBacklogAfterKeepingUp(t *testing.T) {
 		t.Fatal(err)
 	}
 	if len(c.Events) != 10 {
-		t.Fatalf("the claim behind a backlog of 100 returned %d events; want a batch of 10", len(c.Events))
+		t.Fatalf("the claim behind a backlog of 105 returned %d events; want a batch of 10", len(c.Events))
 	}
 	for i, e := range c.Events {
-		if e.ID != first+int64(i) {
-			t.Fatalf("event %d of the claim has id %d; want %d (the oldest, in id order)", i, e.ID, first+int64(i))
+		want := high
+		if i >= 5 {
+			want = low
+		}
+		if e.ID != first+int64(i) || e.Key != want {
+			t.Fatalf("event %d of the claim is id %d of key %s; want id %d of key %s (the oldest, in id order)", i, e.ID, e.Key, first+int64(i), want)
 		}
 	}
 }

@@ -38,7 +38,7 @@ func openScratch(ctx context.Context, url string, opts store.Options,
 	// The bench's writers, floor sampler and naive relay share this
 	// handle; database/sql keeps 2 idle connections by default and closes
 	// the others after each use, so 8 writers at 1,000 events/s opened a
-	// new PostgreSQL session (a process) about 10 times a second, CPU the
+	// new PostgreSQL session (a process) about 11 times a second, CPU the
 	// relays measured beside them lost. A producer keeps its sessions.
 	db.SetMaxIdleConns(scratchConns)
 	s := &scratch{st: st, db: db, dialect: dialect, table: opts.Table, extra: extra}

@@ -17,8 +17,9 @@ import (
 )
 
 // watch runs `outbox status --watch` with args until stop returns, then
-// stops it as Ctrl-C would, and returns what it printed.
-func watch(t *testing.T, stop func(), args ...string) string {
+// stops it as Ctrl-C would, and returns what it printed. stop can read
+// what it has printed so far.
+func watch(t *testing.T, stop func(printed func() string), args ...string) string {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	var out, errb bytes.Buffer
@@ -43,7 +44,7 @@ func watch(t *testing.T, stop func(), args ...string) string {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	stop()
+	stop(func() string { mu.Lock(); defer mu.Unlock(); return out.String() })
 	cancel()
 	if code := <-done; code != exitOK {
 		t.Fatalf("status --watch: exit %d: %s", code, errb.String())
@@ -90,10 +91,19 @@ func TestStatusWatchJSON(t *testing.T) {
 			if err := o.Store.Enqueue(context.Background(), msgs...); err != nil {
 				t.Fatal(err)
 			}
-			out := watch(t, func() {
+			out := watch(t, func(printed func() string) {
 				time.Sleep(300 * time.Millisecond)
 				drain(t, o.Store, 25, 80*time.Millisecond)
-				time.Sleep(600 * time.Millisecond)
+				// until a look taken after the drain is printed: on a
+				// loaded machine one look can take longer than a
+				// fixed wait (CI's last line showed 50 pending)
+				lines := strings.Count(printed(), "\n")
+				for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+					if p := printed(); strings.Count(p, "\n") > lines+1 && strings.Contains(p[strings.LastIndex(strings.TrimSpace(p), "\n")+1:], `"pending":0,`) {
+						break
+					}
+				}
+				time.Sleep(300 * time.Millisecond)
 			}, "--db", o.URL, "--table", o.Opts.Table, "--json", "--interval", "150ms")
 			lines := strings.Split(strings.TrimSpace(out), "\n")
 			if len(lines) < 5 {
@@ -134,7 +144,7 @@ func TestStatusWatchText(t *testing.T) {
 	if err := o.Store.Enqueue(context.Background(), outbox.Message{Topic: "t", Key: "k", Type: "T", Payload: []byte(`{}`)}); err != nil {
 		t.Fatal(err)
 	}
-	out := watch(t, func() { time.Sleep(700 * time.Millisecond) }, "--db", o.URL, "--table", o.Opts.Table, "--interval", "200ms")
+	out := watch(t, func(func() string) { time.Sleep(700 * time.Millisecond) }, "--db", o.URL, "--table", o.Opts.Table, "--interval", "200ms")
 	if n := strings.Count(out, "outbox status --watch: table "+o.Opts.Table); n < 2 {
 		t.Errorf("%d frames; want several:\n%s", n, out)
 	}

@@ -113,6 +113,9 @@ const maxID = "9223372036854775807"
 
 var maxIDReason = strings.ReplaceAll(driver.BadRow("id is "+maxID+", the largest bigint, which the relay's id ranges cannot hold: insert the event again without an id, so the table's sequence gives it one").Error(), "'", "''")
 
+// buryMaxID is the SET clause that buries such a row.
+var buryMaxID = "SET status = 'DEAD', parked = false, last_error = '" + maxIDReason + "'"
+
 // ownedSQL caches the claim statements per table, number of branches and
 // parkHeld.
 var ownedSQL sync.Map // key: table + "#" + walk + "#" + runs + "#" + parkHeld → string
@@ -270,7 +273,7 @@ func (s *Store) ownedClaimSQL(walk, runs int, parkHeld bool) string {
 		b.WriteString(`), parking AS (
 	UPDATE ` + s.table + ` t SET parked = true WHERE t.id = ANY(ARRAY(SELECT id FROM judged WHERE held)) AND NOT t.parked RETURNING 1
 ), edge AS (
-	UPDATE ` + s.table + ` t SET status = 'DEAD', parked = false, last_error = '` + maxIDReason + `'
+	UPDATE ` + s.table + ` t ` + buryMaxID + `
 	WHERE t.id = ANY(ARRAY(SELECT id FROM taken WHERE id = ` + maxID + `)) AND t.status = 'NEW' RETURNING 1`)
 	}
 	b.WriteString(`), ins AS (
@@ -568,7 +571,7 @@ func (s *Store) park(ctx context.Context, ids []int64, hold bool) error {
 // buryEdge buries a ready row whose id is maxID (see ownedClaimSQL): a
 // claim found it among the rows it would take.
 func (s *Store) buryEdge(ctx context.Context) error {
-	return s.afterClaim(ctx, "claim: bury", "UPDATE "+s.table+" SET status = 'DEAD', parked = false, last_error = '"+maxIDReason+"' WHERE id = "+maxID+" AND status = 'NEW'")
+	return s.afterClaim(ctx, "claim: bury", "UPDATE "+s.table+" "+buryMaxID+" WHERE id = "+maxID+" AND status = 'NEW'")
 }
 
 // afterClaim runs one of the claim's follow-up writes under relaySettings

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math"
 	"slices"
@@ -13,6 +14,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
 
 	outbox "github.com/outbox-go/outbox"
@@ -111,10 +113,10 @@ func (s *Store) holdSQL(hold string) string {
 // with, a driver.BadRow text.
 const maxID = "9223372036854775807"
 
-var maxIDReason = strings.ReplaceAll(driver.BadRow("id is "+maxID+", the largest bigint, which the relay's id ranges cannot hold: insert the event again without an id, so the table's sequence gives it one").Error(), "'", "''")
+var maxIDReason = driver.BadRow("id is " + maxID + ", the largest bigint, which the relay's id ranges cannot hold: insert the event again without an id, so the table's sequence gives it one").Error()
 
 // buryMaxID is the SET clause that buries such a row.
-var buryMaxID = "SET status = 'DEAD', parked = false, last_error = '" + maxIDReason + "'"
+var buryMaxID = "SET status = 'DEAD', parked = false, last_error = '" + strings.ReplaceAll(maxIDReason, "'", "''") + "'"
 
 // ownedSQL caches the claim statements per table, number of branches and
 // parkHeld.
@@ -529,9 +531,7 @@ func (s *Store) claimOwned(ctx context.Context, req driver.ClaimParams, explain,
 		_ = s.park(ctx, holdIDs, req.HoldDeadKeys)
 		parked = int64(len(holdIDs))
 	}
-	if edge {
-		_ = s.buryEdge(ctx)
-	}
+	buriedEdge := edge && s.buryEdge(ctx) == nil
 	if n == 0 {
 		c.Events = nil
 	}
@@ -552,6 +552,10 @@ func (s *Store) claimOwned(ctx context.Context, req driver.ClaimParams, explain,
 	if err = driver.ScreenClaim(ctx, &c, bad, req.HoldDeadKeys, s.Bury, s.Release); err != nil {
 		return driver.Claim{}, reads, parked, fmt.Errorf("pgstore: claim: %w", err)
 	}
+	if buriedEdge {
+		// reported like the burials above, so that the relay logs and counts it
+		c.Buried = append(c.Buried, driver.Burial{ID: math.MaxInt64, Error: maxIDReason})
+	}
 	return c, reads, parked, nil
 }
 
@@ -565,30 +569,37 @@ func (s *Store) claimOwned(ctx context.Context, req driver.ClaimParams, explain,
 // row settled between the recheck and this commit, or a relay that lost
 // its shards parked it) is unparked by the sweep.
 func (s *Store) park(ctx context.Context, ids []int64, hold bool) error {
-	return s.afterClaim(ctx, "claim: park", "UPDATE "+s.table+" c SET parked = true WHERE c.id = ANY($1::bigint[]) AND NOT c.parked AND c.status = 'NEW' AND ("+s.holdSQL("$2::bool")+")", ids, hold)
+	_, err := s.afterClaim(ctx, "claim: park", "UPDATE "+s.table+" c SET parked = true WHERE c.id = ANY($1::bigint[]) AND NOT c.parked AND c.status = 'NEW' AND ("+s.holdSQL("$2::bool")+")", ids, hold)
+	return err
 }
 
 // buryEdge buries a ready row whose id is maxID (see ownedClaimSQL): a
-// claim found it among the rows it would take.
+// claim found it among the rows it would take. nil when this call buried
+// it; an error too when it found it no longer NEW.
 func (s *Store) buryEdge(ctx context.Context) error {
-	return s.afterClaim(ctx, "claim: bury", "UPDATE "+s.table+" "+buryMaxID+" WHERE id = "+maxID+" AND status = 'NEW'")
+	tag, err := s.afterClaim(ctx, "claim: bury", "UPDATE "+s.table+" "+buryMaxID+" WHERE id = "+maxID+" AND status = 'NEW'")
+	if err == nil && tag.RowsAffected() == 0 {
+		err = errors.New("pgstore: claim: bury: the row of id " + maxID + " is no longer NEW")
+	}
+	return err
 }
 
 // afterClaim runs one of the claim's follow-up writes under relaySettings
 // (by id, whatever the table's statistics say).
-func (s *Store) afterClaim(ctx context.Context, op, sql string, args ...any) error {
+func (s *Store) afterClaim(ctx context.Context, op, sql string, args ...any) (pgconn.CommandTag, error) {
 	b := &pgx.Batch{}
 	b.Queue(relaySettings)
 	b.Queue(sql, args...)
 	br := s.pool.SendBatch(ctx, b)
 	_, err := br.Exec()
+	var tag pgconn.CommandTag
 	if err == nil {
-		_, err = br.Exec()
+		tag, err = br.Exec()
 	}
 	if cerr := br.Close(); err == nil {
 		err = cerr
 	}
-	return wrap(op, err)
+	return tag, wrap(op, err)
 }
 
 // fmtShards lists shard leases as shard@epoch, for error messages.

@@ -232,6 +232,9 @@ func (s *suite) hostile(t *testing.T, h Hostile) {
 			t.Errorf("the row's last_error spans lines: %q", r.LastError)
 		}
 		if outcomeGot == dead {
+			if hostileID == 0 {
+				t.Errorf("the row with the %s %s went DEAD with no claim reporting it in Claim.Buried: the relay neither logs nor counts such a burial", h.Column, h.Name)
+			}
 			if !strings.Contains(r.LastError, h.Column) || !strings.Contains(r.LastError, driver.ErrBadRow.Error()) {
 				t.Errorf("the row's last_error is %q; want it to name the column %s (and say %q)", r.LastError, h.Column, driver.ErrBadRow)
 			}

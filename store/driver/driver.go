@@ -165,9 +165,11 @@ type Claim struct {
 	Lease  Lease
 	Until  time.Time // lease expiry, database clock
 	Events []outbox.Event
-	// Buried are the claimed events the claim itself marked DEAD because
-	// their rows break the table contract (see ScreenClaim); they are not
-	// in Events. The relay logs and counts them like its own burials.
+	// Buried are the events the claim itself marked DEAD because their
+	// rows break the table contract (see ScreenClaim; a store may bury a
+	// row it cannot claim at all, as pgstore does a largest-bigint id);
+	// they are not in Events. The relay logs and counts them like its own
+	// burials.
 	Buried []Burial
 }
 

@@ -141,7 +141,8 @@ func dueSQL(p string) string {
 // ErrLeaseLost when it holds none of them any more.
 //
 // A claim whose candidates were all held parks them and claims nothing;
-// it then runs again at once (up to maxParkingRounds times).
+// it then runs again at once (up to maxParkingRounds times); a round that
+// buried rows returns at once, so that its burials reach the relay.
 func (s *Store) Claim(ctx context.Context, req driver.ClaimParams) (driver.Claim, error) {
 	for round, deadlocks := 1, 0; ; round++ {
 		c, parked, err := s.claimOwned(ctx, req, nil)
@@ -153,7 +154,7 @@ func (s *Store) Claim(ctx context.Context, req driver.ClaimParams) (driver.Claim
 			round--
 			continue
 		}
-		if err != nil || len(c.Events) > 0 || parked == 0 || round == maxParkingRounds {
+		if err != nil || len(c.Events) > 0 || len(c.Buried) > 0 || parked == 0 || round == maxParkingRounds {
 			return c, err
 		}
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	outbox "github.com/outbox-go/outbox"
 	"github.com/outbox-go/outbox/store"
@@ -184,5 +185,40 @@ func (s *suite) testBadRowsInOneClaim(t *testing.T) {
 	}
 	if st := stats(t, fx); st.Dead != int64(accepted) {
 		t.Errorf("Stats after one claim over %d accepted bad rows: %+v; want Dead %d", accepted, st, accepted)
+	}
+}
+
+// testBadRowBesideHeldKey: a claim whose only taken row is a bad one,
+// buried, while it parks a held key's row, reports the burial. A store
+// that claims again after parking (so that a held backlog does not look
+// like "caught up") must not drop the first round's burials with it: the
+// relay would never log or count that DEAD event.
+func (s *suite) testBadRowBesideHeldKey(t *testing.T) {
+	fx := s.migrated(t, store.Options{})
+	ctx := t.Context()
+	enqueue(t, fx, msg("k1", "K"))
+	a := claim(t, fx, req(s.lease("relay-a"), 1))
+	wantLabels(t, "Claim(Limit 1)", a.Events, "k1")
+	if err := fx.Store.Retry(ctx, driver.RetryParams{Lease: a.Lease, Retries: []driver.Retry{{ID: a.Events[0].ID, Delay: time.Hour, Error: "broker down"}}}); err != nil {
+		t.Fatalf("Retry: %v", err)
+	}
+	enqueue(t, fx, msg("k2", "K")) // held behind k1's retry
+	var bad *BadRow
+	for i := range BadRows {
+		b := &BadRows[i]
+		if b.Key() == "K" || strings.ContainsRune(b.Key(), 0x1b) {
+			continue
+		}
+		if b.Insert(ctx, fx.DB, fx.Table, fx.Placeholder, []byte(`{}`)) == nil {
+			bad = b
+			break
+		}
+	}
+	if bad == nil {
+		t.Fatalf("the database refused every kind of bad row at INSERT")
+	}
+	c := claim(t, fx, req(s.lease("relay-b"), 10))
+	if len(c.Events) != 0 || len(c.Buried) != 1 || !strings.Contains(c.Buried[0].Error, bad.Reason) {
+		t.Fatalf("claim over k2 (held behind k1's retry) and one bad row (%s): events %v, buried %+v; want no event and the bad row buried with a reason saying %q", bad.Name, labels(c.Events), c.Buried, bad.Reason)
 	}
 }

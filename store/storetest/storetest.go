@@ -104,6 +104,7 @@ func Run(t *testing.T, h Harness) {
 		{"TableContract", s.testTableContract},
 		{"BadRows", s.testBadRows},
 		{"BadRowsInOneClaim", s.testBadRowsInOneClaim},
+		{"BadRowBesideHeldKey", s.testBadRowBesideHeldKey},
 		{"EnqueueTx/Commit", s.testEnqueueTxCommit},
 		{"EnqueueTx/Rollback", s.testEnqueueTxRollback},
 		{"EnqueueTx/ValidationKeepsTxUsable", s.testEnqueueTxValidation},

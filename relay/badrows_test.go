@@ -159,3 +159,48 @@ func distinct(events []outbox.Event) int {
 	}
 	return len(seen)
 }
+
+// A claim that only buried a bad row is followed by the next claim at
+// once, not after PollInterval: the event behind the bad row, committed
+// before the relay started (so no wake-up is on its way), is delivered
+// within seconds although the relay polls once an hour.
+func TestClaimAgainAfterABurialOnlyClaim(t *testing.T) {
+	for _, kind := range teststores.Kinds {
+		t.Run(kind, func(t *testing.T) {
+			t.Parallel()
+			url := teststores.URL(t, kind)
+			placeholder := storetest.Question
+			if kind == "postgres" {
+				placeholder = storetest.Dollar
+			}
+			opened := teststores.OpenAt(t, kind, url, store.Options{ProbeInterval: -1})
+			st, ctx := opened.Store, context.Background()
+			var bad *storetest.BadRow
+			for i := range storetest.BadRows {
+				if storetest.BadRows[i].Insert(ctx, opened.DB, opened.Opts.Table, placeholder, []byte(`{}`)) == nil {
+					bad = &storetest.BadRows[i]
+					break
+				}
+			}
+			if bad == nil {
+				t.Fatal("the database refused every kind of bad row at INSERT")
+			}
+			if err := st.Enqueue(ctx, outbox.Message{Topic: "orders", Key: "after-the-bad-row", Type: "OrderPaid", Payload: []byte(`{}`)}); err != nil {
+				t.Fatal(err)
+			}
+			mb := newMem(t, membroker.Config{})
+			cfg := fastConfig()
+			cfg.BatchSize, cfg.Workers, cfg.PollInterval = 1, 1, time.Hour
+			cfg.LeaseFor = 30 * time.Second
+			cfg.Logger = failureLog(t)
+			run(t, st, mb, cfg)
+			deadline := time.Now().Add(30 * time.Second)
+			for len(mb.Events("orders")) == 0 {
+				if time.Now().After(deadline) {
+					t.Fatalf("the event behind the bad row %s was not delivered within 30 s (PollInterval is an hour)", bad.Name)
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+		})
+	}
+}

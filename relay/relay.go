@@ -251,8 +251,8 @@ var recheck = [...]time.Duration{2 * time.Millisecond, 10 * time.Millisecond, 50
 // in order, one at a time: *settling is closed when the latest is done, and
 // a worker holds at most two batches (Config.BatchSize says so). The next claim cannot take a key or
 // event of the batch being settled: its claim is still live. It returns how
-// many events were claimed, whether the claim was full (more are likely
-// waiting: see ownership.claim), and an error when the store or the
+// many events were claimed, whether the claim was full or only buried
+// rows (more are likely waiting: see ownership.claim), and an error when the store or the
 // broker failed as a whole.
 func (r *Relay) round(ctx context.Context, settling *chan struct{}) (int, bool, error) {
 	lease := driver.Lease{Owner: r.cfg.Owner, Epoch: r.epoch.Add(1)}
@@ -279,7 +279,10 @@ func (r *Relay) round(ctx context.Context, settling *chan struct{}) (int, bool, 
 		r.buriedAtClaim(ctx, lease, start, claim.Buried)
 	}
 	if len(claim.Events) == 0 {
-		return 0, false, nil
+		// A claim that only buried rows stopped there (the store returns
+		// its burials before it would claim again past held rows): more
+		// are likely waiting.
+		return 0, len(claim.Buried) > 0, nil
 	}
 	r.inFlight.Add(int64(len(claim.Events)))
 	b.start, b.leaseTill, b.leaseMax = start, start.Add(r.cfg.LeaseFor), time.Now().Add(r.cfg.LeaseFor)

@@ -252,8 +252,8 @@ var recheck = [...]time.Duration{2 * time.Millisecond, 10 * time.Millisecond, 50
 // a worker holds at most two batches (Config.BatchSize says so). The next claim cannot take a key or
 // event of the batch being settled: its claim is still live. It returns how
 // many events were claimed, whether the claim was full or only buried
-// rows (more are likely waiting: see ownership.claim), and an error when the store or the
-// broker failed as a whole.
+// rows (more are likely waiting: see ownership.claim), and an error when
+// the store or the broker failed as a whole.
 func (r *Relay) round(ctx context.Context, settling *chan struct{}) (int, bool, error) {
 	lease := driver.Lease{Owner: r.cfg.Owner, Epoch: r.epoch.Add(1)}
 	start := time.Now()

@@ -75,8 +75,9 @@
 //     walks shard $6[k], or the run $9[k] to $10[k]), so a table has at
 //     most fourteen of them (1, 2, 4 … 64 branches, of each shape), each
 //     planned once per connection (and as many more for
-//     ClaimOwnedReads, which parks inside the statement). Claims run on the pool (BENCHMARKS.md,
-//     "Tried, and undone", says why not on a connection of their own).
+//     ClaimOwnedReads, which parks inside the statement). Claims run on
+//     the pool (BENCHMARKS.md, "Tried, and undone", says why not on a
+//     connection of their own).
 //   - Parking. A keyed row is not claimable while an earlier row of its
 //     key waits for a retry or a delayed AvailableAt, is DEAD (with
 //     HoldDeadKeys), or is parked. The claim that meets such a row sets its

@@ -149,9 +149,9 @@ func ownedBranches(n int) int {
 // lock, see claimOwned). It reads the shard rows from the first shard
 // asked for to the last in one range of the primary key rather than one
 // probe per shard asked for (BenchmarkClaimEmptyCPU, 7 alternated pairs:
-// 0.965 of the probes' CPU, 0.92–1.01: no worse), and each row finds its epoch by its number: a
-// shard not asked for has epoch -1 in $7, which no shard row has (epochs
-// start at 0 and only grow). A join of the shards to the unnested arrays
+// 0.965 of the probes' CPU, 0.92–1.01: no worse), and each row finds its
+// epoch by its number: a shard not asked for has epoch -1 in $7, which no
+// shard row has (epochs start at 0 and only grow). A join of the shards to the unnested arrays
 // got, once the shards table had been vacuumed (autovacuum: every
 // heartbeat rewrites it), a generic plan that rescanned the arrays for
 // every shard row (64 × 64 rows; a claim of one event took 0.63 ms

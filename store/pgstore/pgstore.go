@@ -756,8 +756,8 @@ const noSeqScan = "SELECT set_config('enable_seqscan', 'off', true), set_config(
 // the claims' ids it unnests (generate_series over each range) at
 // millions of rows, far over jit_above_cost, and compiled the statement
 // with LLVM at every call: 90 ms for a table of 500 rows on a quiet
-// machine, 200–300 ms on a busy one, for each `outbox status`, dashboard
-// refresh and metrics scrape (TestStatsIsNotCompiled).
+// machine, 200–300 ms on a busy one, for each `outbox status` and each
+// sample of the dashboard (TestStatsIsNotCompiled).
 const noJIT = "SELECT set_config('jit', 'off', true)"
 
 // queryRow runs sql with noSeqScan in one round trip (a batch is one

@@ -13,14 +13,14 @@ import (
 	"github.com/outbox-go/outbox/store/pgstore"
 )
 
-// Stats is what `outbox status`, the dashboard and every metrics scrape
-// call. PostgreSQL estimated its unnest of the claims' ids at millions of
+// Stats is what `outbox status` and each sample of the dashboard call.
+// PostgreSQL estimated its unnest of the claims' ids at millions of
 // rows and compiled it with LLVM at each call: 90 ms on a table of 500
 // rows on a quiet machine, 200–300 ms on a busy one (the demo's watch
 // loop, one Stats per look, then starved the relay it froze between
 // looks). Here JIT is on with PostgreSQL's default threshold, whatever
-// the server's configuration says: a compiled Stats takes tens of
-// milliseconds, one that is not about one.
+// the server's configuration says: measured here, a compiled Stats of
+// 500 rows took 183 ms, one that is not 0.4 ms.
 func TestStatsIsNotCompiled(t *testing.T) {
 	ctx := context.Background()
 	cfg, err := pgxpool.ParseConfig(testenv.Require(t, testenv.Postgres))

@@ -146,8 +146,6 @@ func TestBadRowsAmidGoodOnes(t *testing.T) {
 	}
 }
 
-// distinct counts the events by EventID: a redelivery (at least once) is
-// not one more event delivered.
 // placeholderOf is the bind parameter of kind's SQL dialect.
 func placeholderOf(kind string) func(int) string {
 	if kind == "postgres" {
@@ -156,6 +154,8 @@ func placeholderOf(kind string) func(int) string {
 	return storetest.Question
 }
 
+// distinct counts the events by EventID: a redelivery (at least once) is
+// not one more event delivered.
 func distinct(events []outbox.Event) int {
 	seen := make(map[string]bool, len(events))
 	for _, e := range events {

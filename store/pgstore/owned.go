@@ -151,11 +151,11 @@ func ownedBranches(n int) int {
 // probe per shard asked for (BenchmarkClaimEmptyCPU, 7 alternated pairs:
 // 0.965 of the probes' CPU, 0.92–1.01: no worse), and each row finds its
 // epoch by its number: a shard not asked for has epoch -1 in $7, which no
-// shard row has (epochs start at 0 and only grow). A join of the shards to the unnested arrays
-// got, once the shards table had been vacuumed (autovacuum: every
-// heartbeat rewrites it), a generic plan that rescanned the arrays for
-// every shard row (64 × 64 rows; a claim of one event took 0.63 ms
-// against 0.40–0.44 ms then). others: the
+// shard row has (epochs start at 0 and only grow). A join of the shards
+// to the unnested arrays got, once the shards table had been vacuumed
+// (autovacuum: every heartbeat rewrites it), a generic plan that
+// rescanned the arrays for every shard row (64 × 64 rows; a claim of one
+// event took 0.63 ms against 0.40–0.44 ms then). others: the
 // shard lists of the other owners' live claims, read once (MATERIALIZED:
 // inlined, the claims table would be scanned once per held shard, and
 // between two vacuums it is tens of pages of dead claims; measured at a
